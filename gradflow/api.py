@@ -1,0 +1,69 @@
+"""The Python API: `explain()` and friends. Thin: parse -> lower -> evaluate."""
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any
+
+from .errors import ValueInputError
+from .parser import parse
+from .program import Graph, lower
+from .values import parse_value
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_program(source: str) -> Graph:
+    """Parse and lower once per distinct text (batch and sweeps reuse it)."""
+    return lower(parse(source))
+
+
+def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
+    """None -> ['x'] if the program uses x, else every variable; 'all'; 'a,b' or a list."""
+    names = list(graph.inputs)
+    if wrt is None:
+        return ["x"] if "x" in graph.inputs else names
+    if isinstance(wrt, str):
+        wrt = names if wrt.strip() == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
+    for w in wrt:
+        if w not in graph.inputs:
+            raise ValueInputError("unknown_variable", f"--wrt names '{w}', which the program does not use",
+                                  hint=_known(w, names))
+    return list(dict.fromkeys(wrt))
+
+
+def _known(name: str, names: list[str]) -> str:
+    near = difflib.get_close_matches(name, names, n=1)
+    listing = ", ".join(names) or "(none)"
+    return (f"did you mean '{near[0]}'? " if near else "") + f"the program's variables are: {listing}"
+
+
+def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
+    """Every input has a value and every value names an input; text values are parsed."""
+    names = list(graph.inputs)
+    for name in values:
+        if name not in graph.inputs:
+            raise ValueInputError("unknown_variable", f"a value was given for '{name}', "
+                                  "which the program does not use", hint=_known(name, names))
+    for name in names:
+        if name not in values:
+            raise ValueInputError("missing_value", f"no value for variable '{name}'",
+                                  hint=f"pass --{name} VALUE (or --var {name}=VALUE; "
+                                       f"in Python: {name}=VALUE)")
+    return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}
+
+
+def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
+            device: str = "cpu", values: dict[str, Any] | None = None, **kw_values: Any):
+    """Evaluate `source`, run backward and explain every node's gradient.
+
+    Values come as keyword arguments (`x=1`) or, for names that clash with this
+    function's own parameters, in `values={...}`. Returns an `Explanation`;
+    raises a `GradflowError` subclass for an invalid program or value. When the
+    output does not require grad, the result comes back with `.error` set.
+    """
+    graph = compile_program(source)
+    vals = check_values(graph, {**(values or {}), **kw_values})
+    leaves = resolve_wrt(graph, wrt)
+    from .engine import evaluate  # torch is imported only from here on
+
+    return evaluate(graph, vals, leaves, dtype=dtype, device=device)

@@ -1,0 +1,184 @@
+"""The `gradflow` command: a thin Typer layer over the library.
+
+Imports no torch at module level: `--help`, `ops` and errors found before
+evaluation stay fast. Results go to stdout, diagnostics to stderr.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import ExitCode, GradflowError, ValueInputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+                  help="Show how gradients flow through a PyTorch computation.")
+
+EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+# ---- options shared by the commands (declared once) -----------------------------------
+ExprArg = Annotated[Optional[str], typer.Argument(
+    help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False)]
+FileOpt = Annotated[Optional[Path], typer.Option("--file", help="Read the program from this file.")]
+WrtOpt = Annotated[Optional[str], typer.Option(
+    "--wrt", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every variable.")]
+VarOpt = Annotated[Optional[list[str]], typer.Option(
+    "--var", help="A value as NAME=VALUE (for names that clash with options). Repeatable.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+
+
+def _version(value: bool):
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"gradflow {version('gradflow')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Show the version and exit.")] = False):
+    """Show how gradients flow through a PyTorch computation.
+
+    Values are given as --NAME VALUE for each variable (--x 1, --x=-2, --w "[1,2]").
+    """
+
+
+def consoles() -> tuple[Console, Console]:
+    return Console(), Console(stderr=True)
+
+
+def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
+    """Print an error the user can act on and return the Exit to raise."""
+    from .render import print_error
+
+    if as_json:
+        from .result import dumps
+
+        print(dumps({"output": None, "grads": {}, "nodes": [], "error": error.to_dict()}), flush=True)
+    print_error(error, consoles()[1])
+    return typer.Exit(int(error.exit_code))
+
+
+def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
+    """Run a command body: package errors -> message + exit code; bugs -> exit 1."""
+    try:
+        code = body()
+    except GradflowError as error:
+        if debug:
+            raise
+        raise fail(error, as_json) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: say so, briefly, unless --debug
+        if debug:
+            raise
+        consoles()[1].print(f"internal error: {type(exc).__name__}: {exc}\n"
+                            "This is a bug in gradflow; rerun with --debug and report the traceback.",
+                            markup=False)
+        raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    raise typer.Exit(code)
+
+
+def read_program(expr: str | None, file: Path | None) -> str:
+    if expr is not None and file is not None:
+        raise ValueInputError("usage", "give the program either as EXPR or with --file, not both")
+    if file is not None:
+        try:
+            return file.read_text()
+        except OSError as err:
+            raise ValueInputError("usage", f"cannot read --file {file}: {err.strerror}") from None
+    if expr == "-":
+        return sys.stdin.read()
+    if expr is None:
+        raise ValueInputError("usage", "no program given",
+                              hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
+    if expr.startswith("-") and len(expr) > 1 and not expr[1:2].isdigit() and expr[1:2] not in "(. ":
+        raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
+                              hint='gradflow eval "EXPR" --x 1 --y 2')
+    return expr
+
+
+def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
+    """`--x 1 --y=2` leftovers and `--var NAME=VALUE` -> {name: text}."""
+    values: dict[str, str] = {}
+    tokens = list(extra)
+    while tokens:
+        tok = tokens.pop(0)
+        if not tok.startswith("--") or len(tok) < 3:
+            raise ValueInputError("usage", f"unexpected argument '{tok}'",
+                                  hint="quote the whole program as one argument; give values as --NAME VALUE")
+        name, eq, value = tok[2:].partition("=")
+        if not eq:
+            if not tokens:
+                raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
+            value = tokens.pop(0)
+        values[name] = value
+    for item in var or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueInputError("usage", f"--var takes NAME=VALUE, got '{item}'", hint="--var x=1.5")
+        values[name.strip()] = value
+    return values
+
+
+@app.command("eval", context_settings=EXTRA)
+def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+             var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+             json_: JsonOpt = False, debug: DebugOpt = False):
+    """Evaluate a program, run backward and show every node's value and gradient.
+
+    Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        from .api import explain
+
+        source = read_program(expr, file)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        if json_:
+            print(result.to_json(), flush=True)
+        else:
+            from .render import print_explanation
+
+            print_explanation(result, *consoles())
+        if result.error is not None:
+            if not json_:
+                fail(result.error)
+            else:
+                from .render import print_error
+
+                print_error(result.error, consoles()[1])
+            return int(result.error.exit_code)
+        return 0
+
+    guarded(debug, json_, body)
+
+
+@app.command("ops")
+def ops_cmd(json_: JsonOpt = False):
+    """List every operation and function the language knows."""
+    from .ops import OPS
+
+    if json_:
+        from .result import dumps
+
+        print(dumps([{"name": o.name, "symbol": o.symbol, "arity": o.arity, "kind": o.kind, "doc": o.doc}
+                     for o in OPS.values()]))
+        return
+    from rich.table import Table
+
+    table = Table("name", "syntax", "args", "kind", "what it does")
+    for o in OPS.values():
+        syntax = f"a {o.symbol} b" if o.symbol and o.min_args == 2 else (f"{o.symbol}a" if o.symbol else f"{o.name}(…)")
+        table.add_row(o.name, syntax, o.arity, o.kind, o.doc)
+    consoles()[0].print(table)
+
+
+def run():  # console-script entry point
+    app(prog_name="gradflow")

@@ -1,0 +1,224 @@
+"""Graph -> torch: evaluate every node, run backward, measure every edge's flow.
+
+The only module (with its helpers) that imports torch. Each use of a node that
+requires grad is routed through its own identity view with retain_grad(), so
+the gradient carried by every edge is measured exactly, not inferred.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .analysis import annotate
+from .errors import EvalError, GradflowError, NoGradientError
+from .ops import OPS
+from .program import FlagStep, Graph, Node
+from .result import EdgeResult, Explanation, NodeResult, Warning
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_IDENTITY = ("no_grad", "inference_mode")
+
+
+def _context(mode: str | None):
+    if mode == "no_grad":
+        return torch.no_grad()
+    if mode == "inference_mode":
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
+def resolve_device(device: str) -> torch.device:
+    available = {"cpu": True, "cuda": torch.cuda.is_available(),
+                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if device not in available:
+        raise EvalError("device", f"unknown device '{device}'", hint="use cpu, cuda or mps")
+    if not available[device]:
+        raise EvalError("device", f"device '{device}' is not available on this machine",
+                        hint="use --device cpu (the default)")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise EvalError("dtype", f"unknown dtype '{dtype}'", hint="use float32 (default) or float64")
+    return DTYPES[dtype]
+
+
+def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
+    try:
+        t = torch.as_tensor(value, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
+                        hint="give a number or a rectangular list of numbers") from None
+    return t.detach().clone()
+
+
+class _Run:
+    """One evaluation: tensors by node id, edge aliases, flags set, warnings."""
+
+    def __init__(self, graph: Graph, wrt: list[str], dtype, device):
+        self.g, self.wrt, self.dtype, self.device = graph, wrt, dtype, device
+        self.t: dict[int, torch.Tensor] = {}
+        self.edges: list[EdgeResult] = []
+        self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
+        self.flags: list[FlagStep] = []
+        self.warnings: list[Warning] = []
+
+    def leaf(self, node: Node, values: dict) -> torch.Tensor:
+        t = to_tensor(node.label, values[node.names[0]], self.dtype, self.device)
+        return t.requires_grad_(node.names[0] in self.wrt)
+
+    def inputs(self, node: Node) -> list[torch.Tensor]:
+        tracked = node.mode is None and node.op != "detach" and torch.is_grad_enabled()
+        out = []
+        for pos, a in enumerate(node.args):
+            src = self.t[a]
+            edge = EdgeResult(a, node.id, pos)
+            if src.requires_grad and tracked and node.op not in _IDENTITY:
+                src = src.view_as(src)
+                src.retain_grad()
+                self.aliases[len(self.edges)] = src
+            elif src.requires_grad and not tracked:
+                edge.cut = True
+            self.edges.append(edge)
+            out.append(src)
+        return out
+
+    def compute(self, node: Node, values: dict) -> torch.Tensor:
+        if node.op == "var":
+            return self.leaf(node, values)
+        if node.op == "const":
+            with _context(node.mode):
+                return torch.tensor(node.value, dtype=self.dtype, device=self.device)
+        args = self.inputs(node)
+        if node.op == "detach":
+            return args[0].detach()
+        if node.op in _IDENTITY:
+            self.check_identity(node)
+            return args[0]
+        with _context(node.mode):
+            try:
+                out = OPS[node.op].fn(*args)
+            except RuntimeError as err:
+                raise _torch_error(node, args, err, self.g.source) from None
+        if out.requires_grad:
+            out.retain_grad()
+        return out
+
+    def check_identity(self, node: Node):
+        arg = self.g.nodes[node.args[0]]
+        if arg.region != node.id:
+            self.warnings.append(Warning(
+                "identity_cut", node.text,
+                f"{node.text} returns {arg.label} itself: no operation runs inside {node.op}(), "
+                f"so nothing is cut and gradient still flows. Use detach({arg.label}) to cut it."))
+
+    def set_flag(self, step: FlagStep):
+        t = self.t[step.node]
+        label = self.g.nodes[step.node].label
+        try:
+            t.requires_grad_(step.value)
+        except RuntimeError as err:
+            raise EvalError(
+                "requires_grad_non_leaf",
+                f"cannot set requires_grad on '{label}': it is computed "
+                f"({self.g.nodes[step.node].text}), not a leaf. torch says: {err}",
+                hint=f"to stop gradient flowing through it, use detach({label}); "
+                     "requires_grad can only be set on input variables",
+                span=step.span, source=self.g.source) from None
+        self.flags.append(step)
+
+    def run(self, values: dict):
+        for step in self.g.steps:
+            if isinstance(step, FlagStep):
+                self.set_flag(step)
+            else:
+                self.t[step.id] = self.compute(step, values)
+
+
+def _torch_error(node: Node, args, err: RuntimeError, source: str) -> GradflowError:
+    text = str(err).split("\n")[0]
+    shapes = " and ".join(str(tuple(a.shape)) for a in args)
+    if "Inference tensors cannot be saved for backward" in text:
+        return EvalError(
+            "inference_tensor",
+            f"'{node.text}' needs to save a tensor made under inference_mode() for backward, "
+            f"which torch refuses. torch says: {text}",
+            hint="use no_grad() instead of inference_mode() there, or detach()", span=node.span, source=source)
+    if any(k in text for k in ("size of tensor", "shapes cannot", "mat1 and mat2", "dimension", "at least 1D",
+                               "size mismatch", "inconsistent")):
+        return EvalError("shape", f"shape mismatch at '{node.text}': {OPS[node.op].name} of shapes {shapes}. "
+                         f"torch says: {text}",
+                         hint="make the shapes agree (or broadcast), or reduce with sum()/mean() first",
+                         span=node.span, source=source)
+    return EvalError("torch", f"torch failed at '{node.text}': {text}", span=node.span, source=source)
+
+
+def _grad_fn_name(t: torch.Tensor) -> str | None:
+    return None if t.grad_fn is None else type(t.grad_fn).__name__
+
+
+def _check_output(run: _Run) -> torch.Tensor:
+    g = run.g
+    out = run.t[g.output]
+    if out.numel() != 1:
+        node = g.nodes[g.output]
+        raise EvalError("non_scalar", f"the output '{node.label}' has shape {tuple(out.shape)}; "
+                        "backward needs a single number",
+                        hint=f"wrap it in sum(...) or mean(...), e.g. sum({node.text})",
+                        span=node.span, source=g.source)
+    return out
+
+
+def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
+    if not out.requires_grad:
+        return NoGradientError(
+            "no_gradient", f"the output '{g.nodes[g.output].label}' does not require grad, so backward "
+            "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
+    try:
+        out.backward()
+    except RuntimeError as err:
+        return EvalError("backward", f"backward failed: {str(err).splitlines()[0]}")
+    return None
+
+
+def _results(run: _Run) -> list[NodeResult]:
+    nodes = []
+    for n in run.g.nodes:
+        t = run.t[n.id]
+        nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
+                                _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
+    for i, e in enumerate(run.edges):
+        alias = run.aliases.get(i)
+        e.flow = alias.grad if alias is not None else None
+    for n in nodes:  # identity wrappers share their argument's tensor: sum their own out-flows
+        if n.op in _IDENTITY:
+            n.grad = _sum([e.flow for e in run.edges if e.src == n.id])
+    for e in run.edges:
+        if e.flow is None and nodes[e.dst].op in _IDENTITY and not e.cut:
+            e.flow = nodes[e.dst].grad
+    return nodes
+
+
+def _sum(flows):
+    flows = [f for f in flows if f is not None]
+    return None if not flows else sum(flows[1:], flows[0])
+
+
+def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
+             device: str = "cpu") -> Explanation:
+    """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
+    a program whose output cannot be differentiated returns with `.error` set."""
+    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device))
+    run.run(values)
+    out = _check_output(run)
+    error = _backward(out, graph)
+    nodes = _results(run)
+    grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
+    result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads,
+                         run.edges, warnings=run.warnings, error=error)
+    annotate(result, graph, run.flags)
+    return result

@@ -1,0 +1,91 @@
+"""The package's own exceptions and the exit codes the CLI maps them to.
+
+Torch-free: imported by the parser and the CLI before torch is loaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes of the `gradflow` command (documented in the README)."""
+
+    OK = 0
+    INTERNAL = 1  # a bug in gradflow: please report it with --debug output
+    INPUT = 2  # the program, a value or an option is wrong
+    NO_GRADIENT = 3  # the output does not require grad: nothing can flow back
+    PARTIAL = 4  # batch: at least one record failed (the others were written)
+    INTERRUPTED = 130  # Ctrl-C
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open character range [start, end) in the program text."""
+
+    start: int
+    end: int
+
+
+class GradflowError(Exception):
+    """Base class: every error gradflow raises on purpose.
+
+    `kind` is a stable machine-readable name (also the JSON `error.kind`),
+    `message` says what is wrong, `hint` how to fix it, `span` where.
+    """
+
+    exit_code = ExitCode.INPUT
+
+    def __init__(self, kind: str, message: str, *, hint: str | None = None,
+                 span: Span | None = None, source: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.span = span
+        self.source = source
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "message": self.message, "hint": self.hint}
+        if self.span is not None:
+            d["position"] = self.span.start
+        return d
+
+    def caret(self) -> str | None:
+        """The source line holding the error with a caret under the position."""
+        if self.span is None or self.source is None:
+            return None
+        start = min(self.span.start, len(self.source))
+        line_start = self.source.rfind("\n", 0, start) + 1
+        line_end = self.source.find("\n", start)
+        line = self.source[line_start: len(self.source) if line_end < 0 else line_end]
+        width = max(1, min(self.span.end, line_start + len(line)) - start)
+        return f"  {line}\n  {' ' * (start - line_start)}{'^' * width}"
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class ParseError(GradflowError):
+    """The program text is not valid gradflow (syntax, unknown name, arity)."""
+
+
+class ValueInputError(GradflowError):
+    """A variable's value is missing or cannot be read."""
+
+
+class EvalError(GradflowError):
+    """Evaluating the program in torch failed (shapes, flags, devices)."""
+
+
+class LimitError(GradflowError):
+    """An input exceeds one of gradflow's resource limits."""
+
+
+class NoGradientError(GradflowError):
+    """The output does not require grad, so backward cannot run (exit 3)."""
+
+    exit_code = ExitCode.NO_GRADIENT

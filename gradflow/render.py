@@ -1,0 +1,115 @@
+"""Explanation -> rich table and summary lines; errors -> readable stderr text.
+
+Never prints JSON (that goes out through result.dumps and plain print).
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .errors import GradflowError
+from .result import Explanation, NodeResult
+from .values import format_number
+
+DASH = "—"
+SMALL = 6  # tensors with at most this many elements are shown in full
+_STATUS = {  # marker, style, legend text
+    "live": ("●", "green", "on a live gradient path"),
+    "cut": ("✂", "red", "cut off by detach/no_grad"),
+    "unused": ("◌", "yellow", "requires grad, unused by L"),
+    "unreached": ("◌", "yellow", "requires grad, got none"),
+    "off": ("○", "dim", "never required grad"),
+}
+
+
+def format_tensor(t) -> str:
+    """Small tensors in full ([1, 2, 3]); large ones summarised by shape and statistics."""
+    if t is None:
+        return DASH
+    if t.dim() == 0:
+        return format_number(t.item())
+    if t.numel() <= SMALL:
+        return _nested(t.tolist())
+    f = t.detach().double()
+    return (f"shape {tuple(t.shape)} mean {format_number(f.mean().item())} "
+            f"min {format_number(f.min().item())} max {format_number(f.max().item())}")
+
+
+def _nested(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_nested(x) for x in v) + "]"
+    return format_number(v)
+
+
+def _flag(b: bool) -> Text:
+    return Text("True", style="bold") if b else Text("False", style="dim")
+
+
+def _node_cell(n: NodeResult) -> Text:
+    mark, style, _ = _STATUS[n.status]
+    return Text.assemble((mark + " ", style), n.name)
+
+
+def legend(result: Explanation) -> Text:
+    seen = dict.fromkeys(n.status for n in result.nodes)
+    return Text("  ".join(f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen), style="dim")
+
+
+def cut_lines(result: Explanation) -> Text:
+    """One line per cut edge: which value stopped carrying gradient into which node."""
+    lines = Text()
+    for e in result.edges:
+        if e.cut:
+            dst = result.nodes[e.dst]
+            lines.append("✂ cut: ", style="red")
+            lines.append(f"{result.nodes[e.src].name} → {dst.name}")
+            if dst.cut_by and dst.cut_by != dst.name:
+                lines.append(f"  (inside {dst.cut_by})", style="dim")
+            lines.append("\n")
+    return lines
+
+
+def node_table(result: Explanation) -> Table:
+    table = Table(title=Text(f"L = {result.output.name}"), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)
+    for col, kw in [("node", {"overflow": "fold", "min_width": 12}), ("op", {"no_wrap": True}),
+                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"no_wrap": True}),
+                    ("is_leaf", {"no_wrap": True}), ("grad_fn", {"overflow": "fold"}),
+                    ("grad", {"justify": "right", "min_width": 5})]:
+        table.add_column(col, **kw)
+    for n in result.nodes:
+        table.add_row(_node_cell(n), n.op, format_tensor(n.value), _flag(n.requires_grad), _flag(n.is_leaf),
+                      n.grad_fn or DASH, format_tensor(n.grad))
+    return table
+
+
+def grad_lines(result: Explanation) -> Text:
+    """`x.grad = 50`, one line per chosen leaf, with the reason where it is None."""
+    lines = Text()
+    for leaf, g in result.grads.items():
+        lines.append(f"{leaf}.grad = ", style="bold")
+        if g is None:
+            lines.append("None", style="yellow")
+            lines.append(f"  ({result.why.get(leaf, 'no gradient reached it')})")
+        else:
+            lines.append(format_tensor(g), style="bold green")
+        lines.append("\n")
+    lines.rstrip()
+    return lines
+
+
+def print_explanation(result: Explanation, out: Console, err: Console):
+    out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
+    for w in result.warnings:
+        err.print(Text(f"warning: {w.message}", style="yellow"))
+
+
+def print_error(error: GradflowError, err: Console):
+    err.print(Text(f"error: {error.message}", style="bold red"))
+    caret = error.caret()
+    if caret:
+        err.print(Text(caret))
+    if error.hint:
+        err.print(Text(f"hint: {error.hint}", style="cyan"))
