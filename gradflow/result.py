@@ -94,6 +94,13 @@ class Explanation:
         """A chosen leaf's gradient as a number or nested list (None if it got none)."""
         return to_jsonable(self.grads[leaf], strict=False)
 
+    @property
+    def flows(self) -> dict:
+        """Per chosen leaf, its gradient split by use: {leaf: [Contribution]} (see flows.py)."""
+        from .flows import contributions
+
+        return contributions(self)
+
     def to_dict(self) -> dict:
         return {
             "schema": SCHEMA_VERSION,
@@ -104,6 +111,7 @@ class Explanation:
             "why": dict(self.why),
             "nodes": [n.to_dict() for n in self.nodes],
             "edges": [e.to_dict(self.nodes) for e in self.edges],
+            "contributions": {k: [c.to_dict() for c in v] for k, v in self.flows.items()},
             "warnings": [w.to_dict() for w in self.warnings],
             "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,
             "error": None if self.error is None else self.error.to_dict(),
