@@ -7,6 +7,7 @@ from rich.text import Text
 
 from .render import DASH
 from .render_flows import compact
+from .compare import Comparison, Row
 from .values import format_number
 from .whatif import Scenario, WhatIf
 
@@ -68,4 +69,59 @@ def whatif_table(result: WhatIf) -> Table:
     table.add_row(*first, *([""] if notes else []))
     for s in result.scenarios:
         table.add_row(*_row(s, wrt, notes))
+    return table
+
+
+def _compare_columns(table: Table, result: Comparison):
+    table.add_column("mechanism" if result.modes else "expression", overflow="fold", min_width=10)
+    if result.modes:
+        table.add_column("program", overflow="fold", min_width=20)
+    table.add_column("L", justify="right")
+    for leaf in result.leaves:
+        table.add_column(f"{leaf}.grad", justify="right", overflow="fold")
+    if result.modes:
+        table.add_column("requires grad inside the cut", overflow="fold")
+
+
+def _inner_cell(row: Row) -> Text:
+    if not row.inner:
+        return Text(DASH, style="dim")
+    return Text(", ".join(f"{k} {'✓' if v else '✗'}" for k, v in row.inner.items()))
+
+
+def _compare_row(row: Row, result: Comparison) -> list:
+    cells: list = [Text(row.label, style="bold" if result.modes else "")]
+    if result.modes:
+        cells.append(Text(row.program))
+    cells.append(Text(compact(row.output) if row.output is not None else ("n/a" if row.skipped else DASH)))
+    for leaf in result.leaves:
+        if row.skipped:
+            cells.append(Text("n/a", style="dim"))
+            continue
+        cells.append(grad_cell(row.grads.get(leaf), row.error) if leaf in row.grads or row.error
+                     else Text("not used", style="dim"))
+    if result.modes:
+        cells.append(_inner_cell(row))
+    return cells
+
+
+def compare_notes(result: Comparison) -> Text:
+    """Below the table: each row's explanation, and the error of each row that failed."""
+    out = Text()
+    for row in result.rows:
+        label = row.label
+        if row.error is not None:
+            out.append(f"✗ {label}: {row.error.message}\n", style="red")
+        elif row.note:
+            out.append(f"• {label}: {row.note}\n", style="dim")
+    out.rstrip()
+    return out
+
+
+def compare_table(result: Comparison) -> Table:
+    title = "Cut mechanisms side by side" if result.modes else "Side by side"
+    table = new_table(title)
+    _compare_columns(table, result)
+    for row in result.rows:
+        table.add_row(*_compare_row(row, result))
     return table

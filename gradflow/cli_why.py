@@ -1,0 +1,84 @@
+"""`gradflow whatif` and `gradflow compare`: why this gradient, and what else it could be.
+
+Registered on the main Typer app; torch is imported only when evaluating.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Group
+
+from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, app, consoles,
+                  guarded, parse_values, read_program)
+from .errors import ValueInputError
+
+ExprsArg = Annotated[Optional[list[str]], typer.Argument(
+    help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False)]
+ModesOpt = Annotated[bool, typer.Option(
+    "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
+
+
+@app.command("whatif", context_settings=EXTRA)
+def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+               json_: JsonOpt = False, debug: DebugOpt = False):
+    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
+
+    Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        from .whatif import whatif
+
+        source = read_program(expr, file)
+        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        if json_:
+            print(result.to_json(), flush=True)
+        else:
+            from .render_whatif import whatif_table
+
+            consoles()[0].print(whatif_table(result))
+        return 0
+
+    guarded(debug, json_, body)
+
+
+def split_programs(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Leading tokens are programs; from the first --NAME on, values (the rest of the command line)."""
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--") and len(tok) > 2:
+            return tokens[:i], tokens[i:]
+    return list(tokens), []
+
+
+@app.command("compare", context_settings=EXTRA)
+def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
+                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+                json_: JsonOpt = False, debug: DebugOpt = False):
+    """Several programs side by side on the same values: output and each leaf's grad.
+
+    Exit code: 0 if every program ran, the failing program's code if all failed, else 4 (partial).
+    With --modes, one program's cuts are rewritten to each mechanism (failures there are findings: exit 0).
+
+    Example: gradflow compare "(x*y1 - x*y2)^2" "(detach(x*y1) - x*y2)^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        from .compare import compare
+
+        programs, rest = split_programs(list(exprs or []) + list(ctx.args))
+        if not programs:
+            where = "the programs must come first, before the values" if rest else "no program given"
+            raise ValueInputError("usage", where, hint='gradflow compare "EXPR1" "EXPR2" --x 1')
+        for p in programs:
+            read_program(p, None)
+        result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
+                         values=parse_values(rest, var))
+        if json_:
+            print(result.to_json(), flush=True)
+        else:
+            from .render_whatif import compare_notes, compare_table
+
+            consoles()[0].print(Group(compare_table(result), compare_notes(result)))
+        return result.exit_code
+
+    guarded(debug, json_, body)
