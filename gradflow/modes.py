@@ -19,6 +19,8 @@ NOTES = {
     "detach": "inner nodes are recorded (require grad); detach() hands on their value with no path back",
     "no_grad": "nothing inside is recorded, so inner nodes do not require grad",
     "inference_mode": "like no_grad, and results are inference tensors: fine unless an op saves one for backward",
+    "inference_tensor": "*, /, ^ and most functions save their inputs to compute their own derivative, so an "
+                        "inference tensor as their input fails; + and - save nothing, so there it works",
     "no cut": "the true derivative: gradient flows through every path",
     "requires_grad = false": "the cut-off leaves never require grad, so nothing computed from them does",
 }
@@ -82,6 +84,8 @@ def _run(graph: Graph, mechanism: str, flagged: list[str], ctx: tuple) -> Row:
     row = Row(mechanism, _display(graph, mechanism, flagged), note=NOTES[mechanism])
     g2 = _edit(graph, mechanism, flagged)
     result, row.error = run_graph(g2, *ctx)
+    if row.error is not None and row.error.kind == "inference_tensor":
+        row.note = NOTES["inference_tensor"]
     row.grads = {leaf: None for leaf in ctx[1]}
     if result is not None:
         row.fill(result)

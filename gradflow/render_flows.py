@@ -23,29 +23,36 @@ def compact(t) -> str:
     return f"[shape {tuple(t.shape)}, sum {format_number(t.detach().double().sum().item())}]"
 
 
-def _why(part: Contribution) -> str:
+def _why(part: Contribution, twice: bool = False) -> str:
+    via = f"via {part.via}" + (f" arg {part.pos + 1}" if twice else "")
     if part.cut:
-        return f"via {part.via}, cut by {part.cut_by}" if part.cut_by else f"via {part.via}, cut"
-    return f"via {part.via}, unused" if part.unused else f"via {part.via}"
+        return f"{via}, cut by {part.cut_by}" if part.cut_by else f"{via}, cut"
+    return f"{via}, unused" if part.unused else via
+
+
+def _twice(parts: list[Contribution]) -> list[bool]:
+    """Uses whose consumer takes the leaf more than once (x*x): name the argument too."""
+    ids = [p.to_id for p in parts]
+    return [ids.count(i) > 1 for i in ids]
 
 
 def _scalar_line(leaf: str, grad, parts: list[Contribution]) -> Text:
     line = Text.assemble((f"{leaf}.grad = ", "bold"), (compact(grad), "bold green"), " = ")
-    for i, part in enumerate(parts):
+    for i, (part, twice) in enumerate(zip(parts, _twice(parts))):
         value = part.flow.item()
         if i:
             line.append(" - " if value < 0 else " + ")
             value = abs(value)
         line.append(format_number(value), style="dim" if part.cut else "")
-        line.append(f" ({_why(part)})", style="red" if part.cut else "dim")
+        line.append(f" ({_why(part, twice)})", style="red" if part.cut else "dim")
     return line
 
 
 def _tensor_lines(leaf: str, grad, parts: list[Contribution]) -> Text:
     lines = Text.assemble((f"{leaf}.grad = ", "bold"), (compact(grad), "bold green"))
-    for i, part in enumerate(parts):
+    for i, (part, twice) in enumerate(zip(parts, _twice(parts))):
         lines.append(f"\n  {'=' if i == 0 else '+'} {compact(part.flow)}")
-        lines.append(f"  ({_why(part)})", style="red" if part.cut else "dim")
+        lines.append(f"  ({_why(part, twice)})", style="red" if part.cut else "dim")
     return lines
 
 

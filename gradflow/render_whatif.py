@@ -112,6 +112,8 @@ def compare_notes(result: Comparison) -> Text:
         label = row.label
         if row.error is not None:
             out.append(f"✗ {label}: {row.error.message}\n", style="red")
+            if row.note and result.modes:
+                out.append(f"  why: {row.note}\n", style="dim")
         elif row.note:
             out.append(f"• {label}: {row.note}\n", style="dim")
     out.rstrip()
