@@ -28,7 +28,7 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
     """
     def body() -> int:
-        from .whatif import whatif
+        from .scenarios import whatif
 
         source = read_program(expr, file)
         result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
@@ -63,7 +63,7 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
     Example: gradflow compare "(x*y1 - x*y2)^2" "(detach(x*y1) - x*y2)^2" --x 1 --y1 2 --y2 7
     """
     def body() -> int:
-        from .compare import compare
+        from .comparison import compare
 
         programs, rest = split_programs(list(exprs or []) + list(ctx.args))
         if not programs:

@@ -8,11 +8,11 @@ Graph; the program text shown per row is only for reading.
 from __future__ import annotations
 
 from .api import check_values, compile_program, resolve_wrt
-from .compare import Comparison, Row
+from .comparison import Comparison, Row
 from .errors import ValueInputError
 from .program import Graph
 from .rewrite import Edit, ancestors, cut_nodes
-from .whatif import run_graph
+from .scenarios import run_graph
 
 MECHANISMS = ("detach", "no_grad", "inference_mode", "no cut", "requires_grad = false")
 NOTES = {

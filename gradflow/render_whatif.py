@@ -7,9 +7,9 @@ from rich.text import Text
 
 from .render import DASH
 from .render_flows import compact
-from .compare import Comparison, Row
+from .comparison import Comparison, Row
 from .values import format_number
-from .whatif import Scenario, WhatIf
+from .scenarios import Scenario, WhatIf
 
 NO_GRAD_TEXT = "no gradient"
 

@@ -80,6 +80,9 @@ def _graphs(sources: list[str]) -> list:
 
 
 def _check_unused(graphs: list, values: dict):
+    """A value no program uses is a typo (unknowable while some program does not parse)."""
+    if any(isinstance(g, GradflowError) for g in graphs):
+        return
     used = {name for g in graphs if not isinstance(g, GradflowError) for name in g.inputs}
     for name in values:
         if name not in used:
@@ -101,7 +104,7 @@ def _row(src: str, graph, values: dict, wrt, dtype: str, device: str) -> Row:
     if isinstance(graph, GradflowError):
         row.error = graph
         return row
-    from .whatif import run_graph
+    from .scenarios import run_graph
 
     try:
         vals = check_values(graph, {k: v for k, v in values.items() if k in graph.inputs})

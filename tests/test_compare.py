@@ -1,0 +1,131 @@
+"""Side by side: several programs, and one program's cut mechanisms (hand-derived numbers).
+
+Blog at x=1, y1=2, y2=7: L = 25 in every case; dL/dx = 50 (no cut), 70 (detach(x*y1)), -20 (detach(x*y2)).
+"""
+import json
+
+import pytest
+
+from gradflow import compare
+
+from .conftest import BLOG
+
+BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
+THREE = ["(x*y1 - x*y2)^2", "(detach(x*y1) - x*y2)^2", "(x*y1 - detach(x*y2))^2"]
+
+
+def _grads(row, leaf="x"):
+    g = row.grads.get(leaf)
+    return None if g is None else g.item()
+
+
+def test_blog_three_cases():
+    c = compare(THREE, **BLOG)
+    assert [(r.label, r.output.item(), _grads(r)) for r in c.rows] == [
+        (THREE[0], 25.0, 50.0), (THREE[1], 25.0, 70.0), (THREE[2], 25.0, -20.0)]
+    assert c.exit_code == 0 and c.leaves == ["x"]
+
+
+def test_each_program_gets_the_values_it_uses():
+    c = compare(["x*y1", "x*y2"], x=1, y1=2, y2=7)  # d(x*y1)/dx = y1 = 2, d(x*y2)/dx = y2 = 7
+    assert [_grads(r) for r in c.rows] == [2.0, 7.0]
+
+
+def test_value_no_program_uses_is_an_error():
+    from gradflow import ValueInputError
+
+    with pytest.raises(ValueInputError, match="none of the programs uses"):
+        compare(["x*y1"], x=1, y1=2, z=3)
+
+
+def test_bad_program_is_its_own_row_and_exit_codes():
+    c = compare([THREE[0], "(x*", "(detach(x*y1) - detach(x*y2))^2"], **BLOG)
+    assert [r.ok for r in c.rows] == [True, False, False]
+    assert c.rows[1].error.kind == "syntax" and c.rows[2].error.kind == "no_gradient"
+    assert c.exit_code == 4  # mixed: PARTIAL
+    assert compare(["(x*", "x*"], x=1).exit_code == 2  # all failed: the failure's code
+    assert compare(["detach(x)"], x=1).exit_code == 3
+
+
+def test_cli_table_and_json(cli):
+    res = cli("compare", *THREE, *BLOG_ARGS)
+    assert res.exit_code == 0, res.stderr
+    lines = [" ".join(line.split()) for line in res.stdout.splitlines()]
+    assert "(detach(x*y1) - x*y2)^2 25 70" in lines and "(x*y1 - detach(x*y2))^2 25 -20" in lines
+    res = cli("compare", *THREE, *BLOG_ARGS, "--json")
+    doc = json.loads(res.stdout)
+    assert [(r["program"], r["output"], r["grads"]) for r in doc["rows"]] == [
+        (THREE[0], 25.0, {"x": 50.0}), (THREE[1], 25.0, {"x": 70.0}), (THREE[2], 25.0, {"x": -20.0})]
+
+
+def test_cli_partial_exit(cli):
+    res = cli("compare", THREE[0], "(x*", *BLOG_ARGS)
+    assert res.exit_code == 4
+    assert "syntax error" in res.stdout and "Traceback" not in res.stderr
+
+
+def test_cli_programs_must_come_first(cli):
+    res = cli("compare", "--x", "1", "x")
+    assert res.exit_code == 2 and "must come first" in res.stderr
+
+
+# ---- --modes ---------------------------------------------------------------------------
+
+def _modes(c):
+    return {r.label: r for r in c.rows}
+
+
+def test_modes_blog():
+    m = _modes(compare("(x*y1 - detach(x*y2))^2", modes=True, **BLOG))
+    assert [(k, _grads(r)) for k, r in m.items() if not r.skipped] == [
+        ("detach", -20.0), ("no_grad", -20.0), ("inference_mode", -20.0), ("no cut", 50.0)]
+    # detach records x*y2 (it requires grad) and cuts after it; no_grad / inference_mode record nothing
+    assert [m[k].inner for k in ("detach", "no_grad", "inference_mode", "no cut")] == [
+        {"x*y2": True}, {"x*y2": False}, {"x*y2": False}, {"x*y2": True}]
+    assert m["no cut"].program == "(x*y1 - x*y2)^2" and m["no_grad"].program == "(x*y1 - no_grad(x*y2))^2"
+    # x also feeds x*y1, so x.requires_grad = false is not the same cut
+    assert m["requires_grad = false"].skipped and "not expressible" in m["requires_grad = false"].note
+
+
+def test_modes_inference_tensor_saved_by_mul():
+    # L = c*x with c = x*y2 = 7 cut: dL/dx = 7; uncut L = x^2*y2: 14. '*' saves c for backward:
+    # an inference tensor there fails, while under '-' (blog above) it works
+    m = _modes(compare("inference_mode(x*y2)*x", modes=True, x=1, y2=7))
+    assert [_grads(m[k]) for k in ("detach", "no_grad", "no cut")] == [7.0, 7.0, 14.0]
+    err = m["inference_mode"].error
+    assert err.kind == "inference_tensor" and "Inference tensors cannot be saved for backward" in err.message
+    assert "save" in m["inference_mode"].note
+
+
+def test_modes_requires_grad_false_where_expressible():
+    # L = x*y1*y2 with y1*y2 cut: dL/dx = y1*y2 = 14, y1 and y2 get nothing.
+    # Uncut: dL/dy1 = x*y2 = 7, dL/dy2 = x*y1 = 2.
+    c = compare("L = x*detach(y1*y2)", modes=True, wrt="all", x=1, y1=2, y2=7)
+    m = _modes(c)
+    rg = m["requires_grad = false"]
+    assert not rg.skipped and rg.program == "y1.requires_grad = false; y2.requires_grad = false; L = x*(y1*y2)"
+    assert (_grads(rg, "x"), _grads(rg, "y1"), _grads(rg, "y2")) == (14.0, None, None)
+    assert rg.inner == {"y1*y2": False}
+    assert (_grads(m["no cut"], "y1"), _grads(m["no cut"], "y2")) == (7.0, 2.0)
+    assert c.exit_code == 0
+
+
+def test_modes_needs_one_program_with_a_cut():
+    from gradflow import ValueInputError
+
+    with pytest.raises(ValueInputError, match="has none"):
+        compare("x*y1", modes=True, x=1, y1=2)
+    with pytest.raises(ValueInputError, match="one program"):
+        compare(THREE, modes=True, **BLOG)
+
+
+def test_cli_modes(cli):
+    res = cli("compare", "--modes", "inference_mode(x*y2)*x", "--x", "1", "--y2", "7")
+    assert res.exit_code == 0, res.stderr  # a mechanism failing is a finding, not a failure
+    lines = [" ".join(line.split()) for line in res.stdout.splitlines()]
+    assert "no cut x*y2*x 7 14 x*y2 ✓" in lines
+    assert "✗ inference_mode:" in res.stdout
+    doc = json.loads(cli("compare", "--modes", "inference_mode(x*y2)*x", "--x", "1", "--y2", "7", "--json").stdout)
+    assert [r["label"] for r in doc["rows"]] == ["detach", "no_grad", "inference_mode", "no cut",
+                                                 "requires_grad = false"]
+    assert doc["rows"][2]["error"]["kind"] == "inference_tensor"
