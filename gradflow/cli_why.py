@@ -4,7 +4,7 @@ Registered on the main Typer app; torch is imported only when evaluating.
 """
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Group
@@ -17,6 +17,14 @@ ExprsArg = Annotated[Optional[list[str]], typer.Argument(
     help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False)]
 ModesOpt = Annotated[bool, typer.Option(
     "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
+
+
+def emit(result, as_json: bool, renderable: Callable[[], Any]):
+    """A result as one strict JSON document (plain print, never rich) or as rich output."""
+    if as_json:
+        print(result.to_json(), flush=True)
+    else:
+        consoles()[0].print(renderable())
 
 
 @app.command("whatif", context_settings=EXTRA)
@@ -32,12 +40,9 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
 
         source = read_program(expr, file)
         result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
-        if json_:
-            print(result.to_json(), flush=True)
-        else:
-            from .render_whatif import whatif_table
+        from .render_whatif import whatif_table
 
-            consoles()[0].print(whatif_table(result))
+        emit(result, json_, lambda: whatif_table(result))
         return 0
 
     guarded(debug, json_, body)
@@ -73,12 +78,9 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
             read_program(p, None)
         result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
                          values=parse_values(rest, var))
-        if json_:
-            print(result.to_json(), flush=True)
-        else:
-            from .render_whatif import compare_notes, compare_table
+        from .render_whatif import compare_notes, compare_table
 
-            consoles()[0].print(Group(compare_table(result), compare_notes(result)))
+        emit(result, json_, lambda: Group(compare_table(result), compare_notes(result)))
         return result.exit_code
 
     guarded(debug, json_, body)
