@@ -80,7 +80,8 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
                          values=parse_values(rest, var))
         from .render_whatif import compare_notes, compare_table
 
-        emit(result, json_, lambda: Group(compare_table(result), compare_notes(result)))
+        notes = compare_notes(result)
+        emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])))
         return result.exit_code
 
     guarded(debug, json_, body)

@@ -24,7 +24,7 @@ def compact(t) -> str:
 
 
 def _why(part: Contribution, twice: bool = False) -> str:
-    via = f"via {part.via}" + (f" arg {part.pos + 1}" if twice else "")
+    via = f"via {part.via}" + (f", arg {part.pos + 1}" if twice else "")
     if part.cut:
         return f"{via}, cut by {part.cut_by}" if part.cut_by else f"{via}, cut"
     return f"{via}, unused" if part.unused else via

@@ -80,7 +80,7 @@ def _compare_columns(table: Table, result: Comparison):
     for leaf in result.leaves:
         table.add_column(f"{leaf}.grad", justify="right", overflow="fold")
     if result.modes:
-        table.add_column("requires grad inside the cut", overflow="fold")
+        table.add_column("inside the cut", overflow="fold")
 
 
 def _inner_cell(row: Row) -> Text:
@@ -107,7 +107,7 @@ def _compare_row(row: Row, result: Comparison) -> list:
 
 def compare_notes(result: Comparison) -> Text:
     """Below the table: each row's explanation, and the error of each row that failed."""
-    out = Text()
+    out = Text("✓/✗: the node inside the cut requires grad / does not\n" if result.modes else "", style="dim")
     for row in result.rows:
         label = row.label
         if row.error is not None:

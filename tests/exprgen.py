@@ -77,8 +77,8 @@ def text(e) -> str:
 class _Sym:
     """Build the SymPy value (a list of elements; length 1 broadcasts) of each tree."""
 
-    def __init__(self, case: Case, sizes: dict, env: dict):
-        self.case, self.sizes, self.env, self.count = case, sizes, env, 0
+    def __init__(self, case: Case, sizes: dict, env: dict, cuts: bool = True):
+        self.case, self.sizes, self.env, self.count, self.cuts = case, sizes, env, 0, cuts
 
     def leaf(self, name: str, key) -> list:
         self.count += 1
@@ -103,7 +103,7 @@ class _Sym:
         args = [self.build(a, (me, i)) for i, a in enumerate(e[1:] if k in ("neg", "sq", "sum", "detach", "no_grad")
                                                               else e[2:])]
         if k in ("detach", "no_grad"):
-            return self.const(args[0])
+            return self.const(args[0]) if self.cuts else args[0]
         if k == "sum":
             return [sp.Add(*args[0])]
         if k == "bin":
@@ -116,13 +116,14 @@ class _Sym:
         return [f(v) for v in args[0]]
 
 
-def generate(seed: int, vector: bool = False) -> Case:
+def generate(seed: int, vector: bool = False, cuts: bool = True) -> Case:
+    """A random program; with cuts=False, L is its meaning with every detach/no_grad removed."""
     rng = random.Random(seed)
     gen = _Gen(rng, vector)
     values = {"x": [round(rng.uniform(-1.5, 1.5), 3) for _ in range(3)] if vector else round(rng.uniform(-1.5, 1.5), 3),
               "y": round(rng.uniform(-1.5, 1.5), 3)}
     case = Case("", values)
-    sym = _Sym(case, {"x": 3 if vector else 1, "y": 1}, {})
+    sym = _Sym(case, {"x": 3 if vector else 1, "y": 1}, {}, cuts)
     stmts = []
     for i in range(rng.randint(0, 2)):
         name = f"n{i + 1}"
