@@ -62,7 +62,11 @@ def leaf_contributions(result: Explanation, leaf: str) -> list[Contribution]:
     if _is_output(result, leaf_id):
         grad = result.grads.get(leaf)
         return [Contribution("L itself", grad if grad is not None else zeros, to_id=result.output.id)]
-    return [_use(result, e, zeros) for e in result.edges if e.src == leaf_id]
+    parts = [_use(result, e, zeros) for e in result.edges if e.src == leaf_id]
+    if not result.nodes[leaf_id].requires_grad:  # `leaf.requires_grad = false`: every use is cut at the leaf
+        for part in parts:
+            part.cut, part.cut_by = True, f"{leaf}.requires_grad = false"
+    return parts
 
 
 def contributions(result: Explanation) -> dict[str, list[Contribution]]:

@@ -50,6 +50,13 @@ def test_leaf_that_is_the_output():
     assert [(c.via, c.flow.item()) for c in r.flows["x"]] == [("L itself", 1.0)]
 
 
+def test_requires_grad_false_cuts_every_use():
+    r = explain("x.requires_grad = false; L = x*y + y", wrt="all", x=1, y=2)
+    assert [(c.via, c.flow.item(), c.cut, c.cut_by) for c in r.flows["x"]] == [
+        ("x*y", 0.0, True, "x.requires_grad = false")]
+    assert [(c.via, c.flow.item()) for c in r.flows["y"]] == [("x*y", 1.0), ("L", 1.0)]  # dL/dy = x + 1
+
+
 def test_eval_flows_line(cli):
     res = cli("eval", "(x*y1 - x*y2)^2", *BLOG_ARGS, "--flows")
     assert res.exit_code == 0, res.stderr
