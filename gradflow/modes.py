@@ -10,6 +10,7 @@ from __future__ import annotations
 from .api import check_values, compile_program, resolve_wrt
 from .comparison import Comparison, Row
 from .errors import ValueInputError
+from .ops import CUT_OPS
 from .program import Graph
 from .rewrite import Edit, ancestors, cut_nodes
 from .scenarios import run_graph
@@ -47,7 +48,7 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     text = graph.source
     for c in sorted(cut_nodes(graph), key=lambda n: -n.span.start):
         start, end, head = c.span.start, c.span.end, len(c.op) + 1
-        if mechanism in ("detach", "no_grad", "inference_mode"):
+        if mechanism in CUT_OPS:
             text = text[:start] + mechanism + text[start + len(c.op):]
         elif _needs_parens(graph, c):
             text = text[:start] + text[start + len(c.op):]
@@ -57,7 +58,7 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
 
 
 def _inner(graph: Graph, cut_spans: list, result) -> dict[str, bool]:
-    inside = [n for n in graph.nodes if n.op != "var" and n.op not in ("detach", "no_grad", "inference_mode")
+    inside = [n for n in graph.nodes if n.op != "var" and n.op not in CUT_OPS
               and any(s.start <= n.span.start and n.span.end <= s.end for s in cut_spans)]
     return {n.label: result.nodes[n.id].requires_grad for n in inside}
 
@@ -71,7 +72,7 @@ def _cut_off(graph: Graph, leaves: list[str]) -> list[str]:
 def _edit(graph: Graph, mechanism: str, flagged: list[str]) -> Graph:
     edit = Edit(graph)
     for c in cut_nodes(graph):
-        if mechanism in ("detach", "no_grad", "inference_mode"):
+        if mechanism in CUT_OPS:
             edit.set_cut(c.id, mechanism)
         else:
             edit.remove_cut(c.id)

@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .api import check_values, compile_program, resolve_wrt
-from .errors import GradflowError
+from .errors import GradflowError, LimitError
 from .program import Graph
 from .result import Explanation, dumps, to_jsonable
 from .rewrite import Edit, cut_nodes, off_flags
+
+
+MAX_SCENARIOS = 300  # each scenario is a full evaluation: keep the quadratic cost bounded
 
 
 @dataclass
@@ -79,9 +82,8 @@ def _diff(new, old):
 def _scenario(base: Explanation, row: Scenario, result: Explanation | None, error) -> Scenario:
     if result is not None:
         row.output, error = result.output.value, result.error
-        row.grads = dict(result.grads)
     row.error = error
-    row.grads = {leaf: row.grads.get(leaf) for leaf in base.wrt}
+    row.grads = {leaf: None if result is None else result.grads.get(leaf) for leaf in base.wrt}
     row.change = {leaf: _diff(row.grads[leaf], base.grads[leaf]) for leaf in base.wrt}
     return row
 
@@ -103,8 +105,13 @@ def whatif_graph(graph: Graph, values: dict, leaves: list[str], dtype: str = "fl
     from .engine import evaluate
 
     base = evaluate(graph, values, leaves, dtype=dtype, device=device)
+    edits = list(_edits(graph, base))
+    if len(edits) > MAX_SCENARIOS:
+        raise LimitError("too_many_scenarios", f"whatif would re-evaluate the program {len(edits)} times "
+                         f"(once per live node and cut); the limit is {MAX_SCENARIOS}",
+                         hint="try it on a smaller part of the program")
     rows = []
-    for label, action, program, change in _edits(graph, base):
+    for label, action, program, change in edits:
         edit: Edit = Edit(graph)
         change(edit)
         result, error = run_graph(edit.graph(), values, leaves, dtype, device)

@@ -118,3 +118,11 @@ def test_cli_json(cli):
 def test_cli_errors(cli, args, code):
     res = cli("whatif", *args)
     assert res.exit_code == code and "Traceback" not in res.stderr and res.stderr.startswith("error:")
+
+
+def test_too_many_scenarios_is_a_limit_error(monkeypatch):
+    from gradflow import LimitError, scenarios
+
+    monkeypatch.setattr(scenarios, "MAX_SCENARIOS", 3)
+    with pytest.raises(LimitError, match="4 times"):  # x*y1, x*y2, their difference, L
+        whatif("(x*y1 - x*y2)^2", **BLOG)
