@@ -12,7 +12,7 @@ from .comparison import Comparison, Row
 from .errors import ValueInputError
 from .ops import CUT_OPS
 from .program import Graph
-from .rewrite import Edit, ancestors, cut_nodes
+from .rewrite import Edit, ancestors, cut_nodes, off_flags
 from .scenarios import run_graph
 
 MECHANISMS = ("detach", "no_grad", "inference_mode", "no cut", "requires_grad = false")
@@ -44,29 +44,36 @@ def _needs_parens(graph: Graph, cut) -> bool:
 
 
 def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
-    """The program as it would be written with this mechanism (for reading only)."""
-    text = graph.source
-    for c in sorted(cut_nodes(graph), key=lambda n: -n.span.start):
-        start, end, head = c.span.start, c.span.end, len(c.op) + 1
+    """The program as it would be written with this mechanism (for reading only).
+
+    Each cut `op(e)` is two disjoint edits, its head `op(` and its closing `)`, so nested cuts compose.
+    """
+    edits = []
+    for c in cut_nodes(graph):
+        head = (c.span.start, c.span.start + len(c.op) + 1)
+        tail = (c.span.end - 1, c.span.end)
         if mechanism in CUT_OPS:
-            text = text[:start] + mechanism + text[start + len(c.op):]
-        elif _needs_parens(graph, c):
-            text = text[:start] + text[start + len(c.op):]
+            edits += [(head, mechanism + "("), (tail, ")")]
         else:
-            text = text[:start] + text[start + head:end - 1] + text[end:]
+            keep = _needs_parens(graph, c)
+            edits += [(head, "(" if keep else ""), (tail, ")" if keep else "")]
+    text = graph.source
+    for (start, end), new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
     return "".join(f"{leaf}.requires_grad = false; " for leaf in flagged) + text
 
 
 def _inner(graph: Graph, cut_spans: list, result) -> dict[str, bool]:
     inside = [n for n in graph.nodes if n.op != "var" and n.op not in CUT_OPS
               and any(s.start <= n.span.start and n.span.end <= s.end for s in cut_spans)]
-    return {n.label: result.nodes[n.id].requires_grad for n in inside}
+    return {n.text: result.nodes[n.id].requires_grad for n in inside}
 
 
 def _cut_off(graph: Graph, leaves: list[str]) -> list[str]:
-    """Chosen leaves that the cuts' arguments are computed from."""
+    """Chosen leaves that the cuts' arguments are computed from (and that are not already set false)."""
     under = set().union(*(ancestors(graph, c.args[0]) for c in cut_nodes(graph)))
-    return [leaf for leaf in leaves if graph.inputs[leaf] in under]
+    off = {f.node for f in off_flags(graph)}
+    return [leaf for leaf in leaves if graph.inputs[leaf] in under and graph.inputs[leaf] not in off]
 
 
 def _edit(graph: Graph, mechanism: str, flagged: list[str]) -> Graph:

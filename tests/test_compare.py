@@ -166,3 +166,16 @@ def test_modes_rewrites_match_sympy(vector):
         if checked >= 30:
             break
     assert checked >= 20
+
+
+def test_modes_display_and_identity_no_grad():
+    # L = (x+y)^2 - x at x=2, y=3. Uncut: dL/dx = 2*5 - 1 = 9, dL/dy = 10.
+    # no_grad(x) runs no operation inside, so it cuts nothing: dL/dx = -1 (and a warning says so)
+    m = _modes(compare("detach(x+y)^2 - detach(x)", modes=True, wrt="all", x=2, y=3))
+    assert m["no cut"].program == "(x+y)^2 - x" and m["no_grad"].program == "no_grad(x+y)^2 - no_grad(x)"
+    assert (_grads(m["no cut"], "x"), _grads(m["no cut"], "y")) == (9.0, 10.0)
+    assert (_grads(m["no_grad"], "x"), _grads(m["no_grad"], "y")) == (-1.0, None)
+    assert "nothing is cut" in m["no_grad"].note
+    assert m["detach"].error.kind == "no_gradient"
+    nested = _modes(compare("detach(no_grad(x*y))*x", modes=True, x=2, y=3))
+    assert nested["no cut"].program == "x*y*x" and _grads(nested["no cut"]) == 12.0  # d(x^2*y)/dx = 2xy
