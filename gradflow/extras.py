@@ -33,7 +33,7 @@ class Extras:
         if check:
             extras.check = _check(result, values)
         if order == 2:
-            from .hessian import from_explanation
+            from .secondorder import from_explanation
 
             extras.hessian = from_explanation(result, values)
         if graph is not None:
@@ -73,7 +73,7 @@ class Extras:
 
 def _check(result, values: dict):
     from .api import check_values, compile_program, explain
-    from .check import run_check
+    from .numcheck import run_check
 
     graph = compile_program(result.source)
     exact = explain(result.source, wrt=result.wrt, dtype="float64", values=values)
