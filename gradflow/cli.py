@@ -33,7 +33,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON doc
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
 OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
-GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot or mermaid.")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
 
 
 def _version(value: bool):
@@ -193,4 +193,6 @@ def ops_cmd(json_: JsonOpt = False):
 
 def run():  # console-script entry point
     app(prog_name="gradflow")
+
+
 from . import cli_graph  # noqa: E402,F401

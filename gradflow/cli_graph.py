@@ -1,6 +1,7 @@
 """`gradflow graph`: the autograd graph as a tree, DOT, Mermaid, SVG or PNG."""
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,7 +40,7 @@ def _tree_text(pic, output: Path | None):
     if output is None:
         consoles()[0].print(to_tree(pic))
         return None
-    console = Console(record=True, width=120, color_system=None, file=open("/dev/null", "w"))
+    console = Console(record=True, width=120, color_system=None, file=io.StringIO())
     console.print(to_tree(pic))
     return console.export_text()
 

@@ -75,13 +75,13 @@ def _diagonal(leaf, g):
 
 def second_derivatives(graph: Graph, values: dict, wrt: list[str], dtype=torch.float64,
                        device="cpu") -> HessianResult:
-    leaves, grads = first_grads(graph, values, wrt, dtype, device)
-    size = sum(leaves[w].numel() for w in wrt)
+    size = sum(torch.as_tensor(values[w]).numel() for w in wrt)
     if size > MAX_ELEMENTS:
         raise LimitError("hessian_too_large", f"--order 2 needs one backward pass per element: the chosen leaves "
                          f"have {size} elements, the limit is {MAX_ELEMENTS}",
                          hint="choose fewer or smaller leaves with --wrt")
     try:
+        leaves, grads = first_grads(graph, values, wrt, dtype, device)
         if all(leaves[w].dim() == 0 for w in wrt):
             return HessianResult(list(wrt), "matrix", matrix=_matrix(leaves, grads, wrt))
         return HessianResult(list(wrt), "diagonal", diagonal={w: _diagonal(leaves[w], grads[w]) for w in wrt})

@@ -3,6 +3,7 @@
 Hand-derived numbers for the blog example L = (x*y1 - detach(x*y2))^2 at x=1, y1=2, y2=7:
 d = -5, dL/dd = -10, flow x*y1 -> d is -10, flow x -> x*y1 is -10*y1 = -20; x*y2 -> detach is cut.
 """
+import io
 import json
 import shutil
 import subprocess
@@ -97,7 +98,7 @@ def test_mermaid_text():
 def test_tree_marks_shared_subexpressions():
     from rich.console import Console
 
-    console = Console(record=True, width=120, color_system=None, file=open("/dev/null", "w"))
+    console = Console(record=True, width=120, color_system=None, file=io.StringIO())
     console.print(to_tree(pic("a = x*y; a*a + sin(a)", x=1, y=2)))
     rows = [line.split("── ")[-1] for line in console.export_text().splitlines()]
     uses = [r for r in rows if r.startswith("a  MulBackward0")]
