@@ -122,3 +122,52 @@ def test_too_many_elements(cli):
     res = cli("eval", "sum(w)", "--w", json.dumps([1.0] * 5000), "--check")
     assert res.exit_code == 2
     assert "the limit is 4096" in res.stderr and "Traceback" not in res.stderr
+
+
+# ---- generated programs: the check against SymPy, with detach / no_grad anywhere ----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_UNARY = {"sin": sp.sin, "cos": sp.cos, "tanh": sp.tanh, "sigmoid": lambda a: 1 / (1 + sp.exp(-a))}
+_BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+@st.composite
+def programs(draw, depth=3):
+    """(text, SymPy with cuts as fresh symbols, SymPy without cuts, {cut symbol: its forward expression})."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        name = draw(st.sampled_from(["x", "y"]))
+        return name, sp.Symbol(name), sp.Symbol(name), {}
+    kind = draw(st.sampled_from(["unary", "binary", "cut"]))
+    a_text, a_held, a_true, a_cuts = draw(programs(depth - 1))
+    if kind == "unary":
+        f = draw(st.sampled_from(sorted(_UNARY)))
+        return f"{f}({a_text})", _UNARY[f](a_held), _UNARY[f](a_true), a_cuts
+    if kind == "cut":
+        c_sym = sp.Symbol(f"c{draw(st.integers(0, 10**9))}")
+        # no_grad(x) on a bare variable runs nothing inside, so it cuts nothing: use detach there
+        cut = "detach" if a_text in ("x", "y") else draw(st.sampled_from(["detach", "no_grad"]))
+        return (f"{cut}({a_text})", c_sym, a_true,
+                {**a_cuts, c_sym: a_true})
+    op = draw(st.sampled_from(sorted(_BINARY)))
+    b_text, b_held, b_true, b_cuts = draw(programs(depth - 1))
+    return (f"({a_text}) {op} ({b_text})", _BINARY[op](a_held, b_held), _BINARY[op](a_true, b_true),
+            {**a_cuts, **b_cuts})
+
+
+@settings(max_examples=25, deadline=None)
+@given(programs(), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
+def test_generated_programs_against_sympy(prog, xv, yv):
+    text, held, true, cuts = prog
+    xs, ys = sp.symbols("x y")
+    at = {xs: xv, ys: yv}
+    values = {n: v for n, v in (("x", xv), ("y", yv)) if n in text}
+    r = check(text, wrt="all", **values)
+    forward = {c_sym: inner.subs(at) for c_sym, inner in cuts.items()}  # a cut holds its forward value
+    for leaf in r.leaves:
+        sym = sp.Symbol(leaf.leaf)
+        want_held = float(sp.diff(held, sym).subs(forward).subs(at))
+        assert leaf.ok
+        assert leaf.numeric.item() == pytest.approx(want_held, rel=1e-5, abs=1e-6)
+        assert leaf.true.item() == pytest.approx(float(sp.diff(true, sym).subs(at)), rel=1e-9, abs=1e-12)
