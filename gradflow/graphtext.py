@@ -16,7 +16,7 @@ GREEN, GREY, RED = "#2e7d32", "#9e9e9e", "#c62828"
 
 def _kind(n: PNode) -> str:
     if n.fn:
-        return n.fn
+        return n.fn + (f" (+ {', '.join(n.inner)})" if n.inner else "")
     if n.op in ("no_grad", "inference_mode") and n.requires_grad:
         return f"{n.op}: passes its argument through, nothing cut"
     return f"{n.op}: cut" if n.op in ("detach", "no_grad", "inference_mode") else "no grad"

@@ -2,7 +2,8 @@
 
 `picture()` re-runs the program without the engine's alias views (replay.py), walks
 torch's graph from the output (grad_fn -> next_functions, AccumulateGrad for leaves)
-and maps every torch node back to the program node that made it. What torch does
+and maps every torch node back to the program node that made it (torch's own inner
+steps of one op, like matmul's Unsqueeze and Mm, are folded into that op). What torch does
 not record -- values that carry no gradient, detach points, no_grad/inference_mode
 regions -- comes from the program's Graph and the engine's cut flags; every edge
 carries the flow the engine measured. Renderers (graphtext.py) only read a Picture.
@@ -23,7 +24,7 @@ IDENTITY = ("no_grad", "inference_mode")
 
 @dataclass
 class PNode:
-    key: str  # "n<id>" for a program node, "t<k>" for a torch node no program node explains
+    key: str  # "n<id>": program node id
     label: str  # the name or expression text
     op: str
     fn: str | None  # torch's node: MulBackward0, AccumulateGrad, ...; None if torch recorded none
@@ -33,6 +34,7 @@ class PNode:
     value: str = ""
     grad: str | None = None
     cluster: str | None = None  # key of the no_grad/inference_mode box it sits in
+    inner: list[str] = field(default_factory=list)  # torch's own steps inside this op (matmul: Mm, Unsqueeze)
 
 
 @dataclass
@@ -96,21 +98,25 @@ def _resolve(graph: Graph, nid: int) -> int:
     return nid
 
 
-def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device):
-    """(tensors by node id, torch nodes seen, torch edges as (src node key, dst node key, pos), names)."""
+def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tuple[dict, dict, set]:
+    """Walk torch's graph from the output of an alias-free run. Returns (program node key -> torch
+    class name, key -> torch's own inner steps no program node made (e.g. matmul's Unsqueeze/Mm),
+    {(src key, dst key, input position)} between program nodes)."""
     t = replay(graph, make_leaves(graph, values, wrt, dtype, device))
     owner = _owners(graph, t)
     seen, raw = _walk(t[graph.output])
-    names = {}
 
-    def key(fn):
+    def key(fn) -> str | None:
         k = ("leaf", id(fn.variable)) if type(fn).__name__ == "AccumulateGrad" else fn
-        if k in owner:
-            return f"n{owner[k]}"
-        return names.setdefault(fn, f"t{len(names)}")
+        return f"n{owner[k]}" if k in owner else None
 
-    return t, {key(fn): type(fn).__name__ for fn in seen | {c for c, _, _ in raw}}, \
-        {(key(c), key(p), pos) for c, p, pos in raw}
+    absorbed, inner = {}, {}
+    for c, p, _ in raw:  # discovery order: a parent is placed before its children
+        if key(c) is None and c not in absorbed:
+            absorbed[c] = key(p) or absorbed[p]
+            inner.setdefault(absorbed[c], []).append(type(c).__name__)
+    edges = {(key(c) or absorbed[c], key(p) or absorbed[p], pos) for c, p, pos in raw}
+    return {key(fn): type(fn).__name__ for fn in seen if key(fn)}, inner, {e for e in edges if e[0] != e[1]}
 
 
 def picture(result: Explanation, values: dict) -> Picture:
@@ -119,11 +125,13 @@ def picture(result: Explanation, values: dict) -> Picture:
     from .engine import resolve_device, resolve_dtype
 
     graph = compile_program(result.source)
-    t, fns, tedges = torch_graph(graph, check_values(graph, values), result.wrt,
+    fns, inner, tedges = torch_graph(graph, check_values(graph, values), result.wrt,
                                  resolve_dtype(result.dtype), resolve_device(result.device))
     pic = Picture(result.source, f"n{graph.output}")
     reach = reaches_output(graph)
     _add_nodes(pic, graph, result, fns, reach)
+    for n in pic.nodes:
+        n.inner = inner.get(n.key, [])
     _add_edges(pic, graph, result, tedges, reach)
     return pic
 
@@ -144,9 +152,6 @@ def _add_nodes(pic: Picture, graph: Graph, result: Explanation, fns: dict, reach
                                None if region is None else f"r{region}"))
         if n.op in IDENTITY:
             pic.clusters.append(Cluster(f"r{n.id}", n.text, n.op))
-    for k, fn in fns.items():
-        if k.startswith("t"):
-            pic.nodes.append(PNode(k, fn, "torch", fn, True, True, "live"))
 
 
 def _add_edges(pic: Picture, graph: Graph, result: Explanation, tedges: set, reach: list[bool]):
@@ -164,6 +169,3 @@ def _add_edges(pic: Picture, graph: Graph, result: Explanation, tedges: set, rea
             kind = "torch" if walked or recorded else "off"
         flow = None if e.flow is None else format_tensor(e.flow)
         pic.edges.append(PEdge(f"n{e.src}", f"n{e.dst}", e.pos, kind, flow))
-    for src, dst, pos in sorted(tedges):  # torch edges no program edge explains (none expected)
-        if src.startswith("t") or dst.startswith("t"):
-            pic.edges.append(PEdge(src, dst, pos, "torch"))

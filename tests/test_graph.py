@@ -165,3 +165,12 @@ def test_eval_graph_svg_points_to_graph_command(cli):
 def test_cli_import_stays_torch_free():
     code = "import sys, gradflow.cli; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_torch_inner_steps_fold_into_their_op():
+    # v @ W with a 1-D v: torch records Unsqueeze -> Mm -> Squeeze; flows v.grad = W @ [1,1], W.grad = outer(v, [1,1])
+    p = pic("sum(v @ W)", v=[1, 2], W=[[1, 2], [3, 4]])
+    mm = by_label(p)["v @ W"]
+    assert mm.fn == "SqueezeBackward4" and mm.inner == ["MmBackward0", "UnsqueezeBackward0"]
+    assert {n.label for n in p.nodes} == {"v", "W", "v @ W", "sum(v @ W)"}
+    assert edge(p, "v", "v @ W").flow == "[3, 7]" and edge(p, "W", "v @ W").flow == "[[1, 1], [2, 2]]"
