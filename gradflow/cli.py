@@ -150,9 +150,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
 
         extra = Extras.compute(result, values, check=check, order=order, graph=graph)
         if json_:
-            from .result import dumps
-
-            print(dumps(extra.add_to(result.to_dict())), flush=True)
+            print(extra.to_json(result), flush=True)
         else:
             from .render import print_explanation
 

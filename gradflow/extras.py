@@ -51,6 +51,12 @@ class Extras:
             doc["graph"] = {**self.graph.to_dict(), "format": self.graph_format, "text": self._text()}
         return doc
 
+    def to_json(self, result) -> str:
+        """The explanation's JSON document plus the requested fields."""
+        from .result import dumps
+
+        return dumps(self.add_to(result.to_dict()))
+
     def _text(self) -> str | None:
         from .graphtext import to_dot, to_mermaid
 
