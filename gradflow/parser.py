@@ -107,7 +107,8 @@ for _op in ("add", "sub", "mul", "div", "matmul", "pow"):
 
 def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     pos = getattr(err, "pos_in_stream", None)
-    if isinstance(err, UnexpectedEOF) or pos is None:
+    at_end = getattr(getattr(err, "token", None), "type", None) == "$END"
+    if isinstance(err, UnexpectedEOF) or pos is None or at_end:
         pos = len(source)
     if isinstance(err, UnexpectedCharacters):
         found = repr(source[pos]) if pos < len(source) else "end of input"
