@@ -5,6 +5,7 @@ evaluation stay fast. Results go to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -99,7 +100,7 @@ def read_program(expr: str | None, file: Path | None) -> str:
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
-    if expr.startswith("-") and len(expr) > 1 and not expr[1:2].isdigit() and expr[1:2] not in "(. ":
+    if re.fullmatch(r"--[A-Za-z]\w*(=.*)?", expr, flags=re.S):  # an option where EXPR should be
         raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
                               hint='gradflow eval "EXPR" --x 1 --y 2')
     return expr
