@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -73,7 +74,7 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
         code = body()
     except GradflowError as error:
         if debug:
-            raise
+            traceback.print_exc()
         raise fail(error, as_json) from None
     except typer.Exit:
         raise
@@ -85,6 +86,10 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
                             markup=False)
         raise typer.Exit(int(ExitCode.INTERNAL)) from None
     raise typer.Exit(code)
+
+
+def _is_option(token: str | None) -> bool:
+    return token is not None and re.fullmatch(r"--[A-Za-z]\w*(=.*)?", token, flags=re.S) is not None
 
 
 def read_program(expr: str | None, file: Path | None) -> str:
@@ -100,10 +105,28 @@ def read_program(expr: str | None, file: Path | None) -> str:
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
-    if re.fullmatch(r"--[A-Za-z]\w*(=.*)?", expr, flags=re.S):  # an option where EXPR should be
+    if _is_option(expr):  # an option where EXPR should be
         raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
                               hint='gradflow eval "EXPR" --x 1 --y 2')
     return expr
+
+
+def option_names(ctx: typer.Context) -> set[str]:
+    """The command's own long options (without --): variables cannot be given as --NAME then."""
+    names = {o[2:] for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
+    return names | {"help"}
+
+
+def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None):
+    """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
+    from .api import compile_program
+
+    given = {item.partition("=")[0].strip() for item in var or []}
+    for name in compile_program(source).inputs:
+        if name in option_names(ctx) and name not in given:
+            raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
+                                  f"so --{name} VALUE cannot set it",
+                                  hint=f"give its value with --var {name}=VALUE")
 
 
 def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
@@ -135,13 +158,17 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              json_: JsonOpt = False, debug: DebugOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
+
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
     """
     def body() -> int:
         from .api import explain
 
-        source = read_program(expr, file)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        program, extra = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(extra, var))
         if json_:
             print(result.to_json(), flush=True)
         else:
