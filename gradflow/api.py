@@ -24,6 +24,8 @@ def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
         return ["x"] if "x" in graph.inputs else names
     if isinstance(wrt, str):
         wrt = names if wrt.strip() == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
+    if not wrt:
+        raise ValueInputError("usage", "--wrt names no variable", hint="--wrt x, --wrt a,b or --wrt all")
     for w in wrt:
         if w not in graph.inputs:
             raise ValueInputError("unknown_variable", f"--wrt names '{w}', which the program does not use",
