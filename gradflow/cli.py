@@ -61,9 +61,10 @@ def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     from .render import print_error
 
     if as_json:
-        from .result import dumps
+        from .result import SCHEMA_VERSION, dumps
 
-        print(dumps({"output": None, "grads": {}, "nodes": [], "error": error.to_dict()}), flush=True)
+        print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
+                     "warnings": [], "error": error.to_dict()}), flush=True)
     print_error(error, consoles()[1])
     return typer.Exit(int(error.exit_code))
 
@@ -201,11 +202,20 @@ def ops_cmd(json_: JsonOpt = False):
         return
     from rich.table import Table
 
+    from rich.text import Text
+
     table = Table("name", "syntax", "args", "kind", "what it does")
     for o in OPS.values():
-        syntax = f"a {o.symbol} b" if o.symbol and o.min_args == 2 else (f"{o.symbol}a" if o.symbol else f"{o.name}(…)")
-        table.add_row(o.name, syntax, o.arity, o.kind, o.doc)
+        table.add_row(o.name, Text(_syntax(o)), o.arity, o.kind, Text(o.doc))
     consoles()[0].print(table)
+
+
+def _syntax(o) -> str:
+    """How a program writes the op: a * b, -a, f(a), f(a, b)."""
+    calls = [f"{o.name}({', '.join('ab'[:n])})" for n in range(o.min_args, o.max_args + 1)]
+    if o.kind == "operator":
+        return f"a {o.symbol} b" if o.min_args == 2 else f"{o.symbol}a"
+    return " or ".join(([f"a {o.symbol} b"] if o.symbol else []) + calls)
 
 
 def run():  # console-script entry point

@@ -1,5 +1,7 @@
 """Parser: precedence, statements, every error kind with its position, injection attempts."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gradflow import ParseError, explain, parse
 from gradflow.program import Assign, Call, ExprStmt, Num, SetFlag, Var, lower
@@ -167,3 +169,17 @@ def test_moderate_nesting():
     text = "(" * 100 + "x" + ")" * 100
     assert len(lower(parse(text)).nodes) == 1
     assert len(lower(parse("-" * 100 + "x")).nodes) == 101
+
+
+ALPHABET = "xy12.e+-*/^@()=;#\n ,_`'\"[]!sinexpdetach"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=ALPHABET, max_size=30))
+def test_any_text_parses_or_raises_parse_error(text):
+    """Arbitrary text never escapes as anything but a ParseError with a usable position."""
+    try:
+        lower(parse(text))
+    except ParseError as e:
+        assert e.kind in ("syntax", "unknown_function", "arity", "empty")
+        assert e.span is None or 0 <= e.span.start <= len(text)
