@@ -81,6 +81,7 @@ def err(text: str) -> ParseError:
 def test_syntax_error_message_and_caret():
     e = err("x +* 2")
     assert (e.kind, e.message, e.span.start) == ("syntax", "syntax error: unexpected '*' at position 3", 3)
+    assert e.position == 3
     assert e.hint == "expected '(', '-', a name, a number"
     assert e.caret() == "  x +* 2\n     ^"
 
