@@ -29,6 +29,8 @@ class Gen:
         self.inputs: dict = {}  # name -> value (number or list)
         self.syms: dict = {}  # name -> list of symbols
         self.cuts = 0
+        self.named: dict = {}  # name -> elements of an earlier `name = expr` statement
+        self.aliases: set = set()  # texts like no_grad(x) that evaluate to x's very tensor
         for name in ("a", "b"):
             self.var(name, None)
         if vector:
@@ -51,8 +53,8 @@ class Gen:
         if self.rng.random() < 0.15:
             c = self.rng.choice([2, 0.5, 3, 1.5, 1e-1])
             return repr(c), [sp.nsimplify(c)]
-        name = self.rng.choice(list(self.syms))
-        return name, list(self.syms[name])
+        name = self.rng.choice(list(self.syms) + list(self.named))
+        return name, list(self.syms.get(name) or self.named[name])
 
     def expr(self, depth):
         if depth <= 0 or self.rng.random() < 0.2:
@@ -125,7 +127,8 @@ class Gen:
     def p_cut(self, d):
         name = self.rng.choice(["detach", "no_grad", "inference_mode"])
         t, e = self.expr(d)
-        if name != "detach" and t in self.syms:  # no_grad(x) is x itself: no cut
+        if name != "detach" and (t in self.syms or t in self.named or t in self.aliases):
+            self.aliases.add(f"{name}({t})")  # no_grad(x) is x itself: no operation inside, no cut
             return f"{name}({t})", e
         consts = []
         for x in e:
@@ -157,15 +160,27 @@ def program(seed: int, vector: bool):
     for attempt in range(200):
         g = Gen(seed * 1000 + attempt, vector)
         try:
+            stmts = named(g)
             text, elems = g.expr(4)
         except Retry:
             continue
         if len(elems) > 1:
             text, elems = f"sum({text})", [sum(elems)]
+        text = "\n".join(stmts + [text])
         used = [n for n in g.inputs if _uses(text, n)]
+        g.off = [n for n in used if g.rng.random() < 0.15]  # `n.requires_grad = false`: grad None
         if used:
-            return g, text, elems[0], used
+            return g, "".join(f"{n}.requires_grad = false; " for n in g.off) + text, elems[0], used
     raise AssertionError("no program drawn")
+
+
+def named(g: Gen) -> list[str]:
+    """Sometimes an earlier statement `u = expr` that the output may use (or not) by name."""
+    if g.rng.random() < 0.5:
+        return []
+    text, elems = g.expr(2)
+    g.named["u"] = elems
+    return [f"u = {text}"]
 
 
 def _uses(text, name):
@@ -177,7 +192,9 @@ def check(seed, vector):
     g, text, L, used = program(seed, vector)
     r = explain(text, wrt="all", dtype="float64", values={n: g.inputs[n] for n in used})
     assert r.output.value.item() == pytest.approx(g.num(L), rel=RTOL, abs=ATOL), text
-    for name in used:
+    for name in g.off:
+        assert r.grad(name) is None and "set to false" in r.why[name]
+    for name in (n for n in used if n not in g.off):
         want = [g.num(sp.diff(L, s)) for s in g.syms[name]]
         got = r.grad(name)
         if got is None:  # no path: the oracle must say 0 too
@@ -202,6 +219,6 @@ def test_vector_programs(seed):
 def test_generator_covers_every_op():
     """The drawn programs exercise the whole language, cuts included."""
     texts = " ".join(program(s, v)[1] for s in range(30) for v in (False, True))
-    for word in ["exp(", "log(", "sqrt(", "abs(", "sin(", "cos(", "tan(", "tanh(", "sigmoid(", "relu(", "sum(",
+    for word in ["u = ", "requires_grad = false", "exp(", "log(", "sqrt(", "abs(", "sin(", "cos(", "tan(", "tanh(", "sigmoid(", "relu(", "sum(",
                  "mean(", "min(", "max(", "pow(", "detach(", "no_grad(", "inference_mode(", "^", "**", "@", "/"]:
         assert word in texts, word
