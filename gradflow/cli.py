@@ -144,6 +144,8 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
             if not tokens:
                 raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
             value = tokens.pop(0)
+        if name in values:
+            raise ValueInputError("usage", f"--{name} is given twice", hint="give each variable one value")
         values[name] = value
     for item in var or []:
         name, eq, value = item.partition("=")
@@ -176,13 +178,10 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
             from .render import print_explanation
 
             print_explanation(result, *consoles())
-        if result.error is not None:
-            if not json_:
-                fail(result.error)
-            else:
-                from .render import print_error
+        if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
+            from .render import print_error
 
-                print_error(result.error, consoles()[1])
+            print_error(result.error, consoles()[1])
             return int(result.error.exit_code)
         return 0
 

@@ -48,6 +48,7 @@ def test_both_detached_exit_3_table_still_printed(cli):
     (["inference_mode(x*y)*x", "--x", "2", "--y", "3"], "Inference tensors cannot be saved for backward"),
     (["x", "--x"], "error: --x needs a value"),
     (["x", "--x", "1", "oops"], "error: unexpected argument 'oops'"),
+    (["x", "--x", "1", "--x=2"], "error: --x is given twice"),
     (["x", "--x", "1", "--var", "novalue"], "error: --var takes NAME=VALUE, got 'novalue'"),
     ([], "error: no program given"),
 ])
