@@ -33,6 +33,9 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
+OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
 
 
 def _version(value: bool):
@@ -158,7 +161,8 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False):
+             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
+             graph: GraphOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
@@ -168,16 +172,21 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     def body() -> int:
         from .api import explain
 
-        program, extra = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
         check_shadowed(source, ctx, var)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(extra, var))
+        values = parse_values(rest, var)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
+        from .extras import Extras
+
+        extra = Extras.compute(result, values, check=check, order=order, graph=graph)
         if json_:
-            print(result.to_json(), flush=True)
+            print(extra.to_json(result), flush=True)
         else:
             from .render import print_explanation
 
             print_explanation(result, *consoles())
+            extra.print(*consoles())
         if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
             from .render import print_error
 
@@ -219,3 +228,6 @@ def _syntax(o) -> str:
 
 def run():  # console-script entry point
     app(prog_name="gradflow")
+
+
+from . import cli_graph  # noqa: E402,F401
