@@ -110,6 +110,14 @@ def test_wrt_unknown_suggests():
     assert info.value.hint == "did you mean 'yy'? the program's variables are: x, yy"
 
 
+def test_wrt_computed_node_is_refused():
+    with pytest.raises(ValueInputError) as info:
+        explain("u = x*y; u^2", x=1, y=2, wrt="u")
+    assert info.value.kind == "not_a_leaf"
+    assert info.value.message == "--wrt names 'u', which is computed, not an input variable"
+    assert explain("2*3", wrt="all").grads == {}
+
+
 def test_vector_leaves():
     r = explain("sum(w*x) + mean(x)", x=[1, 2], w=[3, 4], wrt="all")
     assert r.grad("w") == [1.0, 2.0]
