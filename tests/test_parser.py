@@ -95,8 +95,16 @@ def test_syntax_error_at_end():
 
 def test_syntax_error_on_second_line_shows_that_line():
     e = err("a = x\nb = a +* 1")
-    assert e.span.start == 13
+    assert e.span.start == e.position == 13
+    assert e.message == "syntax error: unexpected '*' at line 2, column 8"
     assert e.caret() == "  b = a +* 1\n         ^"
+
+
+def test_syntax_error_at_end_of_a_line():
+    e = err("a = x +\nb = a\n")
+    assert e.message == "syntax error: unexpected end of line at line 1, column 8"
+    assert e.caret() == "  a = x +\n         ^"
+    assert err("x +\n").message == "syntax error: unexpected end of line at position 3"
 
 
 def test_unknown_function_suggests():
