@@ -111,7 +111,7 @@ def read_program(expr: str | None, file: Path | None) -> str:
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
     if _is_option(expr):  # an option where EXPR should be
         raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
-                              hint='gradflow eval "EXPR" --x 1 --y 2')
+                              hint='gradflow eval "EXPR" --x 1 --y 2, or EXPR - to read the program from stdin')
     return expr
 
 
@@ -205,11 +205,11 @@ def ops_cmd(json_: JsonOpt = False):
     if json_:
         from .result import dumps
 
-        print(dumps([{"name": o.name, "symbol": o.symbol, "arity": o.arity, "kind": o.kind, "doc": o.doc}
+        print(dumps([{"name": o.name, "symbol": o.symbol, "syntax": _syntax(o), "arity": o.arity, "kind": o.kind,
+                      "doc": o.doc}
                      for o in OPS.values()]))
         return
     from rich.table import Table
-
     from rich.text import Text
 
     table = Table("name", "syntax", "args", "kind", "what it does")
