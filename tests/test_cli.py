@@ -15,6 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 
 
+@pytest.fixture(autouse=True)
+def wide(monkeypatch):
+    """Rich may read the real terminal's size: pin it so long lines never wrap differently."""
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 def test_blog_table_on_stdout_nothing_on_stderr(cli):
     res = cli("eval", "(x*y1 - detach(x*y2))^2", *BLOG_ARGS)
     assert res.exit_code == 0 and res.stderr == ""
