@@ -9,9 +9,9 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Group
 
-from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, app, consoles,
-                  guarded, parse_values, read_program)
-from .errors import ValueInputError
+from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option, app,
+                  check_shadowed, consoles, guarded, parse_values, read_program)
+from .errors import GradflowError, ValueInputError
 
 ExprsArg = Annotated[Optional[list[str]], typer.Argument(
     help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False)]
@@ -38,8 +38,10 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     def body() -> int:
         from .scenarios import whatif
 
-        source = read_program(expr, file)
-        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var)
+        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
         from .render_whatif import whatif_table
 
         emit(result, json_, lambda: whatif_table(result))
@@ -54,6 +56,16 @@ def split_programs(tokens: list[str]) -> tuple[list[str], list[str]]:
         if tok.startswith("--") and len(tok) > 2:
             return tokens[:i], tokens[i:]
     return list(tokens), []
+
+
+def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
+    """Usage errors stop the command; a program that does not parse only gets its own error row."""
+    read_program(program, None)
+    try:
+        check_shadowed(program, ctx, var)
+    except GradflowError as err:
+        if err.kind == "shadowed_name":
+            raise
 
 
 @app.command("compare", context_settings=EXTRA)
@@ -75,7 +87,7 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
             where = "the programs must come first, before the values" if rest else "no program given"
             raise ValueInputError("usage", where, hint='gradflow compare "EXPR1" "EXPR2" --x 1')
         for p in programs:
-            read_program(p, None)
+            _check_program(p, ctx, var)
         result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
                          values=parse_values(rest, var))
         from .render_whatif import compare_notes, compare_table

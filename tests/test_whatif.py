@@ -126,3 +126,13 @@ def test_too_many_scenarios_is_a_limit_error(monkeypatch):
     monkeypatch.setattr(scenarios, "MAX_SCENARIOS", 3)
     with pytest.raises(LimitError, match="4 times"):  # x*y1, x*y2, their difference, L
         whatif("(x*y1 - x*y2)^2", **BLOG)
+
+
+def test_cli_file_and_shadowed_name(cli, tmp_path):
+    prog = tmp_path / "p.txt"
+    prog.write_text("(x*y1 - x*y2)^2")
+    res = cli("whatif", "--file", str(prog), *BLOG_ARGS, "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["current"]["grads"] == {"x": 50.0}
+    res = cli("whatif", "json*x", "--x", "1")
+    assert res.exit_code == 2 and "--var json=VALUE" in res.stderr
