@@ -92,6 +92,7 @@ def _check_unused(graphs: list, values: dict):
 
 
 def _leaves(graph, wrt) -> list[str]:
+    """--wrt as it applies to this program: the named leaves it uses (others show 'not used')."""
     if isinstance(wrt, str) and wrt.strip() != "all":
         wrt = [w.strip() for w in wrt.split(",") if w.strip()]
     if isinstance(wrt, list) and any(w in graph.inputs for w in wrt):
