@@ -1,0 +1,140 @@
+"""`gradflow inspect FILE.py:FUNCTION`: trace the user's own code, report every parameter.
+
+The user's file is imported (running it is the point) and FUNCTION is called with
+no arguments inside `gradflow.trace()`; it returns a loss, or (loss, model), or
+(loss, {name: tensor}). torch is imported only when the command runs.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli import DebugOpt, JsonOpt, app, consoles, guarded
+from .errors import GradflowError, ValueInputError
+
+GRAPHS = ("tree", "dot", "mermaid")
+TargetArg = Annotated[str, typer.Argument(help="FILE.py:FUNCTION — FUNCTION takes no arguments and returns "
+                                               "a loss, (loss, model) or (loss, {name: tensor}).",
+                                          show_default=False)]
+OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show only parameters that got no "
+                                                                       "(or an exactly zero) gradient.")]
+ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
+DepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Fold parameters by module path up to this depth.")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Print a picture instead: tree, dot or mermaid.")]
+
+
+def split_target(target: str) -> tuple[Path, str]:
+    path, colon, func = target.rpartition(":")
+    if not colon or not path or not func.isidentifier():
+        raise ValueInputError("usage", f"expected FILE.py:FUNCTION, got '{target}'",
+                              hint="gradflow inspect examples/frozen_encoder.py:main")
+    return Path(path), func
+
+
+def _user_frame(tb) -> str:
+    """`file:line` of the innermost traceback frame in the user's code."""
+    from .tracer import _SKIP_DIRS, _short
+
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(_SKIP_DIRS)
+              and not f.filename.startswith("<frozen")]
+    return f" (at {_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+
+
+def _raised(what: str, err: BaseException) -> GradflowError:
+    return GradflowError("user_code", f"{what} raised {type(err).__name__}: {err}{_user_frame(err.__traceback__)}",
+                         hint="fix the error in your code (rerun with --debug for the full traceback)")
+
+
+def load_function(path: Path, name: str):
+    """Import the user's file as a module and return its FUNCTION."""
+    if not path.is_file():
+        raise ValueInputError("file_not_found", f"no such file: {path}", hint="give FILE.py:FUNCTION")
+    spec = importlib.util.spec_from_file_location(f"gradflow_user_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueInputError("bad_file", f"cannot import {path} as Python", hint="give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise _raised(f"importing {path}", err) from None
+    func = getattr(module, name, None)
+    if not callable(func):
+        known = [k for k, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == spec.name]
+        raise ValueInputError("no_function", f"{path} has no function '{name}'",
+                              hint=f"functions defined there: {', '.join(known) or 'none'}")
+    return func
+
+
+def run_function(func, name: str):
+    """Call FUNCTION under a trace; return (trace, loss, params)."""
+    from .inspect_report import failure_error
+    from .tracer import trace
+
+    required = [p for p in inspect.signature(func).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if required:
+        raise ValueInputError("usage", f"{name}() must take no arguments (it needs '{required[0].name}')",
+                              hint="wrap it: def main(): return loss_fn(build_model(), make_batch())")
+    t = trace()
+    try:
+        with t:
+            value = func()
+    except Exception as err:
+        if t.failure is not None:
+            raise failure_error(t.failure) from None
+        raise _raised(f"{name}()", err) from None
+    loss, params = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+    return t, loss, params
+
+
+def _emit(report, json_: bool, graph: str | None, depth: int, expand: bool, only_problems: bool):
+    if json_:
+        print(report.to_json(), flush=True)
+    elif graph in ("dot", "mermaid"):
+        from .inspect_graph import to_dot, to_mermaid
+
+        print((to_dot if graph == "dot" else to_mermaid)(report, depth), flush=True)
+    elif graph == "tree":
+        from .inspect_render import module_tree
+
+        consoles()[0].print(module_tree(report))
+    else:
+        from .inspect_render import print_report
+
+        print_report(report, consoles()[0], depth, expand, only_problems)
+
+
+@app.command("inspect")
+def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
+                expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, debug: DebugOpt = False):
+    """Run your own PyTorch code and show which parameters get gradient — and why not.
+
+    Example: gradflow inspect examples/frozen_encoder.py:main
+    """
+    def body() -> int:
+        if graph is not None and graph not in GRAPHS:
+            raise ValueInputError("usage", f"unknown --graph format '{graph}'", hint="use tree, dot or mermaid")
+        if graph is not None and json_:
+            raise ValueInputError("usage", "give either --json or --graph, not both")
+        path, name = split_target(target)
+        func = load_function(path, name)
+        t, loss, params = run_function(func, name)
+        report = t.explain(loss, params=params)
+        _emit(report, json_, graph, depth, expand, only_problems)
+        if report.error is not None:
+            from .render import print_error
+
+            print_error(report.error, consoles()[1])
+            return int(report.error.exit_code)
+        return 0
+
+    guarded(debug, json_, body)
+
