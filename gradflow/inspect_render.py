@@ -80,8 +80,8 @@ def _why(row: Row) -> Text:
     if p.reason:
         return Text(p.reason)
     if len(p.routes) > 1:
-        parts = [f"{r.op} @ {r.line}: {_pct(r.share)}" for r in p.routes]
-        return Text(f"{len(p.routes)} uses — " + ", ".join(parts))
+        parts = [f"{r.module or f'{r.op} @ {r.line}'} {_pct(r.share)}" for r in p.routes]
+        return Text(f"{len(p.routes)} uses: " + ", ".join(parts))
     return Text("")
 
 

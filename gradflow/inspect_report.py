@@ -169,16 +169,21 @@ def _backward(loss, tensors: list, retain_graph: bool) -> list:
     return [next(grads) if t.requires_grad else None for t in tensors]
 
 
+def _dot(a, b) -> float:
+    """<a, b> without copies (in the tensors' own dtype: float32 models give ~7 digits)."""
+    return float(torch.dot(a.reshape(-1), b.reshape(-1)))
+
+
 def _routes(trace: Trace, serial: int | None, grad, module_name) -> list[Route]:
     out = []
-    gg = float((grad.double() * grad.double()).sum()) if grad is not None else 0.0
+    gg = _dot(grad, grad) if grad is not None else 0.0
     for use in (u for u in trace.state.uses if u.serial == serial and serial is not None):
         rec = trace.ops[use.op]
         r = Route(rec.name, rec.line, module_name(rec.module), use.flow, cut=rec.cut or
                   (None if rec.grad_enabled else "no_grad"))
         if use.flow is not None:
-            r.norm = float(torch.linalg.vector_norm(use.flow.double()))
-            r.share = float((use.flow.double() * grad.double()).sum()) / gg if gg > 0 else None
+            r.norm = float(torch.linalg.vector_norm(use.flow))
+            r.share = _dot(use.flow, grad) / gg if gg > 0 else None
         out.append(r)
     return out
 
@@ -193,9 +198,10 @@ def _param_report(trace, graph, name, tensors, grad, module_name) -> ParamReport
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
     else:
-        p.grad_norm = float(torch.linalg.vector_norm(grad.double()))
+        p.grad_norm = float(torch.linalg.vector_norm(grad))
         if p.grad_norm == 0.0:
-            p.status, p.reason = "zero", "received a gradient of exactly zero (not None): it flowed, but every element is 0"
+            p.status, p.reason = "zero", ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
+                                    "(multiplied by 0? a dead ReLU? a mask?)")
     p.routes = _routes(trace, serial, grad, module_name) if p.status in ("live", "zero") else []
     return p
 
@@ -220,10 +226,13 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
 
 
 def no_gradient_error(report: InspectReport) -> NoGradientError:
-    reasons = "; ".join(f"{p.name}: {p.reason}" for p in report.params[:8] if p.reason)
-    more = f" (and {len(report.params) - 8} more)" if len(report.params) > 8 else ""
-    return NoGradientError("no_gradient", f"the loss does not require grad, so no parameter can get a gradient. "
-                           f"Why: {reasons or 'no parameters found'}{more}",
+    by_reason: dict[str, list[str]] = {}
+    for p in report.params:
+        by_reason.setdefault(p.reason or "no gradient", []).append(p.name)
+    parts = [f"{', '.join(names[:3])}{f' (+{len(names) - 3} more)' if len(names) > 3 else ''}: {reason}"
+             for reason, names in by_reason.items()]
+    return NoGradientError("no_gradient", "the loss does not require grad, so no parameter can get a gradient. "
+                           f"Why: {'; '.join(parts) or 'no parameters found'}",
                            hint="remove the detach/no_grad on the path, or unfreeze a parameter")
 
 

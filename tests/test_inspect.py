@@ -1,0 +1,324 @@
+"""gradflow.trace / gradflow inspect on small real nn.Modules, each with a known answer.
+
+Source lines are found by marker comments in this file (`# <name>`), so the tests
+check the exact file:line the report names. Gradients are checked against numpy
+finite differences in float64 or hand-derived values.
+"""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import gradflow
+from gradflow.errors import NoGradientError
+
+HERE = Path(__file__)
+
+
+def line_of(marker: str) -> str:
+    """`test_inspect.py:N` for the line carrying `# <marker>`."""
+    for n, text in enumerate(HERE.read_text().splitlines(), 1):
+        if text.rstrip().endswith(f"# <{marker}>"):
+            return f"test_inspect.py:{n}"
+    raise AssertionError(marker)
+
+
+def run(model, x, **kw):
+    with gradflow.trace() as t:
+        loss = model(x).sum()
+    return t.explain(loss, params=model, **kw)
+
+
+class Two(nn.Module):
+    def __init__(self, mode="plain"):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = nn.Linear(3, 3), nn.Linear(3, 2), nn.Linear(3, 2)
+        self.mode = mode
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.mode == "detach":
+            h = h.detach()  # <detach>
+        if self.mode == "no_grad":
+            with torch.no_grad():
+                h = torch.tanh(h)  # <no_grad>
+        if self.mode == "inference":
+            with torch.inference_mode():
+                h = h * 2  # <inference_cut>
+            return self.b(h.clone()) + 0
+        out = self.b(h)
+        if self.mode == "unused_branch":
+            self.c(x)  # <unused_branch>
+        return out
+
+
+X = torch.tensor([[1.0, -2.0, 0.5], [0.3, 0.2, -1.0]])
+
+
+def test_plain_model_every_param_live_and_grads_match_autograd_backward():
+    m = Two()
+    r = run(m, X)
+    assert [p.name for p in r.params] == ["a.weight", "a.bias", "b.weight", "b.bias", "c.weight", "c.bias"]
+    # the hand-derived answer: d sum(b(a(x)))/d b.bias = number of rows (2) per output
+    assert r.param("b.bias").grad.tolist() == [2.0, 2.0]
+    assert r.param("a.weight").status == "live"
+    assert r.param("c.weight").status == "unused" and r.param("c.weight").reason == "not used in the forward"
+    assert m.a.weight.grad is None  # explain leaves .grad alone
+
+
+def test_frozen_layer_names_the_line_that_froze_it():
+    m = Two()
+    m.b.bias.requires_grad_(False)  # frozen before the trace: no line known
+    with gradflow.trace() as t:
+        m.a.weight.requires_grad = False  # <freeze>
+        loss = m(X).sum()
+    r = t.explain(loss, params=m)
+    w = r.param("a.weight")
+    assert (w.status, w.requires_grad, w.grad) == ("frozen", False, None)
+    assert w.reason.endswith(line_of("freeze")) and "requires_grad = False" in w.reason
+    assert r.param("b.bias").reason == "frozen: requires_grad is False"
+    assert r.param("a.bias").status == "live"
+
+
+@pytest.mark.parametrize("mode,kind", [("detach", "detach"), ("no_grad", "no_grad")])
+def test_cut_in_the_middle_of_forward_names_op_and_line(mode, kind):
+    r = run(Two(mode), X)
+    for name in ("a.weight", "a.bias"):
+        p = r.param(name)
+        assert p.status == "cut" and p.grad is None
+        assert [(c.kind, c.line.endswith(line_of(mode))) for c in p.cuts] == [(kind, True)]
+        assert line_of(mode) in p.reason
+    assert r.param("b.weight").status == "live"
+
+
+def test_inference_mode_cut_names_the_line():
+    r = run(Two("inference"), X)
+    p = r.param("a.weight")
+    assert p.status == "cut" and p.cuts[0].kind == "inference_mode"
+    assert p.cuts[0].op == "mul" and p.cuts[0].line.endswith(line_of("inference_cut"))
+
+
+def test_unused_branch_says_result_never_reaches_loss():
+    r = run(Two("unused_branch"), X)
+    p = r.param("c.weight")
+    assert p.status == "unused" and line_of("unused_branch") in p.reason and "unused branch" in p.reason
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec = nn.Linear(3, 3, bias=False), nn.Linear(3, 3, bias=False)
+        self.dec.weight = self.enc.weight  # tied
+
+    def forward(self, x):
+        h = torch.tanh(self.enc(x))  # <use1>
+        return self.dec(h) ** 2  # <use2>
+
+
+def _np_loss(w1, w2, x):
+    return float(((np.tanh(x @ w1.T) @ w2.T) ** 2).sum())
+
+
+def _fd(f, w, eps=1e-6):
+    g = np.zeros_like(w)
+    for idx in np.ndindex(w.shape):
+        d = np.zeros_like(w)
+        d[idx] = eps
+        g[idx] = (f(w + d) - f(w - d)) / (2 * eps)
+    return g
+
+
+def test_tied_weights_flow_from_each_use_matches_finite_differences():
+    torch.manual_seed(1)
+    m = Tied().double()
+    x = X.double()
+    r = run(m, x)
+    p = r.param("enc.weight")
+    assert p.aliases == ["dec.weight"] and len(r.params) == 1
+    assert [u.line.endswith(line_of(k)) for u, k in zip(p.routes, ["use1", "use2"])] == [True, True]
+    w, xn = m.enc.weight.detach().numpy(), x.numpy()
+    fd1 = _fd(lambda v: _np_loss(v, w, xn), w)  # only the first use moves
+    fd2 = _fd(lambda v: _np_loss(w, v, xn), w)
+    np.testing.assert_allclose(p.routes[0].flow.numpy(), fd1, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(p.routes[1].flow.numpy(), fd2, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(p.grad.numpy(), fd1 + fd2, rtol=1e-6, atol=1e-8)
+    assert sum(u.share for u in p.routes) == pytest.approx(1.0, abs=1e-12)
+
+
+class Zeroed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.z, self.n = nn.Linear(3, 1), nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.z(x) * 0 + x.sum(1, keepdim=True)
+
+
+def test_zero_gradient_is_told_apart_from_none():
+    r = run(Zeroed(), X)
+    z, n = r.param("z.weight"), r.param("n.weight")
+    assert z.status == "zero" and z.grad is not None and z.grad_norm == 0.0 and z.grad.tolist() == [[0, 0, 0]]
+    assert n.status == "unused" and n.grad is None and n.grad_norm is None
+    d = {p["name"]: p for p in json.loads(r.to_json())["params"]}
+    assert (d["z.weight"]["grad_is_none"], d["z.weight"]["grad_norm"]) == (False, 0.0)
+    assert (d["n.weight"]["grad_is_none"], d["n.weight"]["grad_norm"]) == (True, None)
+
+
+class InferenceReuse(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone, self.head = nn.Linear(3, 3), nn.Linear(3, 1)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            feats = self.backbone(x)  # <inference_made>
+        return self.head(feats)  # <inference_used>
+
+
+def test_inference_tensor_reused_in_training_explains_torch_error():
+    with pytest.raises(RuntimeError, match="Inference tensors") as info:
+        with gradflow.trace() as t:
+            InferenceReuse()(X).sum()
+    f = t.failure
+    assert f.op == "linear" and f.line.endswith(line_of("inference_used"))
+    assert f.origin_op == "linear" and f.origin_line.endswith(line_of("inference_made"))
+    assert any(line_of("inference_made") in n for n in info.value.__notes__)
+
+
+def test_loss_without_grad_sets_no_gradient_error_with_reasons():
+    m = Two("detach")
+    m.b.requires_grad_(False)
+    r = run(m, X)
+    assert isinstance(r.error, NoGradientError) and r.error.exit_code == 3
+    assert "a.weight, a.bias: cut by `detach()`" in r.error.message and "b.weight, b.bias: frozen" in r.error.message
+
+
+def test_trace_does_not_change_results_and_dict_params():
+    m = Two("unused_branch")
+    ref = m(X)
+    with gradflow.trace() as t:
+        out = m(X)
+    assert torch.equal(ref, out)
+    r = t.explain(out.sum(), params={"w": m.a.weight})
+    assert [p.name for p in r.params] == ["w"] and r.param("w").status == "live"
+
+
+def test_non_scalar_loss_is_a_clear_error():
+    with gradflow.trace() as t:
+        out = Two()(X)
+    with pytest.raises(gradflow.GradflowError, match="scalar"):
+        t.explain(out)
+
+
+def test_transformer_block_tied_embedding_routes_add_up():
+    sys.path.insert(0, str(HERE.parent.parent / "examples"))
+    from transformer_block import TinyLM, lm_loss
+
+    torch.manual_seed(0)
+    model = TinyLM(vocab=50, d=16, heads=2, ff=32).double()
+    tokens = torch.tensor([[1, 5, 7, 5, 9], [2, 2, 3, 1, 7]])
+    with gradflow.trace() as t:
+        loss = lm_loss(model, tokens)
+    r = t.explain(loss, params=model)
+    assert {p.status for p in r.params} == {"live"}
+    emb = r.param("embed.weight")
+    assert emb.aliases == ["head.weight"] and [u.module for u in emb.routes] == ["embed", "head"]
+    torch.testing.assert_close(emb.routes[0].flow + emb.routes[1].flow, emb.grad, rtol=1e-12, atol=1e-12)
+    # the embedding lookup sends gradient only to the rows of the tokens it read (inputs: all but the last)
+    rows = emb.routes[0].flow.abs().sum(1).nonzero().flatten().tolist()
+    assert rows == sorted(set(tokens[:, :-1].flatten().tolist()))
+    assert sum(u.share for u in emb.routes) == pytest.approx(1.0, abs=1e-12)
+
+
+# ---- the command --------------------------------------------------------------------------
+USER_FILE = '''
+import torch
+from torch import nn
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+
+def good():
+    m = build()
+    return m(torch.ones(2, 3)).mean(), m
+
+def loss_only():
+    return build()(torch.ones(2, 3)).mean()
+
+def detached():
+    m = build()
+    return m(torch.ones(2, 3)).detach().mean(), m
+
+def vector():
+    return build()(torch.ones(2, 3))
+
+def broken():
+    raise ValueError("bad batch size")
+
+def reuse():
+    m = build()
+    with torch.inference_mode():
+        h = torch.relu(m[0](torch.ones(2, 3)))
+    return m[2](h).mean(), m
+'''
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    f = tmp_path / "user_model.py"
+    f.write_text(textwrap.dedent(USER_FILE))
+    return f
+
+
+def test_cli_table_json_graph(cli, user_file):
+    r = cli("inspect", f"{user_file}:good")
+    assert r.exit_code == 0 and "0.*" in r.stdout and "gets gradient" in r.stdout
+    d = json.loads(cli("inspect", f"{user_file}:good", "--json").stdout)
+    assert [p["status"] for p in d["params"]] == ["live"] * 4
+    assert cli("inspect", f"{user_file}:good", "--graph", "dot").stdout.startswith("digraph")
+    assert cli("inspect", f"{user_file}:good", "--graph", "mermaid").stdout.startswith("flowchart LR")
+    assert "every parameter gets" in cli("inspect", f"{user_file}:good", "--only-problems").stdout
+    d2 = json.loads(cli("inspect", f"{user_file}:loss_only", "--json").stdout)  # modules found by the trace
+    assert [p["name"] for p in d2["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert d2["loss"] == d["loss"]
+
+
+def test_cli_loss_without_grad_exits_3_with_reasons(cli, user_file):
+    r = cli("inspect", f"{user_file}:detached")
+    assert r.exit_code == 3 and "0.weight, 0.bias, 2.weight (+1 more): cut by `detach()` at" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("target,code,text", [
+    ("nope.py:main", 2, "no such file"),
+    ("{f}:missing", 2, "has no function 'missing'"),
+    ("{f}:broken", 2, "ValueError: bad batch size"),
+    ("{f}:vector", 2, "must be a scalar"),
+    ("{f}:reuse", 2, "created under torch.inference_mode()"),
+    ("{f}", 2, "expected FILE.py:FUNCTION"),
+])
+def test_cli_errors(cli, user_file, target, code, text):
+    r = cli("inspect", target.format(f=user_file))
+    assert r.exit_code == code and text in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+
+
+def test_cli_inspect_help_does_not_import_torch():
+    code = "import sys, gradflow.cli; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE.parent.parent)
+
+
+def test_example_file_gives_the_documented_answer(cli):
+    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    d = json.loads(cli("inspect", f"{example}:main", "--json").stdout)
+    status = {p["name"]: p["status"] for p in d["params"]}
+    assert status == {"encoder.layer1.weight": "frozen", "encoder.layer1.bias": "frozen",
+                      "encoder.layer2.weight": "frozen", "encoder.layer2.bias": "frozen",
+                      "adapter.weight": "cut", "adapter.bias": "cut", "head.weight": "live",
+                      "head.bias": "live", "aux_head.weight": "unused", "aux_head.bias": "unused"}
