@@ -120,21 +120,40 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
     Example: gradflow inspect examples/frozen_encoder.py:main
     """
     def body() -> int:
-        if graph is not None and graph not in GRAPHS:
-            raise ValueInputError("usage", f"unknown --graph format '{graph}'", hint="use tree, dot or mermaid")
-        if graph is not None and json_:
-            raise ValueInputError("usage", "give either --json or --graph, not both")
-        path, name = split_target(target)
-        func = load_function(path, name)
-        t, loss, params = run_function(func, name)
-        report = t.explain(loss, params=params)
-        _emit(report, json_, graph, depth, expand, only_problems)
-        if report.error is not None:
-            from .render import print_error
-
-            print_error(report.error, consoles()[1])
-            return int(report.error.exit_code)
-        return 0
+        try:
+            return _inspect(target, json_, only_problems, expand, depth, graph)
+        except GradflowError as err:
+            if not json_ or debug:
+                raise
+            return _json_error(err)
 
     guarded(debug, json_, body)
+
+
+def _json_error(err: GradflowError) -> int:
+    from .render import print_error
+    from .result import SCHEMA_VERSION, dumps
+
+    print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
+
+
+def _inspect(target: str, json_: bool, only_problems: bool, expand: bool, depth: int, graph: str | None) -> int:
+    """The command's work: load, trace, explain, print; returns the exit code."""
+    if graph is not None and graph not in GRAPHS:
+        raise ValueInputError("usage", f"unknown --graph format '{graph}'", hint="use tree, dot or mermaid")
+    if graph is not None and json_:
+        raise ValueInputError("usage", "give either --json or --graph, not both")
+    path, name = split_target(target)
+    func = load_function(path, name)
+    t, loss, params = run_function(func, name)
+    report = t.explain(loss, params=params)
+    _emit(report, json_, graph, depth, expand, only_problems)
+    if report.error is not None:
+        from .render import print_error
+
+        print_error(report.error, consoles()[1])
+        return int(report.error.exit_code)
+    return 0
 

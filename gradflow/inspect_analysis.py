@@ -71,7 +71,7 @@ class FlowGraph:
     def relevant_ops(self) -> list[OpRecord]:
         """Ops whose result reaches the loss (with the cuts on those paths)."""
         return [r for r in self.ops if any(o in self.to_loss for o in r.outs)
-                and not all(o in r.ins for o in r.outs)]
+                and not set(r.ins) <= set(r.outs)]  # identity / pure in-place ops bring in nothing
 
     def walk(self, start: int) -> tuple[list[OpRecord], bool]:
         """From a tensor: the cut ops whose output reaches the loss, and whether an uncut path does."""

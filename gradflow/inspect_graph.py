@@ -24,6 +24,8 @@ class Picture:
     labels: dict[str, str] = field(default_factory=dict)  # node key -> label
     kinds: dict[str, str] = field(default_factory=dict)  # node key -> status/cut/op/loss
     edges: dict[tuple[str, str], bool] = field(default_factory=dict)  # (src, dst) -> from a cut
+    param_keys: dict[int, str] = field(default_factory=dict)  # parameter serial -> its module's node
+    keep: set[int] = field(default_factory=set)  # indices of the ops drawn
 
 
 def _module_key(report: InspectReport, rec: OpRecord, depth: int) -> str:
@@ -52,9 +54,11 @@ def _label(rec: OpRecord, key: str) -> str:
 
 def build_picture(report: InspectReport, depth: int = 2) -> Picture:
     pic, graph = Picture(), report.graph
+    pic.param_keys = {p.serial: f"m:{module_of(p.name, depth) or p.name}" for p in report.params}
     _module_nodes(report, pic, depth)
     keep = set() if graph is None else {r.index for r in graph.relevant_ops()} | report.use_ops
-    ops = [graph.ops[i] for i in sorted(keep) if graph.ops[i].ins]  # factories (randn…) left out
+    pic.keep = {i for i in keep if graph.ops[i].ins}  # factories (randn…) left out
+    ops = [graph.ops[i] for i in sorted(pic.keep)]
     for rec in ops:
         key = _module_key(report, rec, depth)
         if key not in pic.labels:
@@ -63,7 +67,7 @@ def build_picture(report: InspectReport, depth: int = 2) -> Picture:
             _edge(report, pic, s, rec, key, depth)
     if graph is not None and graph.loss is not None:
         pic.labels["loss"], pic.kinds["loss"] = "loss", "loss"
-        last = _last_producer(report, graph.loss, len(graph.ops))
+        last = _last_producer(report, pic, graph.loss, len(graph.ops))
         if last is not None:
             pic.edges[(_module_key(report, last, depth), "loss")] = _shown_cut(last)
     return pic
@@ -79,33 +83,28 @@ def _module_nodes(report: InspectReport, pic: Picture, depth: int):
         for p in params:
             counts[p.status] = counts.get(p.status, 0) + 1
         text = ", ".join(f"{n} {s}" for s, n in counts.items())
-        pic.labels[f"m:{key}"], pic.kinds[f"m:{key}"] = f"{key}\n{len(params)} params: {text}", worst
+        n = len(params)
+        pic.labels[f"m:{key}"], pic.kinds[f"m:{key}"] = f"{key}\n{n} param{'s' * (n != 1)}: {text}", worst
 
 
-def _last_producer(report: InspectReport, serial: int, before: int) -> OpRecord | None:
+def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int) -> OpRecord | None:
+    """The last op shown in the picture that wrote this tensor before op `before`."""
     graph = report.graph
-    found = [i for i in graph.producers.get(serial, ()) if i < before]
+    found = [i for i in graph.producers.get(serial, ()) if i < before and i in pic.keep]
     return graph.ops[found[-1]] if found else None
 
 
 def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: str, depth: int):
-    src = _last_producer(report, serial, rec.index)
+    src = _last_producer(report, pic, serial, rec.index)
     if src is None:
         if serial in report.graph.leaves:
-            name = _param_module(report, serial, depth)
+            name = pic.param_keys.get(serial)
             if name and name != key:
                 pic.edges[(name, key)] = False
         return
     skey = _module_key(report, src, depth)
     if skey != key and skey in pic.labels:
         pic.edges[(skey, key)] = _shown_cut(src)
-
-
-def _param_module(report: InspectReport, serial: int, depth: int) -> str | None:
-    for p in report.params:
-        if p.serial == serial:
-            return f"m:{module_of(p.name, depth) or p.name}"
-    return None
 
 
 def _ids(pic: Picture) -> dict[str, str]:

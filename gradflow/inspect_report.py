@@ -165,7 +165,13 @@ def _backward(loss, tensors: list, retain_graph: bool) -> list:
     wanted = [t for t in tensors if t.requires_grad]
     if not loss.requires_grad or not wanted:
         return [None] * len(tensors)
-    grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph))
+    try:
+        grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph))
+    except RuntimeError as err:
+        if "second time" not in str(err):
+            raise
+        raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
+                            hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
     return [next(grads) if t.requires_grad else None for t in tensors]
 
 

@@ -27,7 +27,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
 _DETACH = {"detach", "detach_", "data"}
-_FLAGS = {"requires_grad_", "requires_grad"}  # requires_grad_(v) and `t.requires_grad = v`
+_FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
 
 
@@ -48,10 +48,11 @@ def _short(path: str) -> str:
 
 
 def op_name(func) -> str:
-    """`linear`, `detach`, or the attribute name for property access (`data`, `T`)."""
+    """`linear`, `detach`, or the attribute for property access (`data`, `T`; `requires_grad=` to set)."""
     name = getattr(func, "__name__", None) or str(func)
     if name in ("__get__", "__set__"):
-        return getattr(getattr(func, "__self__", None), "__name__", name)
+        attr = getattr(getattr(func, "__self__", None), "__name__", name)
+        return attr + "=" if name == "__set__" else attr
     return name
 
 
@@ -85,7 +86,7 @@ class Use:
 class FlagEvent:
     serial: int
     value: bool
-    op: str  # requires_grad_ | requires_grad (attribute assignment)
+    op: str  # requires_grad_ | requires_grad= (attribute assignment)
     line: str | None
 
 

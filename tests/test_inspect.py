@@ -78,6 +78,7 @@ def test_frozen_layer_names_the_line_that_froze_it():
     m.b.bias.requires_grad_(False)  # frozen before the trace: no line known
     with gradflow.trace() as t:
         m.a.weight.requires_grad = False  # <freeze>
+        assert not m.a.weight.requires_grad  # reading the flag is not a change
         loss = m(X).sum()
     r = t.explain(loss, params=m)
     w = r.param("a.weight")
