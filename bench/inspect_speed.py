@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/inspect_speed.py
 Prints plain forward+backward time, traced forward + explain time, and their ratio
-(best of a few runs each). Not a test: timings depend on the machine.
+(best of 5 interleaved runs each). Not a test: timings depend on the machine.
 """
 import sys
 import time
@@ -15,13 +15,15 @@ import gradflow  # noqa: E402
 from transformer_block import TinyLM, lm_loss  # noqa: E402
 
 
-def best(fn, runs=3) -> float:
-    times = []
+def best_of(fns, runs=5) -> list[float]:
+    """Best time of each function, runs interleaved so machine load hits both alike."""
+    times = [[] for _ in fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for fn, ts in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - start)
+    return [min(ts) for ts in times]
 
 
 def main():
@@ -40,7 +42,7 @@ def main():
         return t.explain(loss, params=model)
 
     plain(), traced()  # warm up
-    t_plain, t_traced = best(plain), best(traced)
+    t_plain, t_traced = best_of([plain, traced])
     report = traced()
     print(f"model: {n / 1e6:.2f}M parameters, {len(report.params)} tensors; batch 8x64 tokens; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -96,12 +97,21 @@ def run_function(func, name: str):
 
 
 def _emit(report, json_: bool, graph: str | None, depth: int, expand: bool, only_problems: bool):
+    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
+    try:
+        _emit_to_stdout(report, json_, graph, depth, expand, only_problems)
+    except BrokenPipeError:  # Python docs, "Note on SIGPIPE": no further writes to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _emit_to_stdout(report, json_: bool, graph: str | None, depth: int, expand: bool, only_problems: bool):
     if json_:
         print(report.to_json(), flush=True)
     elif graph in ("dot", "mermaid"):
         from .inspect_graph import to_dot, to_mermaid
 
-        print((to_dot if graph == "dot" else to_mermaid)(report, depth), flush=True)
+        for line in (to_dot if graph == "dot" else to_mermaid)(report, depth).splitlines():
+            print(line, flush=True)
     elif graph == "tree":
         from .inspect_render import module_tree
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .inspect_render import module_of
+from .inspect_render import module_of, summary
 from .inspect_report import InspectReport
 from .tracer import OpRecord
 
@@ -79,11 +79,7 @@ def _module_nodes(report: InspectReport, pic: Picture, depth: int):
         groups.setdefault(module_of(p.name, depth) or p.name, []).append(p)
     for key, params in groups.items():
         worst = next(s for s in _WORST if any(p.status == s for p in params))
-        counts = {}
-        for p in params:
-            counts[p.status] = counts.get(p.status, 0) + 1
-        text = ", ".join(f"{n} {s}" for s, n in counts.items())
-        n = len(params)
+        text, n = summary(params, ", "), len(params)
         pic.labels[f"m:{key}"], pic.kinds[f"m:{key}"] = f"{key}\n{n} param{'s' * (n != 1)}: {text}", worst
 
 

@@ -5,6 +5,7 @@ Pictures in dot / mermaid text live in inspect_graph.py. Never prints JSON.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rich import box
@@ -91,7 +92,7 @@ def _pct(share: float | None) -> str:
 
 def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
                 only_problems: bool = False) -> Table:
-    title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report))
+    title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("parameter", overflow="fold", min_width=14)
     table.add_column("shape", no_wrap=True)
@@ -107,11 +108,10 @@ def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
     return table
 
 
-def summary(report: InspectReport) -> str:
-    counts: dict[str, int] = {}
-    for p in report.params:
-        counts[p.status] = counts.get(p.status, 0) + 1
-    return " · ".join(f"{n} {s}" for s, n in counts.items()) or "no parameters"
+def summary(params: list[ParamReport], sep: str = " · ") -> str:
+    """`2 live · 2 cut`: tensors per status, in the legend's order."""
+    counts = Counter(p.status for p in params)
+    return sep.join(f"{counts[s]} {s}" for s in STATUS if counts[s]) or "no parameters"
 
 
 def legend(report: InspectReport) -> Text:

@@ -5,6 +5,7 @@ check the exact file:line the report names. Gradients are checked against numpy
 finite differences in float64 or hand-derived values.
 """
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -292,6 +293,25 @@ def test_cli_table_json_graph(cli, user_file):
     assert d2["loss"] == d["loss"]
 
 
+def test_cli_pictures_show_the_cut_with_its_line(cli, user_file):
+    n = next(i for i, text in enumerate(user_file.read_text().splitlines(), 1) if ".detach()" in text)
+    mermaid = cli("inspect", f"{user_file}:detached", "--graph", "mermaid").stdout
+    assert f'{{{{"✂ detach()<br/>{user_file}:{n}"}}}}' in mermaid and "-.->" in mermaid
+    dot = cli("inspect", f"{user_file}:detached", "--graph", "dot").stdout
+    assert 'shape=octagon' in dot and "style=dashed" in dot and dot.rstrip().endswith("}")
+    tree = cli("inspect", f"{user_file}:good", "--graph", "tree").stdout
+    assert "├── 0" in tree and "● weight" in tree
+
+
+def test_explain_after_backward_is_a_clear_error():
+    m = Two()
+    with gradflow.trace() as t:
+        loss = m(X).sum()
+    loss.backward()
+    with pytest.raises(gradflow.GradflowError, match="already used by a backward"):
+        t.explain(loss, params=m)
+
+
 def test_cli_loss_without_grad_exits_3_with_reasons(cli, user_file):
     r = cli("inspect", f"{user_file}:detached")
     assert r.exit_code == 3 and "0.weight, 0.bias, 2.weight (+1 more): cut by `detach()` at" in " ".join(r.stderr.split())
@@ -323,3 +343,12 @@ def test_example_file_gives_the_documented_answer(cli):
                       "encoder.layer2.weight": "frozen", "encoder.layer2.bias": "frozen",
                       "adapter.weight": "cut", "adapter.bias": "cut", "head.weight": "live",
                       "head.bias": "live", "aux_head.weight": "unused", "aux_head.bias": "unused"}
+
+
+def test_cli_picture_into_a_closed_pipe_ends_quietly():
+    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    cmd = f"'{sys.executable}' -m gradflow inspect '{example}:main' --graph dot | head -1"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env,
+                       cwd=HERE.parent.parent)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "digraph gradflow {\n", "")
