@@ -143,12 +143,11 @@ def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str
 def _add_stray_leaves(trace: Trace, named: dict[str, list]):
     """Leaf tensors that require grad and were used, but belong to no module: name them by line."""
     known = {id(v[0]) for v in named.values()}
-    for t, serial in list(trace._ids.items()):
-        if t.is_leaf and t.requires_grad and id(t) not in known:
-            use = next((u for u in trace.state.uses if u.serial == serial), None)
-            if use is not None:
-                named[f"tensor@{trace.ops[use.op].line or serial}"] = [t]
-                known.add(id(t))
+    for t, serial in trace.used_leaves():
+        if id(t) not in known:
+            first = next(u for u in trace.state.uses if u.serial == serial)
+            named[f"tensor@{trace.ops[first.op].line or serial}"] = [t]
+            known.add(id(t))
 
 
 # ---- building the report ---------------------------------------------------------------
@@ -180,11 +179,14 @@ def _dot(a, b) -> float:
     return float(torch.dot(a.reshape(-1), b.reshape(-1)))
 
 
-def _routes(trace: Trace, serial: int | None, grad, module_name) -> list[Route]:
+def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_name) -> list[Route]:
+    """Every use whose result reaches the loss (earlier forwards in the same trace are left out)."""
     out = []
     gg = _dot(grad, grad) if grad is not None else 0.0
     for use in (u for u in trace.state.uses if u.serial == serial and serial is not None):
         rec = trace.ops[use.op]
+        if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
+            continue
         r = Route(rec.name, rec.line, module_name(rec.module), use.flow, cut=rec.cut or
                   (None if rec.grad_enabled else "no_grad"))
         if use.flow is not None:
@@ -208,7 +210,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name) -> ParamReport
         if p.grad_norm == 0.0:
             p.status, p.reason = "zero", ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
                                     "(multiplied by 0? a dead ReLU? a mask?)")
-    p.routes = _routes(trace, serial, grad, module_name) if p.status in ("live", "zero") else []
+    p.routes = _routes(trace, graph, serial, grad, module_name) if p.status in ("live", "zero") else []
     return p
 
 

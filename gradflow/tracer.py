@@ -236,6 +236,11 @@ class Trace:
                 return rec
         return None
 
+    def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
+        """(tensor, serial) of every live leaf that requires grad and was used by an op."""
+        used = {u.serial for u in self.state.uses}
+        return [(t, s) for t, s in list(self._ids.items()) if s in used and t.is_leaf and t.requires_grad]
+
     @property
     def ops(self) -> list[OpRecord]:
         return self.state.ops

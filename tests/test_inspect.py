@@ -202,6 +202,20 @@ def test_loss_without_grad_sets_no_gradient_error_with_reasons():
     assert "a.weight, a.bias: cut by `detach()`" in r.error.message and "b.weight, b.bias: frozen" in r.error.message
 
 
+def test_routes_leave_out_earlier_forwards_and_stray_leaves_are_named():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gradflow.trace() as t:
+        # an earlier forward, not part of the loss:
+        (w * 5).sum()  # <earlier>
+        loss = (w * w).sum() + (3 * w).sum()
+    r = t.explain(loss)
+    p = r.params[0]  # a leaf outside any module is named by its first use
+    assert len(r.params) == 1 and p.name.startswith("tensor@") and p.name.endswith(line_of("earlier"))
+    assert [u.op for u in p.routes] == ["mul", "mul"]
+    assert p.grad.tolist() == [2 * 1.0 + 3, 2 * 2.0 + 3]  # d/dw (w.w + 3 sum w) = 2w + 3
+    assert [u.flow.tolist() for u in p.routes] == [[2.0, 4.0], [3.0, 3.0]]
+
+
 def test_trace_does_not_change_results_and_dict_params():
     m = Two("unused_branch")
     ref = m(X)
