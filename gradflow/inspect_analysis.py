@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .tracer import OpRecord, Trace
+from .tracer import OpRecord, Trace, Use
 
 CUT_TEXT = {
     "detach": "cut by `{op}`",
@@ -48,6 +48,9 @@ class FlowGraph:
                 self.consumers[s].append(rec.index)
             for s in rec.outs:
                 self.producers[s].append(rec.index)
+        self.uses: dict[int, list[Use]] = defaultdict(list)  # parameter serial -> its uses, in order
+        for use in trace.state.uses:
+            self.uses[use.serial].append(use)
         self.loss = loss_serial
         self.leaves = leaf_serials
         self.to_loss = self._ancestors()
@@ -99,7 +102,7 @@ def cut_of(rec: OpRecord, module_name) -> Cut:
 
 def why_none(graph: FlowGraph, trace: Trace, serial: int | None, module_name) -> tuple[str, str, list[Cut]]:
     """(status, reason, cuts) for a parameter that requires grad but received None."""
-    uses = [u for u in trace.state.uses if u.serial == serial] if serial is not None else []
+    uses = graph.uses.get(serial, [])
     if not uses:
         return "unused", "not used in the forward", []
     cuts, reached = graph.walk(serial)

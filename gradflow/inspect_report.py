@@ -16,7 +16,7 @@ from .inspect_analysis import Cut, FlowGraph, frozen_reason, why_none
 from .result import SCHEMA_VERSION, dumps, to_jsonable
 from .tracer import Trace, TraceFailure
 
-STATUSES = ("live", "zero", "frozen", "unused", "cut", "unreached")
+STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")
 
 
 @dataclass
@@ -183,7 +183,7 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_nam
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out)."""
     out = []
     gg = _dot(grad, grad) if grad is not None else 0.0
-    for use in (u for u in trace.state.uses if u.serial == serial and serial is not None):
+    for use in graph.uses.get(serial, []):
         rec = trace.ops[use.op]
         if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue

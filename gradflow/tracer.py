@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
@@ -45,6 +44,19 @@ def user_line(start: int = 1) -> str | None:
 def _short(path: str) -> str:
     rel = os.path.relpath(path) if os.path.isabs(path) else path
     return path if rel.startswith("..") else rel
+
+
+def tensors_in(obj, out: list) -> list:
+    """Every tensor in args / kwargs / results (nested tuples, lists, dicts), in order."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            tensors_in(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            tensors_in(x, out)
+    return out
 
 
 def op_name(func) -> str:
@@ -126,7 +138,7 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
-        ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        ins = tensors_in(kwargs, tensors_in(args, []))
         if name in _FLAGS and ins:
             self.t._flag(name, ins[0], args, kwargs)
         in_rg = [a.requires_grad for a in ins]
@@ -191,7 +203,7 @@ class Trace:
         return s
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
-        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        outs = tensors_in(out, [])
         if not outs:
             return
         st = self.state
