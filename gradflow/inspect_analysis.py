@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .tracer import OpRecord, Trace, Use
 
+SHOWN_CUTS = ("detach", "no_grad", "inference_mode")  # user-made cuts ("nondiff" ops are not)
 CUT_TEXT = {
     "detach": "cut by `{op}`",
     "no_grad": "cut: `{op}` ran under torch.no_grad()",
@@ -94,6 +95,30 @@ class FlowGraph:
                         seen.add(o)
                         todo.append(o)
         return [cuts[i] for i in sorted(cuts)], reached
+
+
+    def cuts_by_leaf(self) -> dict[int, list[OpRecord]]:
+        """Per leaf: the detach / no_grad / inference_mode ops reaching the loss that its values flow into."""
+        out: dict[int, list[OpRecord]] = defaultdict(list)
+        for rec in self.ops:
+            if rec.cut in SHOWN_CUTS and any(o in self.to_loss for o in rec.outs):
+                for leaf in self._leaves_behind(rec):
+                    out[leaf].append(rec)
+        return out
+
+    def _leaves_behind(self, cut: OpRecord) -> list[int]:
+        """Leaves that reach this op's inputs through uncut ops run before it."""
+        seen, todo, found = set(cut.ins), list(cut.ins), []
+        while todo:
+            s = todo.pop()
+            if s in self.leaves:
+                found.append(s)
+                continue
+            for i in self.producers.get(s, ()):
+                if i < cut.index and not self.ops[i].cut:
+                    todo += [a for a in self.ops[i].ins if a not in seen]
+                    seen.update(self.ops[i].ins)
+        return found
 
 
 def cut_of(rec: OpRecord, module_name) -> Cut:

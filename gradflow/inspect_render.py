@@ -65,7 +65,7 @@ def rows(report: InspectReport, depth: int = 2, expand: bool = False, only_probl
             continue
         key = module_of(p.name, depth)
         single = expand or not key or len(p.routes) > 1
-        gk = (p.name,) if single else (key, p.status, p.reason)
+        gk = (p.name,) if single else (key, p.status, p.why)
         out.setdefault(gk, Row(p.name if single else key)).params.append(p)
     return list(out.values())
 
@@ -78,12 +78,11 @@ def _shape(row: Row) -> str:
 
 def _why(row: Row) -> Text:
     p = row.first
-    if p.reason:
-        return Text(p.reason)
+    parts = [p.why] if p.why else []
     if len(p.routes) > 1:
-        parts = [f"{r.module or f'{r.op} @ {r.line}'} {_pct(r.share)}" for r in p.routes]
-        return Text(f"{len(p.routes)} uses: " + ", ".join(parts))
-    return Text("")
+        routes = [f"{r.module or f'{r.op} @ {r.line}'} {_pct(r.share)}" for r in p.routes]
+        parts.append(f"{len(p.routes)} uses: " + ", ".join(routes))
+    return Text("; ".join(parts))
 
 
 def _pct(share: float | None) -> str:
@@ -140,7 +139,7 @@ def module_tree(report: InspectReport) -> Tree:
                 branches[path] = branches[".".join(parts[:i - 1])].add(Text(parts[i - 1], style="bold"))
         mark, style, _ = STATUS[p.status]
         leaf = Text.assemble((mark + " ", style), parts[-1])
-        if p.reason:
-            leaf.append(f"  {p.reason}", style="dim")
+        if p.why:
+            leaf.append(f"  {p.why}", style="dim")
         branches[".".join(parts[:-1])].add(leaf)
     return root

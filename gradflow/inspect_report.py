@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .errors import GradflowError, NoGradientError
-from .inspect_analysis import Cut, FlowGraph, frozen_reason, why_none
+from .inspect_analysis import Cut, FlowGraph, cut_of, frozen_reason, why_none
 from .result import SCHEMA_VERSION, dumps, to_jsonable
 from .tracer import Trace, TraceFailure
 
@@ -53,11 +53,19 @@ class ParamReport:
 
     @property
     def problem(self) -> bool:
-        return self.status != "live"
+        return self.status != "live" or bool(self.cuts)
+
+    @property
+    def why(self) -> str | None:
+        """The reason, or for a parameter that gets gradient on some paths only, where the others are cut."""
+        if self.status in ("live", "zero") and self.cuts:
+            also = "partly cut: " + "; ".join(c.describe() for c in self.cuts)
+            return f"{self.reason}; {also}" if self.reason else also
+        return self.reason
 
     def to_dict(self) -> dict:
         return {"name": self.name, "aliases": self.aliases, "shape": self.shape, "numel": self.numel,
-                "requires_grad": self.requires_grad, "status": self.status, "reason": self.reason,
+                "requires_grad": self.requires_grad, "status": self.status, "reason": self.why,
                 "grad_is_none": self.grad is None, "grad_norm": _num(self.grad_norm),
                 "routes": [r.to_dict() for r in self.routes], "cuts": [c.to_dict() for c in self.cuts]}
 
@@ -196,7 +204,7 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_nam
     return out
 
 
-def _param_report(trace, graph, name, tensors, grad, module_name) -> ParamReport:
+def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> ParamReport:
     t = tensors[0]
     serial = trace.serial(t, create=False)
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
@@ -210,7 +218,9 @@ def _param_report(trace, graph, name, tensors, grad, module_name) -> ParamReport
         if p.grad_norm == 0.0:
             p.status, p.reason = "zero", ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
                                     "(multiplied by 0? a dead ReLU? a mask?)")
-    p.routes = _routes(trace, graph, serial, grad, module_name) if p.status in ("live", "zero") else []
+    if p.status in ("live", "zero"):
+        p.routes = _routes(trace, graph, serial, grad, module_name)
+        p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]
     return p
 
 
@@ -224,7 +234,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
     leaf_serials = {s for s in (trace.serial(t, create=False) for t in tensors) if s is not None}
     graph = FlowGraph(trace, trace.serial(loss, create=False), leaf_serials)
     module_name = module_names.get
-    params_out = [_param_report(trace, graph, name, vals, g, module_name)
+    partial = graph.cuts_by_leaf()
+    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial)
                   for (name, vals), g in zip(named.items(), grads)]
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})

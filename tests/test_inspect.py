@@ -154,6 +154,28 @@ def test_tied_weights_flow_from_each_use_matches_finite_differences():
     assert sum(u.share for u in p.routes) == pytest.approx(1.0, abs=1e-12)
 
 
+class HalfDetached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2, bias=False)
+
+    def forward(self, x):
+        h = self.a(x)
+        return h * h.detach()  # <half>
+
+
+def test_partly_cut_parameter_is_live_but_names_the_cut():
+    m = HalfDetached().double()
+    x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    r = run(m, x)
+    p = r.param("a.weight")
+    assert p.status == "live" and p.problem and [c.kind for c in p.cuts] == ["detach"]
+    assert p.why.startswith("partly cut: cut by `detach()` at") and p.why.endswith(line_of("half") + " (in HalfDetached)")
+    # only the undetached factor carries gradient: d/dW sum(h * const) = const_i * x_j with const = h
+    h = (m.a.weight.detach() @ x.T).flatten()
+    torch.testing.assert_close(p.grad, torch.outer(h, x.flatten()), rtol=0, atol=1e-12)
+
+
 class Zeroed(nn.Module):
     def __init__(self):
         super().__init__()
