@@ -2,10 +2,12 @@
 
 The user's file is imported (running it is the point) and FUNCTION is called with
 no arguments inside `gradflow.trace()`; it returns a loss, or (loss, model), or
-(loss, {name: tensor}). torch is imported only when the command runs.
+(loss, {name: tensor}). Whatever the user's code prints goes to stderr, so stdout
+holds only the report. torch is imported only when the command runs.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -63,7 +65,8 @@ def load_function(path: Path, name: str):
     sys.modules[spec.name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        spec.loader.exec_module(module)
+        with contextlib.redirect_stdout(sys.stderr):  # the user's prints must not mix into --json
+            spec.loader.exec_module(module)
     except Exception as err:
         raise _raised(f"importing {path}", err) from None
     func = getattr(module, name, None)
@@ -86,7 +89,7 @@ def run_function(func, name: str):
                               hint="wrap it: def main(): return loss_fn(build_model(), make_batch())")
     t = trace()
     try:
-        with t:
+        with t, contextlib.redirect_stdout(sys.stderr):
             value = func()
     except Exception as err:
         if t.failure is not None:

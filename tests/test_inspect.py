@@ -286,6 +286,7 @@ def build():
 
 def good():
     m = build()
+    print("epoch 1")  # goes to stderr: stdout stays valid JSON
     return m(torch.ones(2, 3)).mean(), m
 
 def loss_only():
@@ -319,7 +320,9 @@ def user_file(tmp_path):
 def test_cli_table_json_graph(cli, user_file):
     r = cli("inspect", f"{user_file}:good")
     assert r.exit_code == 0 and "0.*" in r.stdout and "gets gradient" in r.stdout
-    d = json.loads(cli("inspect", f"{user_file}:good", "--json").stdout)
+    r = cli("inspect", f"{user_file}:good", "--json")
+    d = json.loads(r.stdout)
+    assert "epoch 1" in r.stderr
     assert [p["status"] for p in d["params"]] == ["live"] * 4
     assert cli("inspect", f"{user_file}:good", "--graph", "dot").stdout.startswith("digraph")
     assert cli("inspect", f"{user_file}:good", "--graph", "mermaid").stdout.startswith("flowchart LR")
