@@ -226,6 +226,9 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> Pa
 
 def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False) -> InspectReport:
     check_loss(loss)
+    if trace.serial(loss, create=False) is None:
+        raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
+                            hint="compute it inside the block: with gradflow.trace() as t: loss = model(x).mean()")
     named, module_names = resolve_params(trace, params)
     for use in trace.state.uses:
         use.flow = None

@@ -243,16 +243,19 @@ def test_trace_does_not_change_results_and_dict_params():
     ref = m(X)
     with gradflow.trace() as t:
         out = m(X)
+        loss = out.sum()
     assert torch.equal(ref, out)
-    r = t.explain(out.sum(), params={"w": m.a.weight})
+    r = t.explain(loss, params={"w": m.a.weight})
     assert [p.name for p in r.params] == ["w"] and r.param("w").status == "live"
 
 
-def test_non_scalar_loss_is_a_clear_error():
+def test_non_scalar_or_untraced_loss_is_a_clear_error():
     with gradflow.trace() as t:
         out = Two()(X)
     with pytest.raises(gradflow.GradflowError, match="scalar"):
         t.explain(out)
+    with pytest.raises(gradflow.GradflowError, match="not computed inside this trace"):
+        t.explain(Two()(X).sum())
 
 
 def test_transformer_block_tied_embedding_routes_add_up():
