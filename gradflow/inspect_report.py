@@ -16,6 +16,8 @@ from .inspect_analysis import Cut, FlowGraph, cut_of, frozen_reason, why_none
 from .result import SCHEMA_VERSION, dumps, to_jsonable
 from .tracer import Trace, TraceFailure
 
+ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
+               "(multiplied by 0? a dead ReLU? a mask?)")
 STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")
 
 
@@ -216,8 +218,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> Pa
     else:
         p.grad_norm = float(torch.linalg.vector_norm(grad))
         if p.grad_norm == 0.0:
-            p.status, p.reason = "zero", ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
-                                    "(multiplied by 0? a dead ReLU? a mask?)")
+            p.status, p.reason = "zero", ZERO_REASON
     if p.status in ("live", "zero"):
         p.routes = _routes(trace, graph, serial, grad, module_name)
         p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]

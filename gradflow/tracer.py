@@ -162,6 +162,7 @@ class Trace:
         self._next = 0
         self._mode = _Mode(self)
         self._hooks = []
+        self._failed_with: BaseException | None = None
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> "Trace":
@@ -176,10 +177,18 @@ class Trace:
         self._mode.__exit__(exc_type, exc, tb)
         for h in self._hooks:
             h.remove()
-        failure = self.state.failure
-        if failure is not None and exc is not None and hasattr(exc, "add_note"):
+        failure = self.failure_of(exc)
+        if failure is not None and hasattr(exc, "add_note"):
             exc.add_note(f"gradflow: {failure.describe()}")
         return False
+
+    def failure_of(self, exc: BaseException | None) -> TraceFailure | None:
+        """The recorded inference-tensor failure if `exc` is (or was raised from) torch's error for it."""
+        while exc is not None:
+            if exc is self._failed_with:
+                return self.state.failure
+            exc = exc.__cause__ or exc.__context__
+        return None
 
     def _enter_module(self, module, args):
         st = self.state
@@ -237,6 +246,7 @@ class Trace:
         bad = [a for a in ins if a.is_inference()]
         if not bad or torch.is_inference_mode_enabled() or self.state.failure is not None:
             return
+        self._failed_with = err
         origin = self.producer(self.serial(bad[0], create=False))
         self.state.failure = TraceFailure(str(err).split("\n")[0], name, user_line(),
                                           origin.name if origin else None, origin.line if origin else None)
