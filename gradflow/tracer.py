@@ -15,6 +15,7 @@ user's code are unchanged: every call runs as it would without the trace.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ def user_line(start: int = 1) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=512)
 def _short(path: str) -> str:
     rel = os.path.relpath(path) if os.path.isabs(path) else path
     return path if rel.startswith("..") else rel
