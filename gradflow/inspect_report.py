@@ -197,8 +197,7 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_nam
         rec = trace.ops[use.op]
         if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        r = Route(rec.name, rec.line, module_name(rec.module), use.flow, cut=rec.cut or
-                  (None if rec.grad_enabled else "no_grad"))
+        r = Route(rec.name, rec.line, module_name(rec.module), use.flow, cut=rec.cut)
         if use.flow is not None:
             r.norm = float(torch.linalg.vector_norm(use.flow))
             r.share = _dot(use.flow, grad) / gg if gg > 0 else None

@@ -42,6 +42,19 @@ def user_line(start: int = 1) -> str | None:
     return None
 
 
+_FUNCTION_PY = os.path.join("torch", "autograd", "function.py")
+
+
+def in_custom_function() -> bool:
+    """Is a custom torch.autograd.Function's forward running? (It runs with grad off, but is no cut.)"""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_PY):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @functools.lru_cache(maxsize=512)
 def _short(path: str) -> str:
     rel = os.path.relpath(path) if os.path.isabs(path) else path
@@ -225,6 +238,8 @@ class Trace:
         if any(in_rg) and not any(o.requires_grad for o in outs):
             rec.cut = "detach" if name in _DETACH else "inference_mode" if inference else \
                 "no_grad" if not grad_on else "nondiff"
+            if rec.cut == "no_grad" and in_custom_function():
+                rec.cut = None  # the Function's own backward carries the gradient
         leaves = [a for a, rg in zip(ins, in_rg) if rg and a.is_leaf and not any(a is o for o in outs)]
         if rec.cut or leaves or inference or rec.module is None:
             rec.line = user_line()

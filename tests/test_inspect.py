@@ -176,6 +176,29 @@ def test_partly_cut_parameter_is_live_but_names_the_cut():
     torch.testing.assert_close(p.grad, torch.outer(h, x.flatten()), rtol=0, atol=1e-12)
 
 
+class Squash(torch.autograd.Function):
+    """x * w * w with its own backward: its forward runs with grad off, which is no cut."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w * w, (g * x * 2 * w).sum(0)
+
+
+def test_custom_autograd_function_is_not_mistaken_for_a_cut():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gradflow.trace() as t:
+        loss = Squash.apply(torch.ones(3, 2), w).sum()
+    p = t.explain(loss, params={"w": w}).param("w")
+    assert (p.status, p.cuts, p.why) == ("live", [], None)
+    assert p.grad.tolist() == [6.0, 12.0]  # d/dw sum over 3 rows of w^2 = 3 * 2w
+
+
 class Zeroed(nn.Module):
     def __init__(self):
         super().__init__()
