@@ -13,15 +13,17 @@ import inspect
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from .cli import DebugOpt, JsonOpt, app, consoles, guarded
+from .cli_graph import OutOpt
 from .errors import GradflowError, ValueInputError
 
-GRAPHS = ("tree", "dot", "mermaid")
+GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
 TargetArg = Annotated[str, typer.Argument(help="FILE.py:FUNCTION — FUNCTION takes no arguments and returns "
                                                "a loss, (loss, model) or (loss, {name: tensor}).",
                                           show_default=False)]
@@ -29,7 +31,8 @@ OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show onl
                                                                        "(or an exactly zero) gradient.")]
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
 DepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Fold parameters by module path up to this depth.")]
-GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Print a picture instead: tree, dot or mermaid.")]
+GraphOpt = Annotated[Optional[str], typer.Option(
+    "--graph", help="A picture instead of the table: tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
 
 
 def split_target(target: str) -> tuple[Path, str]:
@@ -99,42 +102,67 @@ def run_function(func, name: str):
     return t, loss, params
 
 
-def _emit(report, json_: bool, graph: str | None, depth: int, expand: bool, only_problems: bool):
+@dataclass
+class Opts:
+    json_: bool = False
+    only_problems: bool = False
+    expand: bool = False
+    depth: int = 2
+    graph: str | None = None
+    output: Path | None = None
+
+
+def _emit(report, o: Opts):
     """Print the report; a reader that stops early (`| head`) ends the output quietly."""
     try:
-        _emit_to_stdout(report, json_, graph, depth, expand, only_problems)
+        _emit_to_stdout(report, o)
     except BrokenPipeError:  # Python docs, "Note on SIGPIPE": no further writes to the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _emit_to_stdout(report, json_: bool, graph: str | None, depth: int, expand: bool, only_problems: bool):
-    if json_:
-        print(report.to_json(), flush=True)
-    elif graph in ("dot", "mermaid"):
-        from .inspect_graph import to_dot, to_mermaid
+def _picture(report, o: Opts):
+    """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does)."""
+    from .cli_graph import _write, graphviz
+    from .inspect_graph import to_dot, to_mermaid
 
-        for line in (to_dot if graph == "dot" else to_mermaid)(report, depth).splitlines():
+    text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
+    if o.graph in ("svg", "png"):
+        _write(graphviz(text, o.graph), o.output)
+    elif o.output is not None:
+        _write(text + "\n", o.output)
+    else:
+        for line in text.splitlines():
             print(line, flush=True)
-    elif graph == "tree":
+
+
+def _emit_to_stdout(report, o: Opts):
+    if o.json_:
+        print(report.to_json(), flush=True)
+    elif o.graph in ("dot", "mermaid", "svg", "png"):
+        _picture(report, o)
+    elif o.graph == "tree":
         from .inspect_render import module_tree
 
         consoles()[0].print(module_tree(report))
     else:
         from .inspect_render import print_report
 
-        print_report(report, consoles()[0], depth, expand, only_problems)
+        print_report(report, consoles()[0], o.depth, o.expand, o.only_problems)
 
 
 @app.command("inspect")
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
-                expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, debug: DebugOpt = False):
+                expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
+                debug: DebugOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not.
 
     Example: gradflow inspect examples/frozen_encoder.py:main
     """
+    o = Opts(json_, only_problems, expand, depth, graph, output)
+
     def body() -> int:
         try:
-            return _inspect(target, json_, only_problems, expand, depth, graph)
+            return _inspect(target, o)
         except GradflowError as err:
             if not json_ or debug:
                 raise
@@ -152,21 +180,26 @@ def _json_error(err: GradflowError) -> int:
     return int(err.exit_code)
 
 
-def _inspect(target: str, json_: bool, only_problems: bool, expand: bool, depth: int, graph: str | None) -> int:
-    """The command's work: load, trace, explain, print; returns the exit code."""
-    if graph is not None and graph not in GRAPHS:
-        raise ValueInputError("usage", f"unknown --graph format '{graph}'", hint="use tree, dot or mermaid")
-    if graph is not None and json_:
+def _check_options(o: Opts):
+    if o.graph is not None and o.graph not in GRAPHS:
+        raise ValueInputError("usage", f"unknown --graph format '{o.graph}'", hint="use " + ", ".join(GRAPHS))
+    if o.graph is not None and o.json_:
         raise ValueInputError("usage", "give either --json or --graph, not both")
+    if o.output is not None and o.graph in (None, "tree"):
+        raise ValueInputError("usage", "--output writes a picture: use it with --graph dot, mermaid, svg or png")
+
+
+def _inspect(target: str, o: Opts) -> int:
+    """The command's work: load, trace, explain, print; returns the exit code."""
+    _check_options(o)
     path, name = split_target(target)
     func = load_function(path, name)
     t, loss, params = run_function(func, name)
     report = t.explain(loss, params=params)
-    _emit(report, json_, graph, depth, expand, only_problems)
+    _emit(report, o)
     if report.error is not None:
         from .render import print_error
 
         print_error(report.error, consoles()[1])
         return int(report.error.exit_code)
     return 0
-

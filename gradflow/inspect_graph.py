@@ -132,7 +132,7 @@ def to_mermaid(report: InspectReport, depth: int = 2) -> str:
     ids = _ids(pic)
     lines = ["flowchart LR"]
     for key, label in pic.labels.items():
-        text = label.replace('"', "#quot;").replace("\n", "<br/>")
+        text = label.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;").replace("\n", "<br/>")
         shape = ('{{"', '"}}') if pic.kinds[key] == "cutop" else (('(["', '"])') if pic.kinds[key] == "loss"
                                                                else ('["', '"]'))
         lines.append(f"  {ids[key]}{shape[0]}{text}{shape[1]}")

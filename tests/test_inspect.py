@@ -6,6 +6,7 @@ finite differences in float64 or hand-derived values.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -366,6 +367,15 @@ def test_cli_pictures_show_the_cut_with_its_line(cli, user_file):
     assert 'shape=octagon' in dot and "style=dashed" in dot and dot.rstrip().endswith("}")
     tree = cli("inspect", f"{user_file}:good", "--graph", "tree").stdout
     assert "├── 0" in tree and "● weight" in tree
+
+
+def test_cli_svg_through_graphviz_and_output_needs_a_picture(cli, user_file, tmp_path):
+    r = cli("inspect", f"{user_file}:good", "-o", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "--output writes a picture" in r.stderr
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz not installed")
+    assert cli("inspect", f"{user_file}:good", "--graph", "svg", "-o", str(tmp_path / "g.svg")).exit_code == 0
+    assert "<svg" in (tmp_path / "g.svg").read_text()
 
 
 def test_explain_after_backward_is_a_clear_error():
