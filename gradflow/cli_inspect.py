@@ -45,11 +45,10 @@ def split_target(target: str) -> tuple[Path, str]:
 
 def _user_frame(tb) -> str:
     """`file:line` of the innermost traceback frame in the user's code."""
-    from .tracer import _SKIP_DIRS, _short
+    from .userframe import short_path, user_code
 
-    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(_SKIP_DIRS)
-              and not f.filename.startswith("<frozen")]
-    return f" (at {_short(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    frames = [f for f in traceback.extract_tb(tb) if user_code(f.filename)]
+    return f" (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
 
 
 def _raised(what: str, err: BaseException) -> GradflowError:

@@ -15,9 +15,6 @@ user's code are unchanged: every call runs as it would without the trace.
 """
 from __future__ import annotations
 
-import functools
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,40 +22,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+from .userframe import in_custom_function, user_line
+
 _DETACH = {"detach", "detach_", "data"}
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
-
-
-def user_line(start: int = 1) -> str | None:
-    """`file:line` of the innermost frame outside torch and gradflow (the user's code)."""
-    frame = sys._getframe(start)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_SKIP_DIRS) and not name.startswith("<frozen"):
-            return f"{_short(name)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
-_FUNCTION_PY = os.path.join("torch", "autograd", "function.py")
-
-
-def in_custom_function() -> bool:
-    """Is a custom torch.autograd.Function's forward running? (It runs with grad off, but is no cut.)"""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_PY):
-            return True
-        frame = frame.f_back
-    return False
-
-
-@functools.lru_cache(maxsize=512)
-def _short(path: str) -> str:
-    rel = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if rel.startswith("..") else rel
 
 
 def tensors_in(obj, out: list) -> list:
