@@ -1,4 +1,4 @@
-"""A small classifier whose pretrained encoder is meant to be frozen — with two bugs.
+"""A small classifier whose pretrained encoder is meant to be frozen — with three bugs.
 
     gradflow inspect examples/frozen_encoder.py:main
 """
@@ -10,10 +10,11 @@ class Encoder(nn.Module):
     def __init__(self, d: int):
         super().__init__()
         self.layer1 = nn.Linear(d, d)
+        self.norm = nn.BatchNorm1d(d)
         self.layer2 = nn.Linear(d, d)
 
     def forward(self, x):
-        return torch.relu(self.layer2(torch.relu(self.layer1(x))))
+        return torch.relu(self.layer2(torch.relu(self.norm(self.layer1(x)))))
 
 
 class Classifier(nn.Module):
@@ -33,7 +34,7 @@ class Classifier(nn.Module):
 def main():
     torch.manual_seed(0)
     model = Classifier()
-    model.encoder.requires_grad_(False)  # freeze the pretrained encoder (on purpose)
+    model.encoder.requires_grad_(False)  # freeze the pretrained encoder (on purpose; but not .eval())
     x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
     loss = nn.functional.cross_entropy(model(x), y)
     return loss, model

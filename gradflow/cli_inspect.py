@@ -146,7 +146,7 @@ def _emit_to_stdout(report, o: Opts):
     else:
         from .inspect_render import print_report
 
-        print_report(report, consoles()[0], o.depth, o.expand, o.only_problems)
+        print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
 
 
 @app.command("inspect")

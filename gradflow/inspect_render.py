@@ -118,13 +118,15 @@ def legend(report: InspectReport) -> Text:
     return Text("  ".join(f"{STATUS[s][0]} {STATUS[s][2]}" for s in STATUS if s in seen), style="dim")
 
 
-def print_report(report: InspectReport, out: Console, depth: int = 2, expand: bool = False,
+def print_report(report: InspectReport, out: Console, err: Console, depth: int = 2, expand: bool = False,
                  only_problems: bool = False):
     if only_problems and not report.problems:
         out.print(Text(f"loss = {format_number(float(report.loss.detach()))}  ·  every parameter gets a "
                        f"non-zero gradient ({len(report.params)} tensors)", style="green"))
-        return
-    out.print(Group(param_table(report, depth, expand, only_problems), legend(report)))
+    else:
+        out.print(Group(param_table(report, depth, expand, only_problems), legend(report)))
+    for w in report.warnings:
+        err.print(Text(f"warning: {w}", style="yellow"))
 
 
 def module_tree(report: InspectReport) -> Tree:

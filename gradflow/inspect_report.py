@@ -80,6 +80,7 @@ class InspectReport:
     graph: FlowGraph | None = None  # for pictures; not in JSON
     module_names: dict[int, str] = field(default_factory=dict)
     use_ops: set[int] = field(default_factory=set)  # indices of ops that used a parameter
+    warnings: list[str] = field(default_factory=list)
 
     def param(self, name: str) -> ParamReport:
         for p in self.params:
@@ -95,7 +96,7 @@ class InspectReport:
         counts = {s: sum(p.status == s for p in self.params) for s in STATUSES}
         return {"schema": SCHEMA_VERSION, "loss": to_jsonable(self.loss.detach()),
                 "loss_requires_grad": bool(self.loss.requires_grad), "counts": counts,
-                "params": [p.to_dict() for p in self.params],
+                "params": [p.to_dict() for p in self.params], "warnings": list(self.warnings),
                 "error": None if self.error is None else self.error.to_dict()}
 
     def to_json(self, **kw) -> str:
@@ -242,9 +243,22 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
                   for (name, vals), g in zip(named.items(), grads)]
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
+    report.warnings = frozen_but_changing(trace, module_names)
     if not loss.requires_grad:
         report.error = no_gradient_error(report)
     return report
+
+
+def frozen_but_changing(trace: Trace, module_names: dict[int, str]) -> list[str]:
+    """Frozen norm layers that ran in training mode: their running statistics changed anyway."""
+    out = []
+    for key, module in trace.state.stats_updated.items():
+        own = list(module.parameters(recurse=False))
+        if own and not any(p.requires_grad for p in own):
+            name = module_names.get(key, type(module).__name__)
+            out.append(f"{name} is frozen (requires_grad=False) but ran in training mode, so this forward "
+                       f"updated its running_mean/running_var: call .eval() on it to keep it fixed")
+    return out
 
 
 def no_gradient_error(report: InspectReport) -> NoGradientError:

@@ -111,6 +111,7 @@ class TraceState:
     modules: dict[int, Any] = field(default_factory=dict)  # id -> module (kept alive by the model)
     roots: list[Any] = field(default_factory=list)  # modules called from outside any module
     stack: list[Any] = field(default_factory=list)
+    stats_updated: dict[int, Any] = field(default_factory=dict)  # norm layers run in training mode
 
 
 class _Mode(TorchFunctionMode):
@@ -179,6 +180,8 @@ class Trace:
             st.roots.append(module)
         st.modules[id(module)] = module
         st.stack.append(module)
+        if module.training and getattr(module, "running_mean", None) is not None:
+            st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
 
     def _leave_module(self, module, args, output):
         st = self.state

@@ -209,6 +209,17 @@ class Zeroed(nn.Module):
         return self.z(x) * 0 + x.sum(1, keepdim=True)
 
 
+def test_frozen_batchnorm_in_training_mode_is_still_changing():
+    m = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Linear(3, 1))
+    m[1].requires_grad_(False)
+    before = m[1].running_mean.clone()
+    r = run(m, X)
+    assert not torch.equal(before, m[1].running_mean)  # the "frozen" layer did change
+    assert [w.split(" is frozen")[0] for w in r.warnings] == ["1"] and ".eval()" in r.warnings[0]
+    m[1].eval()
+    assert run(m, X).warnings == []
+
+
 def test_zero_gradient_is_told_apart_from_none():
     r = run(Zeroed(), X)
     z, n = r.param("z.weight"), r.param("n.weight")
@@ -415,6 +426,7 @@ def test_example_file_gives_the_documented_answer(cli):
     d = json.loads(cli("inspect", f"{example}:main", "--json").stdout)
     status = {p["name"]: p["status"] for p in d["params"]}
     assert status == {"encoder.layer1.weight": "frozen", "encoder.layer1.bias": "frozen",
+                      "encoder.norm.weight": "frozen", "encoder.norm.bias": "frozen",
                       "encoder.layer2.weight": "frozen", "encoder.layer2.bias": "frozen",
                       "adapter.weight": "cut", "adapter.bias": "cut", "head.weight": "live",
                       "head.bias": "live", "aux_head.weight": "unused", "aux_head.bias": "unused"}
