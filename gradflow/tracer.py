@@ -198,7 +198,7 @@ class Trace:
         return s
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
-        outs = tensors_in(out, [])
+        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
         if not outs:
             return
         st = self.state

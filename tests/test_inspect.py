@@ -273,6 +273,18 @@ def test_routes_leave_out_earlier_forwards_and_stray_leaves_are_named():
     assert [u.flow.tolist() for u in p.routes] == [[2.0, 4.0], [3.0, 3.0]]
 
 
+def test_setitem_into_a_buffer_keeps_the_data_flow():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gradflow.trace() as t:
+        buf = torch.zeros(2, 2)
+        buf[0] = (w * 3).detach()  # <setitem_cut>
+        buf[1] = w * 4
+        loss = buf.sum()
+    p = t.explain(loss, params={"w": w}).param("w")
+    assert p.grad.tolist() == [4.0, 4.0] and [c.kind for c in p.cuts] == ["detach"]
+    assert p.cuts[0].line.endswith(line_of("setitem_cut"))
+
+
 def test_trace_does_not_change_results_and_dict_params():
     m = Two("unused_branch")
     ref = m(X)
@@ -430,6 +442,7 @@ def test_example_file_gives_the_documented_answer(cli):
                       "encoder.layer2.weight": "frozen", "encoder.layer2.bias": "frozen",
                       "adapter.weight": "cut", "adapter.bias": "cut", "head.weight": "live",
                       "head.bias": "live", "aux_head.weight": "unused", "aux_head.bias": "unused"}
+    assert [w.split(" is frozen")[0] for w in d["warnings"]] == ["encoder.norm"]
 
 
 def test_cli_picture_into_a_closed_pipe_ends_quietly():
