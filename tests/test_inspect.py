@@ -452,3 +452,21 @@ def test_cli_picture_into_a_closed_pipe_ends_quietly():
     r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env,
                        cwd=HERE.parent.parent)
     assert (r.returncode, r.stdout, r.stderr) == (0, "digraph gradflow {\n", "")
+
+
+def test_table_folds_by_module_depth_and_filters_problems(cli):
+    from gradflow.inspect_render import rows
+
+    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    sys.path.insert(0, str(example.parent))
+    from frozen_encoder import main
+
+    with gradflow.trace() as t:
+        loss, model = main()
+    r = t.explain(loss, params=model)
+    assert [row.label for row in rows(r, depth=1)] == ["encoder.*", "adapter.*", "head.*", "aux_head.*"]
+    assert len(rows(r, expand=True)) == len(r.params) == 12
+    assert [row.label for row in rows(r, only_problems=True)] == [
+        "encoder.layer1.*", "encoder.norm.*", "encoder.layer2.*", "adapter.*", "aux_head.*"]
+    out = cli("inspect", f"{example}:main", "--only-problems").stdout
+    assert "adapter.*" in out and "head.*" not in out.replace("aux_head.*", "")
