@@ -182,7 +182,12 @@ def _backward(loss, tensors: list, retain_graph: bool) -> list:
             raise
         raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
                             hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
-    return [next(grads) if t.requires_grad else None for t in tensors]
+    return [_dense(next(grads)) if t.requires_grad else None for t in tensors]
+
+
+def _dense(t):
+    """Sparse gradients (nn.Embedding(sparse=True)) as dense tensors for norms and shares."""
+    return t.to_dense() if t is not None and t.is_sparse else t
 
 
 def _dot(a, b) -> float:
@@ -198,10 +203,10 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_nam
         rec = trace.ops[use.op]
         if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        r = Route(rec.name, rec.line, module_name(rec.module), use.flow, cut=rec.cut)
-        if use.flow is not None:
-            r.norm = float(torch.linalg.vector_norm(use.flow))
-            r.share = _dot(use.flow, grad) / gg if gg > 0 else None
+        r = Route(rec.name, rec.line, module_name(rec.module), _dense(use.flow), cut=rec.cut)
+        if r.flow is not None:
+            r.norm = float(torch.linalg.vector_norm(r.flow))
+            r.share = _dot(r.flow, grad) / gg if gg > 0 else None
         out.append(r)
     return out
 

@@ -470,3 +470,12 @@ def test_table_folds_by_module_depth_and_filters_problems(cli):
         "encoder.layer1.*", "encoder.norm.*", "encoder.layer2.*", "adapter.*", "aux_head.*"]
     out = cli("inspect", f"{example}:main", "--only-problems").stdout
     assert "adapter.*" in out and "head.*" not in out.replace("aux_head.*", "")
+
+
+def test_sparse_embedding_gradient():
+    e = nn.Embedding(10, 3, sparse=True)
+    with gradflow.trace() as t:
+        loss = e(torch.tensor([1, 2, 2])).sum()
+    p = t.explain(loss, params=e).param("weight")
+    # row 1 read once, row 2 twice: |grad|^2 = 3 * 1^2 + 3 * 2^2 = 15
+    assert p.status == "live" and p.grad_norm == pytest.approx(15 ** 0.5) and p.routes[0].share == 1.0
