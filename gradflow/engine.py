@@ -94,6 +94,9 @@ class _Run:
             with _context(node.mode):
                 return torch.tensor(node.value, dtype=self.dtype, device=self.device)
         args = self.inputs(node)
+        exponent = self.g.nodes[node.args[-1]]
+        if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
+            args[1] = exponent.value
         if node.op == "detach":
             return args[0].detach()
         if node.op in _IDENTITY:
