@@ -479,3 +479,18 @@ def test_sparse_embedding_gradient():
     p = t.explain(loss, params=e).param("weight")
     # row 1 read once, row 2 twice: |grad|^2 = 3 * 1^2 + 3 * 2^2 = 15
     assert p.status == "live" and p.grad_norm == pytest.approx(15 ** 0.5) and p.routes[0].share == 1.0
+
+
+def test_readme_inspect_example_is_real_output(monkeypatch):
+    from typer.testing import CliRunner
+
+    from gradflow.cli import app
+
+    root = HERE.parent.parent
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("\n## Inspect real PyTorch code"):]
+    block = section.split("```\n$ COLUMNS=100 gradflow inspect examples/frozen_encoder.py:main\n")[1].split("```")[0]
+    monkeypatch.chdir(root)
+    res = CliRunner().invoke(app, ["inspect", "examples/frozen_encoder.py:main"], env={"COLUMNS": "100"})
+    strip = lambda text: [line.rstrip() for line in text.splitlines()]  # noqa: E731
+    assert strip(res.stdout + res.stderr) == strip(block)
