@@ -72,12 +72,14 @@ class _Run:
         return t.requires_grad_(node.names[0] in self.wrt)
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
-        tracked = node.mode is None and node.op != "detach" and torch.is_grad_enabled()
+        # An identity wrapper runs no operation, so even inside a region it cuts nothing.
+        identity = node.op in _IDENTITY
+        tracked = identity or (node.mode is None and node.op != "detach" and torch.is_grad_enabled())
         out = []
         for pos, a in enumerate(node.args):
             src = self.t[a]
             edge = EdgeResult(a, node.id, pos)
-            if src.requires_grad and tracked and node.op not in _IDENTITY:
+            if src.requires_grad and tracked and not identity:
                 src = src.view_as(src)
                 src.retain_grad()
                 self.aliases[len(self.edges)] = src
