@@ -208,4 +208,6 @@ def test_nested_identity_wrappers_cut_nothing():
     r = explain("no_grad(no_grad(x))*3", x=2)
     assert r.grad("x") == 3.0
     assert not any(e.cut for e in r.edges)
+    assert all(n.status in ("live", "off") for n in r.nodes)
+    assert r.node("no_grad(x)").grad.item() == 3.0
     assert sum(w.kind == "identity_cut" for w in r.warnings) >= 1
