@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "check", "hessian", "whatif", "compare", "parse", "GradflowError", "ParseError",
+__all__ = ["explain", "check", "hessian", "trace", "whatif", "compare", "parse", "GradflowError", "ParseError",
            "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 try:
@@ -21,7 +21,7 @@ except Exception:  # not installed (running from a source tree)
     __version__ = "0+unknown"
 
 _LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
-         "hessian": "secondorder", "whatif": "scenarios", "compare": "comparison"}
+         "hessian": "secondorder", "trace": "tracer", "whatif": "scenarios", "compare": "comparison"}
 
 
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap

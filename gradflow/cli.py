@@ -236,4 +236,5 @@ def run():  # console-script entry point
 
 
 from . import cli_graph  # noqa: E402,F401
+from . import cli_inspect  # noqa: E402,F401
 from . import cli_why  # noqa: E402,F401

@@ -201,3 +201,13 @@ def test_value_errors():
 def test_values_for_names_that_clash_with_parameters():
     r = explain("wrt*x + dtype", x=2, values={"wrt": 3, "dtype": 1})
     assert r.grad("x") == 3.0
+
+
+def test_nested_identity_wrappers_cut_nothing():
+    # no_grad(no_grad(x)) runs no operation at all: torch hands back x itself, so d(3x)/dx = 3 flows
+    r = explain("no_grad(no_grad(x))*3", x=2)
+    assert r.grad("x") == 3.0
+    assert not any(e.cut for e in r.edges)
+    assert all(n.status in ("live", "off") for n in r.nodes)
+    assert r.node("no_grad(x)").grad.item() == 3.0
+    assert sum(w.kind == "identity_cut" for w in r.warnings) >= 1
