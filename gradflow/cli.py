@@ -182,3 +182,4 @@ def ops_cmd(json_: JsonOpt = False):
 
 def run():  # console-script entry point
     app(prog_name="gradflow")
+from . import cli_batch  # noqa: E402,F401
