@@ -183,3 +183,6 @@ def ops_cmd(json_: JsonOpt = False):
 def run():  # console-script entry point
     app(prog_name="gradflow")
 from . import cli_batch  # noqa: E402,F401
+from .typer_fast import install as _fast_typer  # noqa: E402
+
+_fast_typer()
