@@ -56,11 +56,25 @@ def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -
     return t.detach().clone()
 
 
+def _single_use(graph: Graph) -> list[bool]:
+    """Per node: used exactly once (and no flag, no identity wrapper), so that one edge carries
+    exactly the node's own grad and needs no alias of its own."""
+    uses = [0] * len(graph.nodes)
+    for n in graph.nodes:
+        for a in n.args:
+            uses[a] += 1
+    flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
+    return [u == 1 and n.op not in _IDENTITY and n.id not in flagged for n, u in zip(graph.nodes, uses)]
+
+
 class _Run:
     """One evaluation: tensors by node id, edge aliases, flags set, warnings."""
 
-    def __init__(self, graph: Graph, wrt: list[str], dtype, device):
+    def __init__(self, graph: Graph, wrt: list[str], dtype, device, measure_edges: bool = True):
         self.g, self.wrt, self.dtype, self.device = graph, wrt, dtype, device
+        self.measure_edges = measure_edges
+        self.single = _single_use(graph)
+        self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
@@ -78,9 +92,12 @@ class _Run:
             src = self.t[a]
             edge = EdgeResult(a, node.id, pos)
             if src.requires_grad and tracked and node.op not in _IDENTITY:
-                src = src.view_as(src)
-                src.retain_grad()
-                self.aliases[len(self.edges)] = src
+                if self.single[a]:
+                    self.same_as_src.add(len(self.edges))
+                elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
+                    src = src.view_as(src)
+                    src.retain_grad()
+                    self.aliases[len(self.edges)] = src
             elif src.requires_grad and not tracked:
                 edge.cut = True
             self.edges.append(edge)
@@ -193,7 +210,7 @@ def _results(run: _Run) -> list[NodeResult]:
                                 _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
     for i, e in enumerate(run.edges):
         alias = run.aliases.get(i)
-        e.flow = alias.grad if alias is not None else None
+        e.flow = alias.grad if alias is not None else (nodes[e.src].grad if i in run.same_as_src else None)
     for n in nodes:  # identity wrappers share their argument's tensor: sum their own out-flows
         if n.op in _IDENTITY:
             n.grad = _sum([e.flow for e in run.edges if e.src == n.id])
@@ -209,10 +226,10 @@ def _sum(flows):
 
 
 def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
-             device: str = "cpu") -> Explanation:
+             device: str = "cpu", measure_edges: bool = True) -> Explanation:
     """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
     a program whose output cannot be differentiated returns with `.error` set."""
-    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device))
+    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device), measure_edges)
     run.run(values)
     out = _check_output(run)
     error = _backward(out, graph)
