@@ -1,6 +1,7 @@
 """`gradflow batch`: many programs in one process, JSON Lines out (see gradflow.batch)."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -93,6 +94,8 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
             if not _write(dumps(rec)):
                 return int(ExitCode.OK)
             done, failed = done + 1, failed + (rec["error"] is not None)
+            if done == 1:
+                gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
         if failed:
             consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
         return int(ExitCode.PARTIAL if failed else ExitCode.OK)

@@ -7,6 +7,7 @@ the gradient carried by every edge is measured exactly, not inferred.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ def _context(mode: str | None):
     return contextlib.nullcontext()
 
 
+@functools.lru_cache(maxsize=None)  # probing cuda/mps costs ~50 us: once per process (batch)
 def resolve_device(device: str) -> torch.device:
     available = {"cpu": True, "cuda": torch.cuda.is_available(),
                  "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
@@ -53,6 +55,8 @@ def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -
     except (TypeError, ValueError, RuntimeError) as err:
         raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
                         hint="give a number or a rectangular list of numbers") from None
+    if isinstance(value, (int, float, list)):  # as_tensor already made new memory
+        return t
     return t.detach().clone()
 
 

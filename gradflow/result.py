@@ -126,8 +126,7 @@ def to_jsonable(t, strict: bool = True):
     if t is None:
         return None
     if hasattr(t, "tolist"):
-        t = t.detach().cpu()
-        t = t.item() if t.dim() == 0 else t.tolist()
+        t = t.item() if t.dim() == 0 else t.detach().cpu().tolist()
     return _clean(t) if strict else t
 
 
