@@ -75,14 +75,14 @@ print(json.dumps({"work": work, "base_kb": base, "L": L.item(), "g0": x.grad[0].
 """
 
 
-def run(cmd: list[str]) -> tuple[float, int, str, int]:
-    """Wall seconds, peak RSS (KiB, this child only), stdout and exit code of one fresh process."""
+def run(cmd: list[str]) -> tuple[float, int, str, int, float]:
+    """Wall seconds, peak RSS (KiB, this child only), stdout, exit code and CPU seconds of one fresh process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV)
     out = proc.stdout.read().decode()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = code = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, usage.ru_maxrss, out, code
+    return time.perf_counter() - t0, usage.ru_maxrss, out, code, usage.ru_utime + usage.ru_stime
 
 
 def alternate(cmds: dict[str, list[str]], runs: int) -> dict[str, list[tuple[float, int, str]]]:
@@ -98,12 +98,19 @@ def median(rows, i=0) -> float:
     return statistics.median(r[i] for r in rows)
 
 
-def line(label: str, g: float, t: float, target: float, unit: str = "s"):
+def line(label: str, g: float, t: float, target: float, unit: str = "s", cpu: tuple | None = None):
+    """One result line; `cpu` (gradflow, torch CPU seconds) is printed too: less sensitive to a busy machine."""
     ratio = g / t
     verdict = "ok" if ratio <= target else "MISSED"
-    print(f"  {label:42} gradflow {g:8.3f}{unit}  torch {t:8.3f}{unit}  ratio {ratio:5.2f}x  "
-          f"(target <= {target}x: {verdict})")
+    extra = f"  [cpu {cpu[0]:.2f}s vs {cpu[1]:.2f}s = {cpu[0] / cpu[1]:.2f}x]" if cpu else ""
+    print(f"  {label:40} gradflow {g:8.3f}{unit}  torch {t:8.3f}{unit}  ratio {ratio:5.2f}x  "
+          f"(target <= {target}x: {verdict}){extra}")
     return ratio
+
+
+def pair(label: str, got: dict, g: str, t: str, target: float) -> float:
+    """Wall-time line for two commands of `alternate`, with their CPU times alongside."""
+    return line(label, median(got[g]), median(got[t]), target, cpu=(median(got[g], 4), median(got[t], 4)))
 
 
 def gradflow(*args: str) -> list[str]:
@@ -115,7 +122,7 @@ def bench_cold(runs: int) -> list[float]:
     got = alternate({"g": gradflow("eval", BLOG, "--x", "1", "--y1", "2", "--y2", "7"),
                      "t": [PY, "-c", TORCH_BLOG]}, runs)
     assert all(r[3] == 0 for r in got["g"] + got["t"]), "a command failed"
-    return [line("eval, wall", median(got["g"]), median(got["t"]), 1.10)]
+    return [pair("eval, wall", got, "g", "t", 1.10)]
 
 
 def torch_imported(args: list[str]) -> bool:
@@ -132,8 +139,7 @@ def bench_startup(runs: int) -> list[float]:
     print("  torch imported by --help / the syntax error: no (checked with -X importtime)")
     got = alternate({"h": gradflow("--help"), "s": gradflow(*syntax), "t": [PY, "-c", "import typer, rich"]}, runs)
     assert {r[3] for r in got["s"]} == {2}, "the syntax error should exit 2"
-    return [line("--help, wall", median(got["h"]), median(got["t"]), 1.5),
-            line("syntax error, wall", median(got["s"]), median(got["t"]), 1.5)]
+    return [pair("--help, wall", got, "h", "t", 1.5), pair("syntax error, wall", got, "s", "t", 1.5)]
 
 
 def _tree(rng: random.Random, depth: int) -> str:
@@ -201,7 +207,7 @@ def bench_batch(runs: int) -> list[float]:
     recs = [(json.loads(a)["grads"]["x"], json.loads(b)["grads"]["x"])
             for a, b in zip(g0[2].splitlines(), t0[2].splitlines())]
     assert len(recs) == 10_000 and all(_close(a, b) for a, b in recs), "gradflow and torch disagree"
-    return [line("batch, wall", median(got["g"]), median(got["t"]), 2.0)]
+    return [pair("batch, wall", got, "g", "t", 2.0)]
 
 
 def _close(a, b) -> bool:
@@ -220,7 +226,7 @@ def bench_big(runs: int) -> list[float]:
     extra = {k: statistics.median(r[1] - d["base_kb"] for r, d in zip(got[k], res[k])) / 1024 for k in got}
     peak = {k: median(got[k], 1) / 1024 for k in got}
     return [line("explain(): evaluate + backward, time", work["g"], work["t"], 1.3),
-            line("whole process, wall", median(got["g"]), median(got["t"]), 1.3),
+            pair("whole process, wall", got, "g", "t", 1.3),
             line("whole process, peak RSS", peak["g"], peak["t"], 1.5, "M"),
             line("peak RSS above RSS once x is made", extra["g"], extra["t"], 1.5, "M"),
             line("measure_edges=False: time", work["n"], work["t"], 1.3),
