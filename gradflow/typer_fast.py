@@ -4,7 +4,8 @@ Typer 0.2x builds a pydantic TypeAdapter for every parameter of the command
 being run, even those left at their default, so `gradflow eval "x+"` paid
 ~0.13 s (a third of its start-up) to import pydantic. Here every parameter gets
 a lazy coercion: strings and booleans from the command line pass through as they
-are; any other value (a --file path, --var list) builds Typer's own coercion on
+are, as do defaults already of their type (`--runs: int = 3`); any other value
+(a --file path, a --var list, "3" for an int) builds Typer's own coercion on
 first use. A Typer without these internals (older or newer) is left untouched.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ def install() -> bool:
 
     class LazyRuntimeParam(base):
         def _coerce_value(self, value, param, ctx):
-            if self.annotation in (str, bool) and type(value) is self.annotation:
+            if self.annotation in (str, bool, int, float) and type(value) is self.annotation:
                 return value
             real = original(resolve(self.annotation, self.parameter_info))
             return real._coerce_value(value, param=param, ctx=ctx)
