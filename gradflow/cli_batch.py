@@ -51,7 +51,9 @@ def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
         return
     from rich.progress import Progress
 
-    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+    # redirect_stdout=False: rich would otherwise reroute the records (stdout) through the stderr console
+    with Progress(console=err, transient=True, disable=not err.is_terminal, redirect_stdout=False,
+                  redirect_stderr=False) as bar:
         task = bar.add_task("batch", total=total)
         for rec in records:
             bar.update(task, completed=rec["line"])

@@ -135,3 +135,32 @@ def test_bad_lines_only_do_not_import_torch():
             "assert [x['error']['kind'] for x in r] == ['bad_json', 'bad_json', 'syntax'], r; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env=_env())
+
+
+def test_progress_bar_on_a_terminal_keeps_records_on_stdout(tmp_path):
+    pty = pytest.importorskip("pty")
+    import threading
+
+    f = tmp_path / "progs.txt"
+    f.write_text("".join(f"x*{i}\n" for i in range(50)))
+    main, sub = pty.openpty()  # stderr is a terminal, stdout a pipe
+    proc = subprocess.Popen([sys.executable, "-m", "gradflow", "batch", str(f), "--text", "--x", "2"],
+                            stdout=subprocess.PIPE, stderr=sub, env=_env())
+    os.close(sub)
+    chunks = []
+
+    def drain():  # keep reading the terminal so the child never blocks on it
+        while True:
+            try:
+                data = os.read(main, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    threading.Thread(target=drain, daemon=True).start()
+    out = proc.stdout.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert [_strict(line)["grads"]["x"] for line in out.splitlines()] == [float(i) for i in range(50)]
+    assert b'"grads"' not in b"".join(chunks)
