@@ -82,6 +82,7 @@ class _Run:
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
+        self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
 
@@ -99,8 +100,8 @@ class _Run:
                 if self.single[a]:
                     self.same_as_src.add(len(self.edges))
                 elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
-                    src = src.view_as(src)
-                    src.retain_grad()
+                    src = src.view_as(src)  # a hook keeps the flow as is (retain_grad would copy it)
+                    src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
                     self.aliases[len(self.edges)] = src
             elif src.requires_grad and not tracked:
                 edge.cut = True
@@ -213,8 +214,7 @@ def _results(run: _Run) -> list[NodeResult]:
         nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
                                 _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
     for i, e in enumerate(run.edges):
-        alias = run.aliases.get(i)
-        e.flow = alias.grad if alias is not None else (nodes[e.src].grad if i in run.same_as_src else None)
+        e.flow = run.flows.get(i) if i in run.aliases else (nodes[e.src].grad if i in run.same_as_src else None)
     for n in nodes:  # identity wrappers share their argument's tensor: sum their own out-flows
         if n.op in _IDENTITY:
             n.grad = _sum([e.flow for e in run.edges if e.src == n.id])
