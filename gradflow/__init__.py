@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "parse", "GradflowError", "ParseError", "ValueInputError", "EvalError",
-           "LimitError", "NoGradientError", "ExitCode", "__version__"]
+__all__ = ["explain", "check", "hessian", "trace", "parse", "GradflowError", "ParseError", "ValueInputError",
+           "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
-_LAZY = {"explain": "api", "parse": "parser", "compile_program": "api"}
+_LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
+         "hessian": "secondorder", "trace": "tracer"}
 
 
 def _version() -> str:
