@@ -140,8 +140,10 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
 
 def error_record(rid: Any, number: int, source: str | None, error: GradflowError) -> dict:
     """A failed line: the same keys as `eval --json` prints for an error."""
-    return {"id": rid, "line": number, "source": source, "output": None, "grads": {}, "nodes": [],
-            "error": error.to_dict()}
+    from .result import SCHEMA_VERSION
+
+    return {"id": rid, "line": number, "schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {},
+            "why": {}, "nodes": [], "edges": [], "warnings": [], "error": error.to_dict()}
 
 
 def internal_error(exc: Exception) -> GradflowError:

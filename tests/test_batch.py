@@ -164,3 +164,13 @@ def test_progress_bar_on_a_terminal_keeps_records_on_stdout(tmp_path):
     assert proc.wait(timeout=60) == 0
     assert [_strict(line)["grads"]["x"] for line in out.splitlines()] == [float(i) for i in range(50)]
     assert b'"grads"' not in b"".join(chunks)
+
+
+def test_records_carry_the_same_fields_as_eval_json(cli):
+    ok = json.loads(cli("eval", "x*y", "--x", "1", "--y", "2", "--json").stdout)
+    bad = json.loads(cli("eval", "x +", "--x", "1", "--json").stdout)
+    good_rec, bad_rec = run_batch(['"x*y"', '"x +"'], values={"x": 1, "y": 2})
+    assert set(good_rec) == set(ok) | {"id", "line"}
+    assert {k: v for k, v in good_rec.items() if k not in ("id", "line")} == ok
+    assert set(bad_rec) == set(bad) | {"id", "line", "source"}
+    assert bad_rec["error"] == bad["error"]
