@@ -58,6 +58,8 @@ def _check_value(name: str, value: Any) -> Any:
     if isinstance(value, str):
         return parse_value(name, value)
     if isinstance(value, list):
+        if all(type(v) in (int, float) for v in value):  # a flat list of numbers is always valid
+            return value
         return parse_value(name, json.dumps(value))
     raise _bad(f"the value of '{name}' must be a number, a list or a string, not {json.dumps(value)}")
 

@@ -174,3 +174,11 @@ def test_records_carry_the_same_fields_as_eval_json(cli):
     assert {k: v for k, v in good_rec.items() if k not in ("id", "line")} == ok
     assert set(bad_rec) == set(bad) | {"id", "line", "source"}
     assert bad_rec["error"] == bad["error"]
+
+
+def test_non_finite_numbers_inside_vectors_stay_strict_json():
+    (rec,) = run_batch(['{"expr": "sum(log(w))", "vars": {"w": [1, -1, 0]}}'])
+    line = json.dumps(rec, allow_nan=False)  # raises if a NaN/inf slipped through as a float
+    log_node = next(n for n in _strict(line)["nodes"] if n["name"] == "log(w)")
+    assert log_node["value"] == [0.0, "nan", "-inf"]  # log 1, log -1, log 0
+    assert rec["grads"]["w"] == [1.0, -1.0, "inf"]  # 1/w
