@@ -62,17 +62,20 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", values: dict[str, Any] | None = None, **kw_values: Any):
+            device: str = "cpu", values: dict[str, Any] | None = None, measure_edges: bool = True,
+            **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
     function's own parameters, in `values={...}`. Returns an `Explanation`;
     raises a `GradflowError` subclass for an invalid program or value. When the
     output does not require grad, the result comes back with `.error` set.
+    `measure_edges=False` skips the per-use gradient views (memory for big tensors):
+    an edge from a node used more than once then has `flow` None.
     """
     graph = compile_program(source)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device)
+    return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges)

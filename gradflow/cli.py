@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .errors import ExitCode, GradflowError, ValueInputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Show how gradients flow through a PyTorch computation.")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -166,7 +166,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              graph: GraphOpt = None, flows: FlowsOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
-    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
     """
@@ -237,4 +237,8 @@ def run():  # console-script entry point
 
 from . import cli_graph  # noqa: E402,F401
 from . import cli_inspect  # noqa: E402,F401
+from . import cli_batch  # noqa: E402,F401
 from . import cli_why  # noqa: E402,F401
+from .typer_fast import install as _fast_typer  # noqa: E402
+
+_fast_typer()
