@@ -14,7 +14,7 @@ from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOp
 from .errors import GradflowError, ValueInputError
 
 ExprsArg = Annotated[Optional[list[str]], typer.Argument(
-    help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False)]
+    help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False, metavar="EXPR")]
 ModesOpt = Annotated[bool, typer.Option(
     "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
 
