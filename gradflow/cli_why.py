@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Callable, Optional
 
 import typer
-from rich.console import Group
 
 from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option, app,
                   check_shadowed, consoles, guarded, parse_values, read_program)
@@ -90,6 +89,8 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
             _check_program(p, ctx, var)
         result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
                          values=parse_values(rest, var))
+        from rich.console import Group
+
         from .render_whatif import compare_notes, compare_table
 
         notes = compare_notes(result)
