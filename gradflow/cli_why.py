@@ -35,11 +35,11 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
     """
     def body() -> int:
-        from .scenarios import whatif
-
         program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
-        check_shadowed(source, ctx, var)
+        check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
+        from .scenarios import whatif
+
         result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
         from .render_whatif import whatif_table
 
