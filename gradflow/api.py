@@ -53,17 +53,20 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", values: dict[str, Any] | None = None, **kw_values: Any):
+            device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
     function's own parameters, in `values={...}`. Returns an `Explanation`;
     raises a `GradflowError` subclass for an invalid program or value. When the
     output does not require grad, the result comes back with `.error` set.
+    Text values may be constructors ("randn(3,4)", drawn from a generator seeded
+    with `seed`) or files ("@x.npy", "@x.pt"); see specs.py.
     """
     graph = compile_program(source)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on
+    from .tensors import materialize
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device)
+    return evaluate(graph, materialize({n: vals[n] for n in graph.inputs}, dtype, seed), leaves, dtype=dtype, device=device)

@@ -31,6 +31,10 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values (default 0, so runs reproduce).")]
+FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, not summarised.")]
+PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
+                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow\[plot]).")]
 
 
 def _version(value: bool):
@@ -131,18 +135,27 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False):
+             json_: JsonOpt = False, debug: DebugOpt = False, seed: SeedOpt = 0, full: FullOpt = False,
+             plot: PlotOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
+
+    Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
         from .api import explain
+        from .cli_sweep import SweepRequest, find_sweep, run, split_plot_file
 
         source = read_program(expr, file)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        args, plot_file = split_plot_file(ctx.args, plot)
+        values = parse_values(args, var)
+        swept = find_sweep(values, plot, json_ and plot_file is None)
+        if swept:
+            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values)
         if json_:
-            print(result.to_json(), flush=True)
+            print(result.to_json(full=full), flush=True)
         else:
             from .render import print_explanation
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import GradflowError
-from .result import Explanation, NodeResult
+from .result import Explanation, NodeResult, summary
 from .values import format_number
 
 DASH = "—"
@@ -24,17 +24,18 @@ _STATUS = {  # marker, style, legend text
 }
 
 
-def format_tensor(t) -> str:
-    """Small tensors in full ([1, 2, 3]); large ones summarised by shape and statistics."""
+def format_tensor(t, sep: str = " ") -> str:
+    """Small tensors in full ([1, 2, 3]); large ones summarised by shape, dtype and statistics
+    (`sep` between the groups: shape+dtype, mean+norm, min+max)."""
     if t is None:
         return DASH
     if t.dim() == 0:
         return format_number(t.item())
     if t.numel() <= SMALL:
         return _nested(t.tolist())
-    f = t.detach().double()
-    return (f"shape {tuple(t.shape)} mean {format_number(f.mean().item())} "
-            f"min {format_number(f.min().item())} max {format_number(f.max().item())}")
+    s = summary(t)
+    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {format_number(s['mean'])} norm "
+            f"{format_number(s['norm'])}{sep}min {format_number(s['min'])} max {format_number(s['max'])}")
 
 
 def _nested(v) -> str:
@@ -80,8 +81,8 @@ def node_table(result: Explanation) -> Table:
                     ("grad", {"justify": "right", "min_width": 5})]:
         table.add_column(col, **kw)
     for n in result.nodes:
-        table.add_row(_node_cell(n), n.op, format_tensor(n.value), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, format_tensor(n.grad))
+        table.add_row(_node_cell(n), n.op, format_tensor(n.value, "\n"), _flag(n.requires_grad), _flag(n.is_leaf),
+                      n.grad_fn or DASH, format_tensor(n.grad, "\n"))
     return table
 
 

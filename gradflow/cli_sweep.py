@@ -1,0 +1,157 @@
+"""`gradflow eval ... --x START:STOP:COUNT`: sweeps as a table, JSON Lines or plots.
+
+Called from `eval` (cli.py) when a value is a sweep or --plot is given. Torch is
+imported only when the sweep runs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .cli import consoles
+from .errors import ValueInputError
+from .result import dumps
+from .specs import SweepRange, parse_sweep
+
+
+@dataclass
+class SweepRequest:
+    source: str
+    values: dict[str, str]
+    wrt: str | None
+    dtype: str
+    device: str
+    seed: int
+    json_: bool
+    full: bool
+    plot: bool
+    plot_file: str | None
+
+
+def split_plot_file(args: list[str], plot: bool) -> tuple[list[str], str | None]:
+    """With --plot, a bare FILE among the leftovers (not a --NAME's value) is the picture to write."""
+    if not plot:
+        return list(args), None
+    rest, file, i = [], None, 0
+    while i < len(args):
+        tok = args[i]
+        if tok.startswith("--") and "=" not in tok and i + 1 < len(args):
+            rest += args[i:i + 2]
+            i += 2
+            continue
+        if not tok.startswith("--") and file is None:
+            file = tok
+        else:
+            rest.append(tok)
+        i += 1
+    return rest, file
+
+
+def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = False):
+    """The one swept variable and its range, if any. Errors: two swept variables; --plot without a
+    sweep; a terminal plot mixed into --json output."""
+    swept = [(name, r) for name, text in values.items() if (r := parse_sweep(name, text)) is not None]
+    if len(swept) > 1:
+        names = ", ".join(f"--{n} {values[n]}" for n, _ in swept)
+        raise ValueInputError("usage", f"only one variable can be swept at a time (got {names})",
+                              hint="give the others single values")
+    if plot and not swept:
+        raise ValueInputError("usage", "--plot draws a sweep, but no value is a sweep START:STOP:COUNT",
+                              hint='gradflow eval "x^2" --x -2:2:41 --plot')
+    if plot and plot_to_stdout_json:
+        raise ValueInputError("usage", "--json and a terminal --plot would both write to stdout",
+                              hint="use --plot FILE.png with --json, or drop --json")
+    return swept[0] if swept else None
+
+
+def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
+    """Run the sweep and print it; returns the exit code."""
+    picture = None
+    if req.plot_file is not None:
+        from .plot import check_picture_path
+
+        picture = check_picture_path(req.plot_file)  # before any work
+    result = _evaluate(req, var, rng)
+    if req.json_:
+        _write_lines(dumps(result.record(i, req.full)) for i in range(len(result.points)))
+    elif not req.plot:
+        consoles()[0].print(sweep_table(result))
+    if req.plot:
+        _plots(result, picture)
+    return _finish(result)
+
+
+def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
+    from rich.progress import Progress
+
+    from .sweep import run_sweep
+
+    values = {k: v for k, v in req.values.items() if k != var}
+    err = consoles()[1]
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(f"sweeping {var}", total=rng.count)
+        return run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
+                         seed=req.seed, progress=lambda done, total: bar.update(task, completed=done))
+
+
+def sweep_table(result) -> Group:
+    from .render import cut_lines, format_tensor
+    from .values import format_number
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in [result.var, "L", *(f"dL/d{leaf}" for leaf in result.wrt)]:
+        table.add_column(col, justify="right")
+    for x, p in zip(result.values, result.points):
+        table.add_row(format_number(x), format_tensor(p.output.value), *(format_tensor(p.grads[w]) for w in p.wrt))
+    title = Text(f"L = {result.source}, sweeping {result.var} ({len(result.values)} points)")
+    return Group(title, table, cut_lines(result.points[0]) if result.points else Text())
+
+
+def _plots(result, picture) -> None:
+    from . import plot
+
+    out, err = consoles()
+    all_series = plot.series(result)
+    for s in all_series:
+        note = plot.dropped_note(s, len(result.values))
+        if note:
+            err.print(Text(f"note: {note}", style="yellow"))
+    if picture is not None:
+        plot.picture(result, [s for s in all_series if s.ys], picture)
+        err.print(Text(f"wrote {picture}"))
+        return
+    for s in all_series:
+        if s.ys:
+            print(plot.terminal(s, result.var, color=out.is_terminal and not out.no_color), flush=True)
+
+
+def _finish(result) -> int:
+    from .render import print_error
+
+    err = consoles()[1]
+    for msg in dict.fromkeys(w.message for p in result.points for w in p.warnings):
+        err.print(Text(f"warning: {msg}", style="yellow"))
+    failed = [p for p in result.points if p.error is not None]
+    if not failed:
+        return 0
+    print_error(failed[0].error, err)
+    if len(failed) < len(result.points):
+        err.print(Text(f"({len(failed)} of {len(result.points)} points failed)"))
+    return int(failed[0].error.exit_code)
+
+
+def _write_lines(lines) -> None:
+    """One JSON document per line, flushed as it goes; a closed pipe (| head) ends quietly."""
+    try:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python docs, "Note on SIGPIPE"
