@@ -20,7 +20,7 @@ try:
 except Exception:  # not installed (running from a source tree)
     __version__ = "0+unknown"
 
-_LAZY = {"explain": "api", "sweep": "sweep", "parse": "parser", "compile_program": "api"}
+_LAZY = {"explain": "api", "sweep": "sweeps", "parse": "parser", "compile_program": "api"}
 
 
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap

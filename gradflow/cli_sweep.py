@@ -90,7 +90,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     from rich.progress import Progress
 
-    from .sweep import run_sweep
+    from .sweeps import run_sweep
 
     values = {k: v for k, v in req.values.items() if k != var}
     err = consoles()[1]
@@ -124,7 +124,7 @@ def _plots(result, picture) -> None:
             err.print(Text(f"note: {note}", style="yellow"))
     if picture is not None:
         plot.picture(result, [s for s in all_series if s.ys], picture)
-        err.print(Text(f"wrote {picture}"))
+        err.print(Text(f"wrote {picture}"), soft_wrap=True)
         return
     for s in all_series:
         if s.ys:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ValueInputError
-from .sweep import SweepResult
+from .sweeps import SweepResult
 from .values import format_number
 
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")

@@ -79,7 +79,9 @@ def _load_npy(name: str, path: Path) -> torch.Tensor:
         array = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise _unreadable(name, path, err) from None
-    return torch.from_numpy(np.ascontiguousarray(array))
+    if not array.dtype.isnative:  # e.g. big-endian '>f8': torch takes native byte order only
+        array = array.astype(array.dtype.newbyteorder("="))
+    return torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
 
 
 def _check_numeric(name: str, path: Path, kind: str):
