@@ -77,10 +77,11 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         from .plot import check_picture_path
 
         picture = check_picture_path(req.plot_file)  # before any work
-    result = _evaluate(req, var, rng)
-    if req.json_:
-        _write_lines(dumps(result.record(i, req.full)) for i in range(len(result.points)))
-    elif not req.plot:
+    try:
+        result = _evaluate(req, var, rng)
+    except _PipeClosed:
+        return 0
+    if not req.json_ and not req.plot:
         consoles()[0].print(sweep_table(result))
     if req.plot:
         _plots(result, picture)
@@ -96,8 +97,14 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     err = consoles()[1]
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"sweeping {var}", total=rng.count)
+
+        def on_point(result, i: int):
+            if req.json_:  # stream: each point's line goes out as soon as it is computed
+                _write_line(dumps(result.record(i, req.full)))
+            bar.update(task, completed=i + 1)
+
         return run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
-                         seed=req.seed, progress=lambda done, total: bar.update(task, completed=done))
+                         seed=req.seed, on_point=on_point)
 
 
 def sweep_table(result) -> Group:
@@ -146,12 +153,15 @@ def _finish(result) -> int:
     return int(failed[0].error.exit_code)
 
 
-def _write_lines(lines) -> None:
-    """One JSON document per line, flushed as it goes; a closed pipe (| head) ends quietly."""
+class _PipeClosed(Exception):
+    """stdout's reader went away (`| head -1`): stop sweeping, exit quietly."""
+
+
+def _write_line(line: str) -> None:
     try:
-        for line in lines:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python docs, "Note on SIGPIPE"
+        raise _PipeClosed from None

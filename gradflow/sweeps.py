@@ -62,12 +62,15 @@ def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0
     if rng is None:
         raise ValueInputError("bad_value", f"cannot sweep '{var}' from {start!r} to {stop!r} in {count!r} points",
                               hint="sweep(src, 'x', -2, 2, 41): numbers, and a whole count >= 1")
+    on_point = None if progress is None else (lambda res, i: progress(i + 1, len(res.values)))
     return run_sweep(source, var, rng, {**(values or {}), **kw_values}, wrt=wrt, dtype=dtype, device=device,
-                     seed=seed, progress=progress)
+                     seed=seed, on_point=on_point)
 
 
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
-              dtype: str = "float32", device: str = "cpu", seed: int = 0, progress=None) -> SweepResult:
+              dtype: str = "float32", device: str = "cpu", seed: int = 0,
+              on_point: Callable[[SweepResult, int], None] | None = None) -> SweepResult:
+    """The sweep itself; `on_point(result, i)` runs as soon as point i is in `result.points`."""
     graph = compile_program(source)
     fixed = check_values(graph, {**values, var: 0.0})
     leaves = resolve_wrt(graph, wrt)
@@ -78,6 +81,6 @@ def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *,
     result = SweepResult(graph.source, var, rng.points())
     for i, x in enumerate(result.values):
         result.points.append(evaluate(graph, {**fixed, var: x}, leaves, dtype=dtype, device=device))
-        if progress is not None:
-            progress(i + 1, rng.count)
+        if on_point is not None:
+            on_point(result, i)
     return result

@@ -181,3 +181,35 @@ def test_records_and_to_dict_are_strict_json():
     assert [rec["grads"]["w"] for rec in recs] == [[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
     d = _strict(json.dumps(r.to_dict(), allow_nan=False))
     assert d["output"] == [0.0, 1.5, 3.0] and d["grads"]["x"] == [3.0, 3.0, 3.0]
+
+
+def _run(code: str, **kw):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_errors_before_evaluating_stay_torch_free():
+    proc = _run("import sys\nfrom gradflow.cli import app\n"
+                "for args in (['x*', '--x', '0:1:3'], ['x*y', '--x', '0:1:3', '--y', 'randm(3)'],\n"
+                "             ['x*y', '--x', '0:1:3', '--y', 'zeros(100000,100000)']):\n"
+                "    try:\n        app(['eval', *args])\n    except SystemExit as e:\n        print(e.code)\n"
+                "print('torch' in sys.modules)")
+    out, err = proc.communicate(timeout=60)
+    assert out.split() == ["2", "2", "2", "False"], err
+
+
+def test_json_lines_into_a_closed_pipe():
+    """`gradflow eval ... --json | head -1`: the sweep stops quietly, no 'Exception ignored'."""
+    proc = _run("from gradflow.cli import run; import sys\n"
+                "sys.argv = ['gradflow', 'eval', 'x^2', '--x=0:1:100000', '--json']\nrun()")
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert _strict(first)["sweep"]["index"] == 0
+    assert proc.wait(timeout=120) == 0
+    err = proc.stderr.read()
+    assert "Exception ignored" not in err and "Traceback" not in err and "internal error" not in err
