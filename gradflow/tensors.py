@@ -20,7 +20,7 @@ import torch
 from .engine import resolve_dtype
 from .errors import LimitError, ValueInputError
 from .limits import MAX_ELEMENTS
-from .specs import FileValue, TensorSpec
+from .specs import HINT, FileValue, TensorSpec
 
 
 def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -> dict[str, Any]:
@@ -30,7 +30,11 @@ def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -
     out = {}
     for name, v in values.items():
         if isinstance(v, TensorSpec):
-            v = build(v, dtype, gen)
+            try:
+                v = build(v, dtype, gen)
+            except RuntimeError as err:  # e.g. more dimensions than torch allows
+                raise ValueInputError("bad_value", f"cannot build the value of '{name}', {v}: "
+                                      f"{str(err).splitlines()[0]}", hint=HINT) from None
         elif isinstance(v, FileValue):
             v = load(name, v.path)
         out[name] = v

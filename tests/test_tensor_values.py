@@ -197,3 +197,26 @@ def test_table_summary_has_dtype_and_norm():
 
     t = _x(explain("sum(x)", x="full(3,4, -2)", dtype="float64"))
     assert format_tensor(t) == "shape (3, 4) float64 mean -2 norm 6.9282 min -2 max -2"  # norm = 2*sqrt(12)
+
+
+def test_torch_refusals_are_input_errors():
+    with pytest.raises(ValueInputError, match=r"cannot build the value of 'x', arange\(5, 0, 1\)"):
+        explain("sum(x)", x="arange(5, 0, 1)")
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_num = st.floats(-50, 50, allow_nan=False).map(lambda v: round(v, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=_num, stop=_num, step=_num.filter(lambda s: abs(s) >= 0.01))
+def test_arange_size_is_predicted_exactly(start, stop, step):
+    """The element count checked against the limit (before allocating) is the count torch then makes."""
+    import torch
+
+    from gradflow.specs import parse_special
+
+    spec = parse_special("x", f"arange({start!r}, {stop!r}, {step!r})")
+    want = torch.arange(start, stop, step, dtype=torch.float64).numel() if (stop - start) * step > 0 else 0
+    assert spec.numel == want
