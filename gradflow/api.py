@@ -69,4 +69,5 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     from .engine import evaluate  # torch is imported only from here on
     from .tensors import materialize
 
-    return evaluate(graph, materialize({n: vals[n] for n in graph.inputs}, dtype, seed), leaves, dtype=dtype, device=device)
+    tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws
+    return evaluate(graph, tensors, leaves, dtype=dtype, device=device)

@@ -31,8 +31,9 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values: the same seed gives the same values.")]
-FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, not summarised.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values: same seed, same values.")]
+FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, "
+                                       "not summarised.")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
                                        "--plot FILE.png|svg|pdf writes a picture (needs gradflow\\[plot]).")]
 
