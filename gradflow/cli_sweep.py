@@ -78,11 +78,11 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 
         picture = check_picture_path(req.plot_file)  # before any work
     try:
-        result = _evaluate(req, var, rng)
+        result, first = _evaluate(req, var, rng)
     except _PipeClosed:
         return 0
     if not req.json_ and not req.plot:
-        consoles()[0].print(sweep_table(result))
+        consoles()[0].print(sweep_table(result, first))
     if req.plot:
         _plots(result, picture)
     return _finish(result)
@@ -91,33 +91,39 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     from rich.progress import Progress
 
-    from .sweeps import run_sweep
+    from .sweeps import record, run_sweep
 
+    point_values, first = rng.points(), []
     values = {k: v for k, v in req.values.items() if k != var}
     err = consoles()[1]
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"sweeping {var}", total=rng.count)
 
-        def on_point(result, i: int):
+        def on_point(i: int, point):
+            if i == 0:
+                first.append(point)  # its cut lines go under the table
             if req.json_:  # stream: each point's line goes out as soon as it is computed
-                _write_line(dumps(result.record(i, req.full)))
+                _write_line(dumps(record(var, i, point_values[i], point, req.full)))
             bar.update(task, completed=i + 1)
 
-        return run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
-                         seed=req.seed, on_point=on_point)
+        result = run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
+                           seed=req.seed, on_point=on_point)
+    return result, (first or [None])[0]
 
 
-def sweep_table(result) -> Group:
+def sweep_table(result, first=None) -> Group:
+    """L and the grads at every point; `first`: the first point's Explanation (for its cut lines)."""
     from .render import cut_lines, format_tensor
     from .values import format_number
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in [result.var, "L", *(f"dL/d{leaf}" for leaf in result.wrt)]:
         table.add_column(col, justify="right")
-    for x, p in zip(result.values, result.points):
-        table.add_row(format_number(x), format_tensor(p.output.value), *(format_tensor(p.grads[w]) for w in p.wrt))
+    for r in result.rows:
+        grads = (format_tensor(r.grads[w]) for w in result.wrt)
+        table.add_row(format_number(r.value), format_tensor(r.output), *grads)
     title = Text(f"L = {result.source}, sweeping {result.var} ({len(result.values)} points)")
-    return Group(title, table, cut_lines(result.points[0]) if result.points else Text())
+    return Group(title, table, cut_lines(first) if first is not None else Text())
 
 
 def _plots(result, picture) -> None:
@@ -142,14 +148,14 @@ def _finish(result) -> int:
     from .render import print_error
 
     err = consoles()[1]
-    for msg in dict.fromkeys(w.message for p in result.points for w in p.warnings):
+    for msg in dict.fromkeys(m for r in result.rows for m in r.warnings):
         err.print(Text(f"warning: {msg}", style="yellow"))
-    failed = [p for p in result.points if p.error is not None]
+    failed = [r for r in result.rows if r.error is not None]
     if not failed:
         return 0
     print_error(failed[0].error, err)
-    if len(failed) < len(result.points):
-        err.print(Text(f"({len(failed)} of {len(result.points)} points failed)"))
+    if len(failed) < len(result.rows):
+        err.print(Text(f"({len(failed)} of {len(result.rows)} points failed)"))
     return int(failed[0].error.exit_code)
 
 

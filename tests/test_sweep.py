@@ -213,3 +213,9 @@ def test_json_lines_into_a_closed_pipe():
     assert proc.wait(timeout=120) == 0
     err = proc.stderr.read()
     assert "Exception ignored" not in err and "Traceback" not in err and "internal error" not in err
+
+
+def test_keep_false_keeps_only_rows():
+    r = sweep("x^2", "x", 0, 1, 3, keep=False)
+    assert r.points == [] and r.records() == []
+    assert r.outputs() == [0.0, 0.25, 1.0] and r.grads("x") == [0.0, 1.0, 2.0]
