@@ -219,3 +219,13 @@ def test_keep_false_keeps_only_rows():
     r = sweep("x^2", "x", 0, 1, 3, keep=False)
     assert r.points == [] and r.records() == []
     assert r.outputs() == [0.0, 0.25, 1.0] and r.grads("x") == [0.0, 1.0, 2.0]
+
+
+def test_random_fixed_values_are_drawn_once():
+    """w = randn(3) is built once, before the sweep: dL/dx = sum(w) is the same at every point."""
+    from gradflow import explain
+
+    r = sweep("x*sum(w)", "x", -1, 1, 4, w="randn(3)", seed=4, dtype="float64")
+    w = explain("x*sum(w)", x=0.0, w="randn(3)", seed=4, dtype="float64").node("w").value
+    assert r.grads("x") == [pytest.approx(w.sum().item(), rel=1e-15)] * 4
+    assert r.outputs() == pytest.approx([x * w.sum().item() for x in r.values], rel=1e-15)
