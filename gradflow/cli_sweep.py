@@ -63,7 +63,7 @@ def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = F
                               hint="give the others single values")
     if plot and not swept:
         raise ValueInputError("usage", "--plot draws a sweep, but no value is a sweep START:STOP:COUNT",
-                              hint='gradflow eval "x^2" --x -2:2:41 --plot')
+                              hint='gradflow eval "x^2" --x=-2:2:41 --plot')
     if plot and plot_to_stdout_json:
         raise ValueInputError("usage", "--json and a terminal --plot would both write to stdout",
                               hint="use --plot FILE.png with --json, or drop --json")
