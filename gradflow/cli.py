@@ -36,6 +36,9 @@ FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over
                                        "not summarised.")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
                                        "--plot FILE.png|svg|pdf writes a picture (needs gradflow\\[plot]).")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
+OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
 
 
 def _version(value: bool):
@@ -136,8 +139,8 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False, seed: SeedOpt = 0, full: FullOpt = False,
-             plot: PlotOpt = False):
+             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
+             graph: GraphOpt = None, seed: SeedOpt = 0, full: FullOpt = False, plot: PlotOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
@@ -151,16 +154,23 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         source = read_program(expr, file)
         args, plot_file = split_plot_file(ctx.args, plot)
         values = parse_values(args, var)
-        swept = find_sweep(values, plot, json_ and plot_file is None)
+        swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
         if swept:
             return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values)
+        from .extras import Extras
+        from .specs import pin_values
+
+        extra = Extras.compute(result, pin_values(result, values), check=check, order=order, graph=graph)
         if json_:
-            print(result.to_json(full=full), flush=True)
+            from .result import dumps
+
+            print(dumps(extra.add_to(result.to_dict(full))), flush=True)
         else:
             from .render import print_explanation
 
             print_explanation(result, *consoles())
+            extra.print(*consoles())
         if result.error is not None:
             if not json_:
                 fail(result.error)
@@ -196,3 +206,6 @@ def ops_cmd(json_: JsonOpt = False):
 
 def run():  # console-script entry point
     app(prog_name="gradflow")
+
+
+from . import cli_graph  # noqa: E402,F401

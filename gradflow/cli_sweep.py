@@ -53,9 +53,9 @@ def split_plot_file(args: list[str], plot: bool) -> tuple[list[str], str | None]
     return rest, file
 
 
-def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = False):
+def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = False, extras: bool = False):
     """The one swept variable and its range, if any. Errors: two swept variables; --plot without a
-    sweep; a terminal plot mixed into --json output."""
+    sweep; a terminal plot mixed into --json output; --check/--order/--graph (`extras`) with a sweep."""
     swept = [(name, r) for name, text in values.items() if (r := parse_sweep(name, text)) is not None]
     if len(swept) > 1:
         names = ", ".join(f"--{n} {values[n]}" for n, _ in swept)
@@ -64,6 +64,9 @@ def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = F
     if plot and not swept:
         raise ValueInputError("usage", "--plot draws a sweep, but no value is a sweep START:STOP:COUNT",
                               hint='gradflow eval "x^2" --x=-2:2:41 --plot')
+    if swept and extras:
+        raise ValueInputError("usage", "--check, --order 2 and --graph look at one point, not at a sweep",
+                              hint=f"give --{swept[0][0]} one value for those, or drop them to sweep")
     if plot and plot_to_stdout_json:
         raise ValueInputError("usage", "--json and a terminal --plot would both write to stdout",
                               hint="use --plot FILE.png with --json, or drop --json")

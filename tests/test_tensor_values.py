@@ -220,3 +220,17 @@ def test_arange_size_is_predicted_exactly(start, stop, step):
     spec = parse_special("x", f"arange({start!r}, {stop!r}, {step!r})")
     want = torch.arange(start, stop, step, dtype=torch.float64).numel() if (stop - start) * step > 0 else 0
     assert spec.numel == want
+
+
+def test_check_sees_the_same_random_values(cli):
+    """--check re-evaluates in float64: it must use the seeded values shown, not fresh draws."""
+    res = cli("eval", "sum(x*x*x)", "--x", "randn(3)", "--seed", "5", "--check", "--json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    x = doc["nodes"][0]["value"]
+    assert doc["check"]["leaves"][0]["autograd"] == pytest.approx([3 * v * v for v in x], rel=1e-12)
+
+
+def test_sweep_refuses_single_point_views(cli):
+    res = cli("eval", "x^2", "--x=-1:1:3", "--check")
+    assert res.exit_code == 2 and "look at one point" in res.stderr
