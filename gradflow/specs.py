@@ -105,7 +105,9 @@ def parse_special(name: str, text: str):
 def pin_values(result, values: dict) -> dict:
     """Constructor and file texts replaced by the tensors `result` was computed with, so a later
     run on the same values (e.g. a float64 check) sees the same numbers, whatever the seed."""
-    leaves = {n.name: n.value for n in result.nodes if n.op == "var"}
+    from .api import compile_program  # cached: no second parse
+
+    leaves = {name: result.nodes[i].value for name, i in compile_program(result.source).inputs.items()}
     return {k: leaves[k] if isinstance(v, str) and k in leaves and parse_special(k, v) is not None else v
             for k, v in values.items()}
 

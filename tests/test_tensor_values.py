@@ -234,3 +234,18 @@ def test_check_sees_the_same_random_values(cli):
 def test_sweep_refuses_single_point_views(cli):
     res = cli("eval", "x^2", "--x=-1:1:3", "--check")
     assert res.exit_code == 2 and "look at one point" in res.stderr
+
+
+def test_other_views_take_constructor_values(cli):
+    """check(), hessian() and `graph` re-run the program: they must see the same seeded tensors."""
+    import gradflow
+
+    x = explain("sum(x*x*x)", x="randn(2)", dtype="float64").node("x").value.tolist()
+    assert gradflow.check("sum(x*x*x)", x="randn(2)").leaf("x").true.tolist() == pytest.approx(
+        [3 * v * v for v in x], rel=1e-12)
+    assert gradflow.hessian("sum(x*x*x)", x="randn(2)").to_dict()["diagonal"]["x"] == pytest.approx(
+        [6 * v for v in x], rel=1e-12)
+    res = cli("graph", "sum(x*w)", "--x", "randn(3)", "--w", "@missing.npy", "--format", "dot")
+    assert res.exit_code == 2 and "no such file" in res.stderr
+    res = cli("graph", "sum(x*w)", "--x", "randn(3)", "--w", "ones(3)", "--format", "dot")
+    assert res.exit_code == 0 and res.stdout.startswith("digraph")
