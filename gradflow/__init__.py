@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "sweep", "check", "hessian", "parse", "GradflowError", "ParseError", "ValueInputError",
+__all__ = ["explain", "sweep", "check", "hessian", "trace", "parse", "GradflowError", "ParseError", "ValueInputError",
            "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 try:
@@ -21,7 +21,7 @@ except Exception:  # not installed (running from a source tree)
     __version__ = "0+unknown"
 
 _LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
-         "hessian": "secondorder", "sweep": "sweeps"}
+         "hessian": "secondorder", "trace": "tracer", "sweep": "sweeps"}
 
 
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap

@@ -34,8 +34,12 @@ def format_tensor(t, sep: str = " ") -> str:
     if t.numel() <= SMALL:
         return _nested(t.tolist())
     s = summary(t)
-    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {format_number(s['mean'])} norm "
-            f"{format_number(s['norm'])}{sep}min {format_number(s['min'])} max {format_number(s['max'])}")
+    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
+            f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
+
+
+def _short(v: float) -> str:
+    return format_number(float(f"{v:.4g}"))
 
 
 def _nested(v) -> str:
@@ -74,15 +78,15 @@ def cut_lines(result: Explanation) -> Text:
 
 def node_table(result: Explanation) -> Table:
     table = Table(title=Text(f"L = {result.output.name}"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)
-    for col, kw in [("node", {"overflow": "fold", "min_width": 12}), ("op", {"no_wrap": True}),
-                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"no_wrap": True}),
-                    ("is_leaf", {"no_wrap": True}), ("grad_fn", {"overflow": "fold"}),
+                  padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col, kw in [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
+                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"overflow": "fold"}),
+                    ("is_leaf", {"overflow": "fold"}), ("grad_fn", {"no_wrap": True}),
                     ("grad", {"justify": "right", "min_width": 5})]:
         table.add_column(col, **kw)
-    for n in result.nodes:
-        table.add_row(_node_cell(n), n.op, format_tensor(n.value, "\n"), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, format_tensor(n.grad, "\n"))
+    for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
+        table.add_row(_node_cell(n), n.op, Text(format_tensor(n.value, "\n")), _flag(n.requires_grad),
+                      _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
     return table
 
 
@@ -104,13 +108,13 @@ def grad_lines(result: Explanation) -> Text:
 def print_explanation(result: Explanation, out: Console, err: Console):
     out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
     for w in result.warnings:
-        err.print(Text(f"warning: {w.message}", style="yellow"))
+        err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
 
 
 def print_error(error: GradflowError, err: Console):
-    err.print(Text(f"error: {error.message}", style="bold red"))
+    err.print(Text(f"error: {error.message}", style="bold red"), soft_wrap=True)  # one line: greppable
     caret = error.caret()
     if caret:
-        err.print(Text(caret))
+        err.print(Text(caret), soft_wrap=True)  # never wrap: the caret must stay under its column
     if error.hint:
-        err.print(Text(f"hint: {error.hint}", style="cyan"))
+        err.print(Text(f"hint: {error.hint}", style="cyan"), soft_wrap=True)

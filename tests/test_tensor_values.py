@@ -196,7 +196,7 @@ def test_table_summary_has_dtype_and_norm():
     from gradflow.render import format_tensor
 
     t = _x(explain("sum(x)", x="full(3,4, -2)", dtype="float64"))
-    assert format_tensor(t) == "shape (3, 4) float64 mean -2 norm 6.9282 min -2 max -2"  # norm = 2*sqrt(12)
+    assert format_tensor(t) == "shape (3, 4) float64 mean -2 norm 6.928 min -2 max -2"  # norm = 2*sqrt(12), 4 digits
 
 
 def test_torch_refusals_are_input_errors():
