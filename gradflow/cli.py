@@ -180,7 +180,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         from .api import explain
         from .cli_sweep import SweepRequest, find_sweep, run, split_plot_file
 
-        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
+        program, rest = (None, [expr, *ctx.args]) if moved else (expr, ctx.args)
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
         check_shadowed(source, ctx, var)
         args, plot_file = split_plot_file(rest, plot)

@@ -82,12 +82,13 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         picture = check_picture_path(req.plot_file)  # before any work
     try:
         result, first = _evaluate(req, var, rng)
-    except _PipeClosed:
+        if not req.json_ and not req.plot:
+            consoles()[0].print(sweep_table(result, first))
+        if req.plot:
+            _plots(result, picture)
+    except (_PipeClosed, BrokenPipeError):  # `| head`: stop quietly
+        _quiet_stdout()
         return 0
-    if not req.json_ and not req.plot:
-        consoles()[0].print(sweep_table(result, first))
-    if req.plot:
-        _plots(result, picture)
     return _finish(result)
 
 
@@ -125,7 +126,7 @@ def sweep_table(result, first=None) -> Group:
     for r in result.rows:
         grads = (format_tensor(r.grads[w]) for w in result.wrt)
         table.add_row(format_number(r.value), format_tensor(r.output), *grads)
-    title = Text(f"L = {result.source}, sweeping {result.var} ({len(result.values)} points)")
+    title = Text(f"L = {result.source.strip()}, sweeping {result.var} ({len(result.values)} points)")
     return Group(title, table, cut_lines(first) if first is not None else Text())
 
 
@@ -144,7 +145,7 @@ def _plots(result, picture) -> None:
         return
     for s in all_series:
         if s.ys:
-            print(plot.terminal(s, result.var, color=out.is_terminal and not out.no_color), flush=True)
+            _write_line(plot.terminal(s, result.var, color=out.is_terminal and not out.no_color))
 
 
 def _finish(result) -> int:
@@ -171,6 +172,12 @@ def _write_line(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python docs, "Note on SIGPIPE"
         raise _PipeClosed from None
+
+
+def _quiet_stdout() -> None:
+    """Send what is still buffered for a closed stdout to devnull (Python docs, "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured in tests)
+        pass

@@ -92,7 +92,7 @@ def picture(result: SweepResult, all_series: list[Series], path: Path) -> None:
         ax.axhline(0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel(result.var)
-    fig.suptitle(result.source)
+    fig.suptitle(result.source.strip())
     fig.tight_layout()
     try:
         fig.savefig(path)

@@ -229,3 +229,15 @@ def test_random_fixed_values_are_drawn_once():
     w = explain("x*sum(w)", x=0.0, w="randn(3)", seed=4, dtype="float64").node("w").value
     assert r.grads("x") == [pytest.approx(w.sum().item(), rel=1e-15)] * 4
     assert r.outputs() == pytest.approx([x * w.sum().item() for x in r.values], rel=1e-15)
+
+
+def test_sweep_with_file_and_picture(cli, tmp_path):
+    """With --file, Click puts the first leftover (here the picture's name) into EXPR: it is put back."""
+    pytest.importorskip("matplotlib")
+    prog, pic = tmp_path / "prog.txt", tmp_path / "f.png"
+    prog.write_text("(x*y1 - detach(x*y2))^2\n")
+    res = cli("eval", "--file", str(prog), "--plot", str(pic), "--x=-1:1:3", "--y1", "2", "--y2", "7")
+    assert res.exit_code == 0, res.stderr
+    assert pic.read_bytes().startswith(b"\x89PNG")
+    res = cli("eval", "--file", str(prog), "--x=-1:1:3", "--y1", "2", "--y2", "7")
+    assert res.stdout.splitlines()[0] == "L = (x*y1 - detach(x*y2))^2, sweeping x (3 points)"
