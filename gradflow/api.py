@@ -62,13 +62,16 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, **kw_values: Any):
+            device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, measure_edges: bool = True,
+            **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
     function's own parameters, in `values={...}`. Returns an `Explanation`;
     raises a `GradflowError` subclass for an invalid program or value. When the
     output does not require grad, the result comes back with `.error` set.
+    `measure_edges=False` skips the per-use gradient views (memory for big tensors):
+    an edge from a node used more than once then has `flow` None.
     Text values may be constructors ("randn(3,4)", drawn from a generator seeded
     with `seed`) or files ("@x.npy", "@x.pt"); see specs.py.
     """
@@ -79,4 +82,4 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     from .tensors import materialize
 
     tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws
-    return evaluate(graph, tensors, leaves, dtype=dtype, device=device)
+    return evaluate(graph, tensors, leaves, dtype=dtype, device=device, measure_edges=measure_edges)

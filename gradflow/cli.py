@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .errors import ExitCode, GradflowError, ValueInputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Show how gradients flow through a PyTorch computation.")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -37,7 +37,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() va
 FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, "
                                        "not summarised.")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
-                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow\\[plot]).")]
+                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
 OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
 GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
@@ -170,7 +170,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              graph: GraphOpt = None, seed: SeedOpt = 0, full: FullOpt = False, plot: PlotOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
-    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
 
@@ -248,3 +248,7 @@ def run():  # console-script entry point
 
 from . import cli_graph  # noqa: E402,F401
 from . import cli_inspect  # noqa: E402,F401
+from . import cli_batch  # noqa: E402,F401
+from .typer_fast import install as _fast_typer  # noqa: E402
+
+_fast_typer()

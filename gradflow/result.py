@@ -119,7 +119,7 @@ def _clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     if isinstance(x, list):
-        return [_clean(v) for v in x]
+        return x if _finite_flat(x) else [_clean(v) for v in x]
     return x
 
 
@@ -130,6 +130,14 @@ def summary(t) -> dict:
             "min": f.min().item(), "max": f.max().item(), "norm": f.norm().item()}
 
 
+def _finite_flat(x: list) -> bool:
+    """A flat list of finite numbers (a 1-d tensor's tolist(), the common case): nothing to replace."""
+    try:
+        return all(map(math.isfinite, x))
+    except TypeError:  # nested lists, strings, None
+        return False
+
+
 def to_jsonable(t, strict: bool = True, full: bool = True):
     """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX
     elements and not `full`); non-finite numbers as strings if strict."""
@@ -138,8 +146,7 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
         return {k: _clean(v) if strict else v for k, v in summary(t).items()}
     if hasattr(t, "tolist"):
-        t = t.detach().cpu()
-        t = t.item() if t.dim() == 0 else t.tolist()
+        t = t.item() if t.dim() == 0 else t.detach().cpu().tolist()
     return _clean(t) if strict else t
 
 

@@ -25,6 +25,8 @@ from .specs import HINT, FileValue, TensorSpec
 
 def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -> dict[str, Any]:
     """Replace every TensorSpec / FileValue in `values` (in order) by a tensor of `dtype`."""
+    if not any(isinstance(v, (TensorSpec, FileValue)) for v in values.values()):
+        return values  # plain numbers and lists: nothing to build
     dtype = resolve_dtype(dtype)
     gen = torch.Generator().manual_seed(int(seed))
     out = {}
