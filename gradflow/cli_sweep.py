@@ -1,18 +1,13 @@
 """`gradflow eval ... --x START:STOP:COUNT`: sweeps as a table, JSON Lines or plots.
 
 Called from `eval` (cli.py) when a value is a sweep or --plot is given. Torch is
-imported only when the sweep runs.
+imported only when the sweep runs, rich only when something is printed (early errors stay light).
 """
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
-
-from rich import box
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from .cli import consoles
 from .errors import ValueInputError
@@ -117,6 +112,11 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
 
 def sweep_table(result, first=None) -> Group:
     """L and the grads at every point; `first`: the first point's Explanation (for its cut lines)."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     from .render import cut_lines, format_tensor
     from .values import format_number
 
@@ -131,6 +131,8 @@ def sweep_table(result, first=None) -> Group:
 
 
 def _plots(result, picture) -> None:
+    from rich.text import Text
+
     from . import plot
 
     out, err = consoles()
@@ -149,6 +151,8 @@ def _plots(result, picture) -> None:
 
 
 def _finish(result) -> int:
+    from rich.text import Text
+
     from .render import print_error
 
     err = consoles()[1]

@@ -198,9 +198,9 @@ def test_errors_before_evaluating_stay_torch_free():
                 "for args in (['x*', '--x', '0:1:3'], ['x*y', '--x', '0:1:3', '--y', 'randm(3)'],\n"
                 "             ['x*y', '--x', '0:1:3', '--y', 'zeros(100000,100000)']):\n"
                 "    try:\n        app(['eval', *args])\n    except SystemExit as e:\n        print(e.code)\n"
-                "print('torch' in sys.modules)")
+                "print('torch' in sys.modules, 'rich.console' in sys.modules)")
     out, err = proc.communicate(timeout=60)
-    assert out.split() == ["2", "2", "2", "False"], err
+    assert out.split() == ["2", "2", "2", "False", "False"], err
 
 
 def test_json_lines_into_a_closed_pipe():
