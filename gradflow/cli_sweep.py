@@ -75,6 +75,9 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         from .plot import check_picture_path
 
         picture = check_picture_path(req.plot_file)  # before any work
+    from .sweeps import check_sweep
+
+    check_sweep(req.source, var, req.values, req.wrt)  # early errors print light, before the progress bar
     try:
         result, first = _evaluate(req, var, rng)
         if not req.json_ and not req.plot:

@@ -89,13 +89,17 @@ def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0
                      seed=seed, on_point=on_point, keep=keep)
 
 
+def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None):
+    """The torch-free part (program, values, leaves): its errors come before any work."""
+    graph = compile_program(source)
+    return graph, check_values(graph, {**values, var: 0.0}), resolve_wrt(graph, wrt)
+
+
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
               on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False) -> SweepResult:
     """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
-    graph = compile_program(source)
-    fixed = check_values(graph, {**values, var: 0.0})
-    leaves = resolve_wrt(graph, wrt)
+    graph, fixed, leaves = check_sweep(source, var, values, wrt)
     from .engine import evaluate  # torch from here on
     from .tensors import materialize
 
