@@ -6,15 +6,22 @@ import functools
 from typing import Any
 
 from .errors import ValueInputError
+from .guards import check_arguments, check_graph, check_source, check_tree
+from .limits import DEFAULT, Limits, as_limits
 from .parser import parse
 from .program import Graph, lower
 from .values import parse_value
 
 
 @functools.lru_cache(maxsize=1024)
-def compile_program(source: str) -> Graph:
-    """Parse and lower once per distinct text (batch and sweeps reuse it)."""
-    return lower(parse(source))
+def compile_program(source: str, limits: Limits = DEFAULT) -> Graph:
+    """Parse and lower once per distinct text (batch and sweeps reuse it), within `limits`."""
+    check_source(source, limits)
+    program = parse(source)
+    check_tree(program, limits)
+    graph = lower(program)
+    check_graph(graph, limits)
+    return graph
 
 
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
@@ -53,17 +60,20 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", values: dict[str, Any] | None = None, **kw_values: Any):
+            device: str = "cpu", values: dict[str, Any] | None = None, limits=None, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
     function's own parameters, in `values={...}`. Returns an `Explanation`;
     raises a `GradflowError` subclass for an invalid program or value. When the
     output does not require grad, the result comes back with `.error` set.
+    `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (README).
     """
-    graph = compile_program(source)
+    check_arguments(source, wrt, dtype, device, values)
+    limits = as_limits(limits)
+    graph = compile_program(source, limits)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device)
+    return evaluate(graph, vals, leaves, dtype=dtype, device=device, limits=limits)

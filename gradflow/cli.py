@@ -31,6 +31,9 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+LimitOpt = Annotated[Optional[list[str]], typer.Option(
+    "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
+                    "elements (1e6 per tensor), total (1e7). Repeatable.")]
 
 
 def _version(value: bool):
@@ -76,6 +79,10 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
         raise fail(error, as_json) from None
     except typer.Exit:
         raise
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        from .streams import stdout_gone
+
+        raise typer.Exit(stdout_gone()) from None
     except Exception as exc:  # a bug: say so, briefly, unless --debug
         if debug:
             raise
@@ -92,10 +99,13 @@ def read_program(expr: str | None, file: Path | None) -> str:
     if file is not None:
         try:
             return file.read_text()
-        except OSError as err:
-            raise ValueInputError("usage", f"cannot read --file {file}: {err.strerror}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            why = getattr(err, "strerror", None) or "not UTF-8 text"
+            raise ValueInputError("usage", f"cannot read --file {file}: {why}") from None
     if expr == "-":
-        return sys.stdin.read()
+        from .streams import read_stdin
+
+        return read_stdin()
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
@@ -131,7 +141,7 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False):
+             json_: JsonOpt = False, debug: DebugOpt = False, limit: LimitOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
@@ -140,7 +150,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         from .api import explain
 
         source = read_program(expr, file)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var))
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var),
+                         limits=limit)
         if json_:
             print(result.to_json(), flush=True)
         else:
@@ -180,5 +191,7 @@ def ops_cmd(json_: JsonOpt = False):
     consoles()[0].print(table)
 
 
-def run():  # console-script entry point
-    app(prog_name="gradflow")
+def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
+    from .streams import run_safely
+
+    run_safely(lambda: app(prog_name="gradflow"))

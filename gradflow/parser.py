@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, v_args
+from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import ParseError, Span
@@ -37,8 +38,8 @@ def _join(a: Span, b: Span) -> Span:
     return Span(a.start, b.end)
 
 
-class _Build(Transformer):
-    """Bottom-up: every method returns a typed node with its span."""
+class _Build(Transformer_NonRecursive):
+    """Bottom-up: every method returns a typed node with its span (no recursion: deep input is safe)."""
 
     def __init__(self, source: str):
         super().__init__()

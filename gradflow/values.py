@@ -5,11 +5,13 @@ import json
 import math
 
 from .errors import ValueInputError
+from .guards import check_value_text
 
 
 def parse_value(name: str, text: str):
     """'2.5' -> 2.5, '[[1,2],[3,4]]' -> nested list of floats. Raises ValueInputError."""
     text = text.strip()
+    check_value_text(name, text)
     try:
         return float(text) if not text.startswith("[") else _check_list(json.loads(text))
     except (ValueError, TypeError) as err:

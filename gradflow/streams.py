@@ -1,0 +1,83 @@
+"""Standard streams at the edges of the process: pipes, closed streams, Ctrl-C.
+
+`run_safely(main)` wraps the console entry point, so every command (eval, ops,
+batch, sweep, ...) inherits it:
+- the reader of stdout went away (`gradflow ... | head -1`): point stdout at
+  /dev/null and exit quietly with 0 (Python docs, "Note on SIGPIPE");
+- Ctrl-C: exit 130 without a traceback (whatever was flushed stays written);
+- a closed stdout/stderr (`>&-`): output is discarded instead of crashing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, NoReturn
+
+from .errors import ExitCode, ValueInputError
+
+
+def _devnull():
+    return open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
+
+
+def _to_devnull(stream):
+    """Point a standard stream's file descriptor at /dev/null; returns the stream to keep using."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+        return stream
+    except (OSError, ValueError, AttributeError):
+        return _devnull()
+
+
+def _flush(stream):
+    """Flush a stream; if its reader is gone, silence it. Returns the stream to keep using."""
+    try:
+        stream.flush()
+        return stream
+    except (OSError, ValueError):
+        return _to_devnull(stream)
+
+
+def _ensure_streams() -> None:
+    """A closed stdout/stderr (`>&-`) shows up as None: give it a sink."""
+    sys.stdout = sys.stdout or _devnull()
+    sys.stderr = sys.stderr or _devnull()
+
+
+def stdout_gone() -> int:
+    """stdout's reader went away: discard further output; the exit code to use (0, quiet)."""
+    sys.stdout = _to_devnull(sys.stdout)
+    return int(ExitCode.OK)
+
+
+def run_safely(main: Callable[[], object]) -> NoReturn:
+    """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
+    _ensure_streams()
+    try:
+        main()
+        code: object = 0
+    except SystemExit as done:
+        code = done.code
+    except KeyboardInterrupt:
+        code = int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        code = stdout_gone()
+    sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
+    sys.exit(code)
+
+
+def read_stdin() -> str:
+    """The whole of stdin as text, or a package error saying why it cannot be read."""
+    if sys.stdin is None:
+        raise ValueInputError("usage", "stdin is closed, so the program cannot be read from '-'",
+                              hint="pipe the program in (echo 'x^2' | gradflow eval - --x 3) or pass it as EXPR")
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError as err:
+        raise ValueInputError("usage", f"stdin is not UTF-8 text (byte {err.start}): {err.reason}",
+                              hint="pipe a text file holding the program") from None
+    except (OSError, ValueError) as err:
+        raise ValueInputError("usage", f"cannot read the program from stdin: {err}") from None
+
