@@ -52,14 +52,29 @@ def stdout_gone() -> int:
     return int(ExitCode.OK)
 
 
+def _stdout_is_devnull() -> bool:
+    try:
+        fd, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (fd.st_dev, fd.st_ino) == (null.st_dev, null.st_ino)
+
+
+def _library_saw_broken_pipe(was_devnull: bool) -> bool:
+    """Click/Typer and rich handle EPIPE themselves and exit 1: Click wraps stdout in
+    PacifyFlushWrapper, rich points fd 1 at /dev/null. Either way, it was the pipe."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (not was_devnull and _stdout_is_devnull())
+
+
 def run_safely(main: Callable[[], object]) -> NoReturn:
     """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
     _ensure_streams()
+    was_devnull = _stdout_is_devnull()
     try:
         main()
         code: object = 0
     except SystemExit as done:
-        code = done.code
+        code = stdout_gone() if done.code == 1 and _library_saw_broken_pipe(was_devnull) else done.code
     except KeyboardInterrupt:
         code = int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
