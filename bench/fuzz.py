@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import multiprocessing
 import os
 import random
 import sys
@@ -35,28 +36,46 @@ def run_one(i: int, opts, runner, outcomes) -> None:
         outcomes[f"cli exit {check_cli(case, runner)}"] += 1
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--inputs", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--start", type=int, default=0, help="first input index (to replay one: --start I --inputs 1)")
-    ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
-    opts = ap.parse_args()
+def run_range(job: tuple) -> tuple[collections.Counter, list[int]]:
+    """Inputs [first, last) in one process: the outcome counts and the failing indices."""
+    opts, first, last = job
     outcomes: collections.Counter[str] = collections.Counter()
     failures, runner, start = [], CliRunner(), time.monotonic()
-    for i in range(opts.start, opts.start + opts.inputs):
+    for i in range(first, last):
         try:
             run_one(i, opts, runner, outcomes)
         except Exception:  # noqa: BLE001 - a failure of the property: record and go on
             failures.append(i)
             print(f"FAILURE at input {i}: {gen_case(random.Random(f'{opts.seed}:{i}'))!r}\n"
                   f"{traceback.format_exc(limit=-3)}", file=sys.stderr, flush=True)
-        if (i + 1) % 10_000 == 0:
-            print(f"  {i + 1:,} inputs, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        if (i + 1 - first) % 5_000 == 0:
+            print(f"  [{first}..) {i + 1 - first:,} inputs, {time.monotonic() - start:.0f} s", file=sys.stderr,
+                  flush=True)
+    return outcomes, failures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inputs", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first input index (to replay one: --start I --inputs 1)")
+    ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (the inputs are split between them)")
+    opts = ap.parse_args()
+    start, end = time.monotonic(), opts.start + opts.inputs
+    step = -(-opts.inputs // opts.jobs)
+    jobs = [(opts, a, min(a + step, end)) for a in range(opts.start, end, step)]
+    if opts.jobs > 1:
+        with multiprocessing.Pool(opts.jobs) as pool:
+            parts = pool.map(run_range, jobs)
+    else:
+        parts = [run_range(job) for job in jobs]
+    outcomes = sum((p[0] for p in parts), collections.Counter())
+    failures = [i for p in parts for i in p[1]]
     cli = sum(v for k, v in outcomes.items() if k.startswith("cli"))
     print(f"inputs: {opts.inputs:,} through explain() + table + JSON ({cli:,} also through the CLI), "
-          f"seed {opts.seed}; failures: {len(failures)}; {time.monotonic() - start:.0f} s")
-    for kind, n in outcomes.most_common(16):
+          f"seed {opts.seed}; failures: {len(failures)} {failures[:20]}; {time.monotonic() - start:.0f} s")
+    for kind, n in outcomes.most_common(20):
         print(f"  {kind:24} {n:,}")
     return 1 if failures else 0
 
