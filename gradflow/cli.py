@@ -154,6 +154,9 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
                          limits=limit)
         if json_:
             print(result.to_json(), flush=True)
+            from .render import print_warnings
+
+            print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
         else:
             from .render import print_explanation
 

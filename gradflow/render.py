@@ -110,6 +110,10 @@ def grad_lines(result: Explanation) -> Text:
 
 def print_explanation(result: Explanation, out: Console, err: Console):
     out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
+    print_warnings(result, err)
+
+
+def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
         err.print(Text(f"warning: {w.message}", style="yellow"))
 

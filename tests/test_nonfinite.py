@@ -87,3 +87,9 @@ def test_cli_json_is_strict_with_warnings(cli):
     assert doc["warnings"] == [{"kind": "nonfinite_grad", "node": "sqrt(x)", "message": (
         "the gradient first becomes inf in the backward pass on the edge x → sqrt(x): "
         "d sqrt(a)/da = 1/(2·sqrt(a)) is inf at a = x = 0")}]
+
+
+def test_cli_json_mode_also_warns_on_stderr(cli):
+    res = cli("eval", "log(x)", "--x", "-1", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["warnings"][0]["kind"] == "nonfinite_value"
+    assert res.stderr.startswith("warning: nan first appears in the forward pass at 'log(x)'")
