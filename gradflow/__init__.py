@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "parse", "GradflowError", "ParseError", "ValueInputError", "EvalError",
+__all__ = ["explain", "check", "hessian", "parse", "GradflowError", "ParseError", "ValueInputError", "EvalError",
            "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 try:
@@ -20,7 +20,8 @@ try:
 except Exception:  # not installed (running from a source tree)
     __version__ = "0+unknown"
 
-_LAZY = {"explain": "api", "parse": "parser", "compile_program": "api"}
+_LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
+         "hessian": "secondorder"}
 
 
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap

@@ -31,6 +31,9 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
+OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
 LimitOpt = Annotated[Optional[list[str]], typer.Option(
     "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
                     "elements (1e6 per tensor), total (1e7). Repeatable.")]
@@ -141,7 +144,8 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False, limit: LimitOpt = None):
+             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
+             graph: GraphOpt = None, limit: LimitOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
@@ -150,10 +154,13 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         from .api import explain
 
         source = read_program(expr, file)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(ctx.args, var),
-                         limits=limit)
+        values = parse_values(ctx.args, var)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values, limits=limit)
+        from .extras import Extras
+
+        extra = Extras.compute(result, values, check=check, order=order, graph=graph)
         if json_:
-            print(result.to_json(), flush=True)
+            print(extra.to_json(result), flush=True)
             from .render import print_warnings
 
             print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
@@ -161,6 +168,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
             from .render import print_explanation
 
             print_explanation(result, *consoles())
+            extra.print(*consoles())
         if result.error is not None:
             if not json_:
                 fail(result.error)
@@ -198,3 +206,6 @@ def run():  # console-script entry point: pipes, closed streams and Ctrl-C handl
     from .streams import run_safely
 
     run_safely(lambda: app(prog_name="gradflow"))
+
+
+from . import cli_graph  # noqa: E402,F401

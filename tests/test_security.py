@@ -9,7 +9,8 @@ from gradflow import ParseError, ValueInputError, explain, parse
 
 PACKAGE = Path(gradflow.__file__).parent
 BANNED_CALLS = {"eval", "exec", "compile", "__import__", "breakpoint"}
-BANNED_MODULES = {"pickle", "marshal", "shelve", "subprocess", "dill", "cloudpickle"}
+BANNED_MODULES = {"pickle", "marshal", "shelve", "dill", "cloudpickle"}
+SHELL_CALLS = {"system", "popen", "execv", "execvp", "spawnl"}  # os.*: a command line through a shell
 DYNAMIC_ATTR = {"getattr", "setattr", "delattr"}
 # The only dynamic attribute access with a non-literal name, and why it is safe:
 ALLOWED = {
@@ -57,6 +58,15 @@ def test_no_pickle_like_modules_and_torch_load_is_weights_only():
             if name == "load" and isinstance(node.func, ast.Attribute) and getattr(node.func.value, "id", "") == "torch":
                 kw = {k.arg: k.value for k in node.keywords}
                 assert isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True, f
+
+
+def test_no_shell():
+    """Running a program (Graphviz `dot`) passes an argument list, never a shell command line."""
+    for f, tree in _sources():
+        for name, node in _calls(tree):
+            assert name not in SHELL_CALLS, (f, node.lineno)
+            shell = [k for k in node.keywords if k.arg == "shell"]
+            assert not shell or (isinstance(shell[0].value, ast.Constant) and shell[0].value.value is False), f
 
 
 @pytest.mark.parametrize("source", ["__class__", "x.__class__", "().__class__.__bases__", "__import__('os')",
