@@ -78,6 +78,7 @@ limit_sets = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
     "length": st.integers(1, 60), "depth": st.integers(1, 6), "nodes": st.integers(1, 12),
     "elements": st.integers(1, 6), "total": st.integers(1, 20)}))
 cases = st.fixed_dictionaries({"source": sources, "values": value_sets, "wrt": wrts, "fit": st.booleans(),
+                               "extra": st.integers(0, 20),
                                "dtype": st.sampled_from(["float32", "float32", "float64"]), "limits": limit_sets})
 
 
@@ -127,15 +128,23 @@ def _api(case: dict) -> str:
     return "ok"
 
 
+EXTRAS = [[], [], [], ["--check"], ["--order", "2"], ["--graph", "tree"], ["--graph", "dot"],
+          ["--graph", "mermaid"], ["--check", "--order", "2", "--graph", "mermaid"], ["graph"],
+          ["graph", "--format", "dot"], ["graph", "--format", "mermaid"]]
+
+
 def cli_args(case: dict) -> list[str]:
-    args = ["eval", case["source"]]
+    extra = list(EXTRAS[case.get("extra", 0) % len(EXTRAS)])
+    command = extra.pop(0) if extra[:1] == ["graph"] else "eval"
+    args = [command, case["source"]]
     for name, v in fitted(case).items():
         args.append(f"--{name}={v if isinstance(v, str) else json.dumps(v)}")
     if case["wrt"] is not None:
         args.append(f"--wrt={case['wrt']}")
-    for name, n in (case["limits"] or {}).items():
-        args.append(f"--limit={name}={n}")
-    return args + (["--json"] if len(case["source"]) % 2 else []) + ["--dtype", case["dtype"]]
+    if command == "eval":
+        args += [f"--limit={name}={n}" for name, n in (case["limits"] or {}).items()]
+        args += ["--json"] if len(case["source"]) % 2 else []
+    return args + extra + ["--dtype", case["dtype"]]
 
 
 def check_cli(case: dict, runner: CliRunner | None = None) -> int:
@@ -233,5 +242,5 @@ def gen_case(rng) -> dict:
                                                         ("elements", 200), ("total", 600)] if rng.random() < 0.5}
     wrt = rng.choice([None] * 6 + ["all", "all", "x", "x,y", "y,z,w", "q", "", ",", "all,x", "x x"])
     return {"source": gen_source(rng), "values": {n: gen_value(rng) for n in names if rng.random() < 0.5},
-            "wrt": wrt, "fit": rng.random() < 0.9, "dtype": rng.choice(["float32", "float32", "float64"]),
+            "wrt": wrt, "fit": rng.random() < 0.9, "extra": rng.randrange(len(EXTRAS)), "dtype": rng.choice(["float32", "float32", "float64"]),
             "limits": limits}
