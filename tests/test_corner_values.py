@@ -73,3 +73,12 @@ def test_empty_value_reduction():
     with pytest.raises(EvalError) as info:
         explain("max(x)", x=[])
     assert info.value.exit_code == 2 and "max(x)" in info.value.message
+
+
+@pytest.mark.parametrize("args", [["eval", "2*3", "--check"], ["eval", "2*3", "--order", "2"],
+                                  ["eval", "2*3", "--graph", "tree"], ["graph", "2*3"]])
+def test_constants_only_program_with_every_view(cli, args):
+    """No variable at all (found by the fuzzer: the views' replay assumed one leaf)."""
+    res = cli(*args)
+    assert res.exit_code in (0, 3), res.stderr
+    assert "internal error" not in res.stderr and "Traceback" not in res.stderr
