@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "check", "hessian", "parse", "GradflowError", "ParseError", "ValueInputError", "EvalError",
-           "LimitError", "NoGradientError", "ExitCode", "__version__"]
+__all__ = ["explain", "check", "hessian", "trace", "parse", "GradflowError", "ParseError", "ValueInputError",
+           "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 try:
     from importlib.metadata import version as _version
@@ -21,7 +21,7 @@ except Exception:  # not installed (running from a source tree)
     __version__ = "0+unknown"
 
 _LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
-         "hessian": "secondorder"}
+         "hessian": "secondorder", "trace": "tracer"}
 
 
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap

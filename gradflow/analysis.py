@@ -95,14 +95,27 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
     return f"no gradient reached {leaf}"
 
 
-def _flag_warnings(result: Explanation, graph: Graph, deps, flags: list[FlagStep]):
+def tracked_from(result: Explanation, graph: Graph) -> list[int]:
+    """Per node, a bitmask of the chosen leaves reaching it along tracked (uncut) edges."""
+    bits = {graph.inputs[name]: 1 << i for i, name in enumerate(result.wrt)}
+    deps = [bits.get(r.id, 0) if r.requires_grad else 0 for r in result.nodes]
+    for e in result.edges:  # in evaluation order: a source's mask is final before it is used
+        if not e.cut and result.nodes[e.src].requires_grad:
+            deps[e.dst] |= deps[e.src]
+    return deps
+
+
+def _flag_warnings(result: Explanation, graph: Graph, flags: list[FlagStep]):
+    deps = tracked_from(result, graph)
     for f in flags:
         r = result.nodes[f.node]
-        if f.value and not deps[f.node] and result.wrt:
+        if f.value and not deps[f.node] and result.wrt and r.op != "var":
             result.warnings.append(Warning(
                 "requires_grad_no_path", r.name,
                 f"`{f.text}` makes backward run, but {r.name} is not computed from any chosen leaf "
-                f"({', '.join(result.wrt)}) through a tracked path, so none of them will receive a gradient"))
+                f"({', '.join(result.wrt)}) through a tracked path, so "
+                + ("no chosen leaf receives a gradient" if all(g is None for g in result.grads.values())
+                   else f"no gradient reaches them through {r.name}")))
 
 
 def annotate(result: Explanation, graph: Graph, flags: list[FlagStep]):
@@ -113,7 +126,7 @@ def annotate(result: Explanation, graph: Graph, flags: list[FlagStep]):
     for i, leaf in enumerate(result.wrt):
         if result.grads[leaf] is None:
             result.why[leaf] = _why(result, graph, leaf, i, deps, reach, flags)
-    _flag_warnings(result, graph, deps, flags)
+    _flag_warnings(result, graph, flags)
     if result.error is not None and result.error.kind == "no_gradient":
         reasons = "; ".join(result.why.values()) or "no chosen leaf requires grad"
         result.error.message += f". Why: {reasons}."

@@ -29,9 +29,18 @@ def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
     names = list(graph.inputs)
     if wrt is None:
         return ["x"] if "x" in graph.inputs else names
+    if isinstance(wrt, str) and wrt.strip() == "all":
+        return names
     if isinstance(wrt, str):
-        wrt = names if wrt.strip() == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
+        wrt = [w.strip() for w in wrt.split(",") if w.strip()]
+    if not wrt:
+        raise ValueInputError("usage", "--wrt names no variable", hint="--wrt x, --wrt a,b or --wrt all")
+    computed = {name for n in graph.nodes if n.op != "var" for name in n.names}
     for w in wrt:
+        if w in computed and w not in graph.inputs:
+            raise ValueInputError("not_a_leaf", f"--wrt names '{w}', which is computed, not an input variable",
+                                  hint=f"--wrt chooses input leaves ({', '.join(names) or 'none'}); "
+                                       f"the gradient of {w} is in its row of the table")
         if w not in graph.inputs:
             raise ValueInputError("unknown_variable", f"--wrt names '{w}', which the program does not use",
                                   hint=_known(w, names))

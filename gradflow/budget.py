@@ -17,10 +17,11 @@ def precheck(node: Node, fn, args, source: str) -> None:
     A result can only be that large when the inputs' element counts multiply past
     the limit (broadcasting, outer products, matmul), so the meta run is rare.
     """
-    if len(args) < 2 or math.prod(a.numel() for a in args) <= current().elements:
+    tensors = [a for a in args if hasattr(a, "new_empty")]  # the engine may pass a number (x^2's exponent)
+    if len(tensors) < 2 or math.prod(a.numel() for a in tensors) <= current().elements:
         return
     try:
-        shape_only = fn(*[a.new_empty(a.shape, device="meta") for a in args])
+        shape_only = fn(*[a.new_empty(a.shape, device="meta") if hasattr(a, "new_empty") else a for a in args])
     except Exception:  # noqa: BLE001 - the real call reports the problem with a proper message
         return
     check_elements(shape_only.numel(), f"the result of '{node.text}' would have", span=node.span, source=source)

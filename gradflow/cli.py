@@ -5,7 +5,9 @@ evaluation stay fast. Results go to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
+import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -65,9 +67,10 @@ def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     from .render import print_error
 
     if as_json:
-        from .result import dumps
+        from .result import SCHEMA_VERSION, dumps
 
-        print(dumps({"output": None, "grads": {}, "nodes": [], "error": error.to_dict()}), flush=True)
+        print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
+                     "warnings": [], "error": error.to_dict()}), flush=True)
     print_error(error, consoles()[1])
     return typer.Exit(int(error.exit_code))
 
@@ -78,7 +81,7 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
         code = body()
     except GradflowError as error:
         if debug:
-            raise
+            traceback.print_exc()
         raise fail(error, as_json) from None
     except typer.Exit:
         raise
@@ -94,6 +97,10 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
                             markup=False)
         raise typer.Exit(int(ExitCode.INTERNAL)) from None
     raise typer.Exit(code)
+
+
+def _is_option(token: str | None) -> bool:
+    return token is not None and re.fullmatch(r"--[A-Za-z]\w*(=.*)?", token, flags=re.S) is not None
 
 
 def read_program(expr: str | None, file: Path | None) -> str:
@@ -112,10 +119,29 @@ def read_program(expr: str | None, file: Path | None) -> str:
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
-    if expr.startswith("-") and len(expr) > 1 and not expr[1:2].isdigit() and expr[1:2] not in "(. ":
+    if _is_option(expr):  # an option where EXPR should be
         raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
-                              hint='gradflow eval "EXPR" --x 1 --y 2')
+                              hint='gradflow eval "EXPR" --x 1 --y 2, or EXPR - to read the program from stdin')
     return expr
+
+
+def option_names(ctx: typer.Context) -> set[str]:
+    """The command's own long options (without --): variables cannot be given as --NAME then."""
+    names = {o[2:] for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
+    return names | {"help"}
+
+
+def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
+    """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
+    from .api import compile_program
+    from .limits import as_limits
+
+    given = {item.partition("=")[0].strip() for item in var or []}
+    for name in compile_program(source, as_limits(limits)).inputs:
+        if name in option_names(ctx) and name not in given:
+            raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
+                                  f"so --{name} VALUE cannot set it",
+                                  hint=f"give its value with --var {name}=VALUE")
 
 
 def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
@@ -132,6 +158,8 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
             if not tokens:
                 raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
             value = tokens.pop(0)
+        if name in values:
+            raise ValueInputError("usage", f"--{name} is given twice", hint="give each variable one value")
         values[name] = value
     for item in var or []:
         name, eq, value = item.partition("=")
@@ -148,13 +176,17 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              graph: GraphOpt = None, limit: LimitOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
+
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
     """
     def body() -> int:
         from .api import explain
 
-        source = read_program(expr, file)
-        values = parse_values(ctx.args, var)
+        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var, limit)
+        values = parse_values(rest, var)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values, limits=limit)
         from .extras import Extras
 
@@ -169,13 +201,10 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
 
             print_explanation(result, *consoles())
             extra.print(*consoles())
-        if result.error is not None:
-            if not json_:
-                fail(result.error)
-            else:
-                from .render import print_error
+        if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
+            from .render import print_error
 
-                print_error(result.error, consoles()[1])
+            print_error(result.error, consoles()[1])
             return int(result.error.exit_code)
         return 0
 
@@ -190,16 +219,25 @@ def ops_cmd(json_: JsonOpt = False):
     if json_:
         from .result import dumps
 
-        print(dumps([{"name": o.name, "symbol": o.symbol, "arity": o.arity, "kind": o.kind, "doc": o.doc}
+        print(dumps([{"name": o.name, "symbol": o.symbol, "syntax": _syntax(o), "arity": o.arity, "kind": o.kind,
+                      "doc": o.doc}
                      for o in OPS.values()]))
         return
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("name", "syntax", "args", "kind", "what it does")
     for o in OPS.values():
-        syntax = f"a {o.symbol} b" if o.symbol and o.min_args == 2 else (f"{o.symbol}a" if o.symbol else f"{o.name}(…)")
-        table.add_row(o.name, syntax, o.arity, o.kind, o.doc)
+        table.add_row(o.name, Text(_syntax(o)), o.arity, o.kind, Text(o.doc))
     consoles()[0].print(table)
+
+
+def _syntax(o) -> str:
+    """How a program writes the op: a * b, -a, f(a), f(a, b)."""
+    calls = [f"{o.name}({', '.join('ab'[:n])})" for n in range(o.min_args, o.max_args + 1)]
+    if o.kind == "operator":
+        return f"a {o.symbol} b" if o.min_args == 2 else f"{o.symbol}a"
+    return " or ".join(([f"a {o.symbol} b"] if o.symbol else []) + calls)
 
 
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
@@ -209,3 +247,4 @@ def run():  # console-script entry point: pipes, closed streams and Ctrl-C handl
 
 
 from . import cli_graph  # noqa: E402,F401
+from . import cli_inspect  # noqa: E402,F401

@@ -84,12 +84,14 @@ class _Run:
         return t.requires_grad_(node.names[0] in self.wrt)
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
-        tracked = node.mode is None and node.op != "detach" and torch.is_grad_enabled()
+        # An identity wrapper runs no operation, so even inside a region it cuts nothing.
+        identity = node.op in _IDENTITY
+        tracked = identity or (node.mode is None and node.op != "detach" and torch.is_grad_enabled())
         out = []
         for pos, a in enumerate(node.args):
             src = self.t[a]
             edge = EdgeResult(a, node.id, pos)
-            if src.requires_grad and tracked and node.op not in _IDENTITY:
+            if src.requires_grad and tracked and not identity:
                 src = src.view_as(src)
                 src.retain_grad()
                 self.aliases[len(self.edges)] = src
@@ -106,6 +108,9 @@ class _Run:
             with _context(node.mode):
                 return torch.tensor(node.value, dtype=self.dtype, device=self.device)
         args = self.inputs(node)
+        exponent = self.g.nodes[node.args[-1]]
+        if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
+            args[1] = exponent.value
         if node.op == "detach":
             return args[0].detach()
         if node.op in _IDENTITY:
@@ -208,12 +213,14 @@ def _results(run: _Run) -> list[NodeResult]:
     for i, e in enumerate(run.edges):
         alias = run.aliases.get(i)
         e.flow = alias.grad if alias is not None else None
-    for n in nodes:  # identity wrappers share their argument's tensor: sum their own out-flows
+    # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
+    # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
+    for n in reversed(nodes):
         if n.op in _IDENTITY:
             n.grad = _sum([e.flow for e in run.edges if e.src == n.id])
-    for e in run.edges:
-        if e.flow is None and nodes[e.dst].op in _IDENTITY and not e.cut:
-            e.flow = nodes[e.dst].grad
+            for e in run.edges:
+                if e.dst == n.id and e.flow is None and not e.cut:
+                    e.flow = n.grad
     return nodes
 
 

@@ -45,6 +45,11 @@ class GradflowError(Exception):
         self.span = span
         self.source = source
 
+    @property
+    def position(self) -> int | None:
+        """0-based character offset of the error in the program text, when known."""
+        return None if self.span is None else self.span.start
+
     def to_dict(self) -> dict:
         d = {"kind": self.kind, "message": self.message, "hint": self.hint}
         if self.span is not None:

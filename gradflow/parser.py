@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from lark import Lark, Token, v_args
+from lark import Lark, Token
 from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
@@ -108,8 +108,9 @@ for _op in ("add", "sub", "mul", "div", "matmul", "pow"):
 
 def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     pos = getattr(err, "pos_in_stream", None)
-    if isinstance(err, UnexpectedEOF) or pos is None:
-        pos = len(source)
+    at_end = getattr(getattr(err, "token", None), "type", None) == "$END"
+    if isinstance(err, UnexpectedEOF) or pos is None or at_end:
+        pos = len(source.rstrip())  # just after the last character, even with a trailing new line
     if isinstance(err, UnexpectedCharacters):
         found = repr(source[pos]) if pos < len(source) else "end of input"
         msg = f"unexpected character {found}"
@@ -119,13 +120,22 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     else:
         tok = getattr(err, "token", None)
         found = "end of input" if tok is None or tok.type == "$END" else repr(str(tok))
+        found = "end of line" if str(tok) == "\n" else found
         msg = f"unexpected {found}"
         expected = err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set()
     names = sorted({_READABLE.get(t, t) for t in expected or () if not t.startswith("__")})
     hint = ("expected " + ", ".join(names)) if names else None
     end = pos + 1 if pos < len(source) else pos
-    return ParseError("syntax", f"syntax error: {msg} at position {pos}", hint=hint,
+    return ParseError("syntax", f"syntax error: {msg} at {_where(source, pos)}", hint=hint,
                       span=Span(pos, max(end, pos + 1) if pos < len(source) else pos), source=source)
+
+
+def _where(source: str, pos: int) -> str:
+    """'position 3' in one-line programs; 'line 2, column 5' (1-based, as editors count) in longer ones."""
+    if "\n" not in source.rstrip("\n"):
+        return f"position {pos}"
+    line = source.count("\n", 0, pos) + 1
+    return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
 def parse(source: str) -> Program:

@@ -34,8 +34,8 @@ def format_tensor(t) -> str:
     if t.numel() <= SMALL:
         return _nested(t.tolist())
     f = t.detach().double()
-    return (f"shape {tuple(t.shape)} mean {format_number(f.mean().item())} "
-            f"min {format_number(f.min().item())} max {format_number(f.max().item())}")
+    stats = (format_number(float(f"{v.item():.4g}")) for v in (f.mean(), f.min(), f.max()))
+    return "shape {} mean {} min {} max {}".format(tuple(t.shape), *stats)
 
 
 def _nested(v) -> str:
@@ -80,16 +80,16 @@ def cut_lines(result: Explanation) -> Text:
 
 def node_table(result: Explanation) -> Table:
     table = Table(title=Text(f"L = {result.output.name}"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)
-    for col, kw in [("node", {"overflow": "fold", "min_width": 12}), ("op", {"no_wrap": True}),
-                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"no_wrap": True}),
-                    ("is_leaf", {"no_wrap": True}), ("grad_fn", {"overflow": "fold"}),
+                  padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col, kw in [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
+                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"overflow": "fold"}),
+                    ("is_leaf", {"overflow": "fold"}), ("grad_fn", {"no_wrap": True}),
                     ("grad", {"justify": "right", "min_width": 5})]:
         table.add_column(col, **kw)
     marked = anomalies(result)
-    for n in result.nodes:
-        table.add_row(_node_cell(n, n.id in marked), n.op, format_tensor(n.value), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, format_tensor(n.grad))
+    for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
+        table.add_row(_node_cell(n, n.id in marked), n.op, Text(format_tensor(n.value)), _flag(n.requires_grad),
+                      _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad)))
     return table
 
 
@@ -115,13 +115,13 @@ def print_explanation(result: Explanation, out: Console, err: Console):
 
 def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
-        err.print(Text(f"warning: {w.message}", style="yellow"))
+        err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
 
 
 def print_error(error: GradflowError, err: Console):
-    err.print(Text(f"error: {error.message}", style="bold red"))
+    err.print(Text(f"error: {error.message}", style="bold red"), soft_wrap=True)  # one line: greppable
     caret = error.caret()
     if caret:
-        err.print(Text(caret))
+        err.print(Text(caret), soft_wrap=True)  # never wrap: the caret must stay under its column
     if error.hint:
-        err.print(Text(f"hint: {error.hint}", style="cyan"))
+        err.print(Text(f"hint: {error.hint}", style="cyan"), soft_wrap=True)

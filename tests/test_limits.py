@@ -115,3 +115,10 @@ def test_value_text_nesting():
 
     with pytest.raises(ValueInputError, match="nests lists 40 deep"):
         explain("sum(x)", x="[" * 40 + "1" + "]" * 40)
+
+
+def test_cli_raised_limits_reach_every_step(cli):
+    src = "(" * 3000 + "x" + ")" * 3000  # over the default length and depth
+    res = cli("eval", src, "--x", "2", "--limit", "length=7000", "--limit", "depth=4000", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["grads"] == {"x": 1.0}

@@ -1,0 +1,224 @@
+"""Gradients against an independent oracle: SymPy, in float64.
+
+A seeded generator builds random programs over every op, the same tree both as
+gradflow text and as SymPy expressions. Every cut (detach / no_grad /
+inference_mode of a computed value) becomes a fresh constant symbol holding its
+forward value, exactly the semantics torch gives it. SymPy differentiates;
+gradflow's grads (float64) must agree to rtol 1e-9, and so must the output.
+Values stay in safe domains (log/sqrt of positive things, no kinks at ties).
+"""
+import random
+
+import pytest
+import sympy as sp
+
+from gradflow import explain
+
+N = 3  # vector length
+RTOL, ATOL = 1e-9, 1e-12
+
+
+class Retry(Exception):
+    """The draw landed on a kink or tie (abs/relu/min/max): draw again."""
+
+
+class Gen:
+    def __init__(self, seed: int, vector: bool):
+        self.rng = random.Random(seed)
+        self.env: dict = {}  # symbol -> value (inputs and cut constants)
+        self.inputs: dict = {}  # name -> value (number or list)
+        self.syms: dict = {}  # name -> list of symbols
+        self.cuts = 0
+        self.named: dict = {}  # name -> elements of an earlier `name = expr` statement
+        self.aliases: set = set()  # texts like no_grad(x) that evaluate to x's very tensor
+        for name in ("a", "b"):
+            self.var(name, None)
+        if vector:
+            for name in ("v", "w"):
+                self.var(name, N)
+
+    def var(self, name, n):
+        vals = [self.rng.choice([-1, 1]) * self.rng.uniform(0.3, 1.7) for _ in range(n or 1)]
+        syms = [sp.Symbol(f"{name}{i}", real=True) for i in range(len(vals))]
+        self.env.update(zip(syms, vals))
+        self.inputs[name] = vals if n else vals[0]
+        self.syms[name] = syms
+
+    def num(self, e):
+        """e at the drawn values, in 30-digit arithmetic (mpmath), as a float."""
+        return float(e.xreplace({s: sp.Float(v, 30) for s, v in self.env.items()}).evalf(30))
+
+    # every production returns (text, [sympy elements]); one element = scalar
+    def leaf(self):
+        if self.rng.random() < 0.15:
+            c = self.rng.choice([2, 0.5, 3, 1.5, 1e-1])
+            return repr(c), [sp.nsimplify(c)]
+        name = self.rng.choice(list(self.syms) + list(self.named))
+        return name, list(self.syms.get(name) or self.named[name])
+
+    def expr(self, depth):
+        if depth <= 0 or self.rng.random() < 0.2:
+            return self.leaf()
+        kind = self.rng.choice(["bin", "bin", "un", "fn", "fn", "red", "pow", "cut", "mm"])
+        return getattr(self, "p_" + kind)(depth - 1)
+
+    def p_bin(self, d):
+        (t1, e1), (t2, e2) = self.expr(d), self.expr(d)
+        op = self.rng.choice("+-*/")
+        if op == "/":  # keep the divisor away from 0
+            return f"({t1})/(({t2})^2 + 1)", _zip(e1, e2, lambda x, y: x / (y ** 2 + 1))
+        f = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}[op]
+        return f"({t1}) {op} ({t2})", _zip(e1, e2, f)
+
+    def p_un(self, d):
+        t, e = self.expr(d)
+        return f"-({t})", [-x for x in e]
+
+    def p_fn(self, d):
+        t, e = self.expr(d)
+        name = self.rng.choice(["exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "sigmoid", "relu"])
+        if name in ("log", "sqrt"):
+            return f"{name}(({t})^2 + 0.5)", [(sp.log if name == "log" else sp.sqrt)(x ** 2 + sp.Rational(1, 2))
+                                              for x in e]
+        if name in ("exp", "tan"):  # bounded argument: no overflow, no asymptote
+            return f"{name}(tanh({t}))", [(sp.exp if name == "exp" else sp.tan)(sp.tanh(x)) for x in e]
+        if name in ("abs", "relu"):
+            self.away(e, 0)
+        f = {"abs": sp.Abs, "sin": sp.sin, "cos": sp.cos, "tanh": sp.tanh,
+             "sigmoid": lambda x: 1 / (1 + sp.exp(-x)), "relu": lambda x: sp.Max(x, 0)}[name]
+        return f"{name}({t})", [f(x) for x in e]
+
+    def away(self, elems, other):
+        for x in elems:
+            o = other if not isinstance(other, list) else other.pop(0)
+            if abs(self.num(x - o)) < 1e-3:
+                raise Retry
+
+    def p_red(self, d):
+        t, e = self.expr(d)
+        name = self.rng.choice(["sum", "mean", "min", "max", "min2", "max2"])
+        if name in ("min2", "max2"):
+            t2, e2 = self.expr(d)
+            pairs = _zip(e, e2, lambda x, y: (x, y))
+            for x, y in pairs:
+                self.away([x], y)
+            f = sp.Min if name == "min2" else sp.Max
+            return f"{name[:3]}({t}, {t2})", [f(x, y) for x, y in pairs]
+        if name in ("min", "max"):
+            for i, x in enumerate(e):
+                self.away([x] * (len(e) - i - 1), list(e[i + 1:]))
+            return f"{name}({t})", [(sp.Min if name == "min" else sp.Max)(*e)]
+        total = sum(e)
+        return f"{name}({t})", [total if name == "sum" else total / len(e)]
+
+    def p_pow(self, d):
+        (t1, e1), (t2, e2) = self.expr(d), self.expr(d)
+        spell = self.rng.choice(["^", "**", "pow"])
+        if self.rng.random() < 0.5:  # small constant exponent, any base
+            k = self.rng.choice([2, 3, -1])
+            text = f"pow({t1}, {k})" if spell == "pow" else f"({t1}){spell}{k}"
+            if k == -1:
+                self.away(e1, 0)
+            return text, [x ** k for x in e1]
+        base = f"(({t1})^2 + 0.5)"
+        text = f"pow({base}, tanh({t2}))" if spell == "pow" else f"{base}{spell}tanh({t2})"
+        return text, _zip(e1, e2, lambda x, y: (x ** 2 + sp.Rational(1, 2)) ** sp.tanh(y))
+
+    def p_cut(self, d):
+        name = self.rng.choice(["detach", "no_grad", "inference_mode"])
+        t, e = self.expr(d)
+        if name != "detach" and (t in self.syms or t in self.named or t in self.aliases):
+            self.aliases.add(f"{name}({t})")  # no_grad(x) is x itself: no operation inside, no cut
+            return f"{name}({t})", e
+        consts = []
+        for x in e:
+            self.cuts += 1
+            s = sp.Symbol(f"cut{self.cuts}", real=True)
+            self.env[s] = self.num(x)
+            consts.append(s)
+        if name == "inference_mode":  # only add/sub may take an inference tensor along (no save)
+            t0, e0 = self.expr(d)
+            return f"({t0}) + inference_mode({t})", _zip(e0, consts, lambda x, y: x + y)
+        return f"{name}({t})", consts
+
+    def p_mm(self, d):
+        (t1, e1), (t2, e2) = self.expr(d), self.expr(d)
+        if len(e1) == 1 or len(e2) == 1:
+            return self.p_bin(d)
+        return f"({t1}) @ ({t2})", [sum(x * y for x, y in zip(e1, e2))]
+
+
+def _zip(e1, e2, f):
+    if len(e1) == 1:
+        e1 = e1 * len(e2)
+    if len(e2) == 1:
+        e2 = e2 * len(e1)
+    return [f(x, y) for x, y in zip(e1, e2)]
+
+
+def program(seed: int, vector: bool):
+    for attempt in range(200):
+        g = Gen(seed * 1000 + attempt, vector)
+        try:
+            stmts = named(g)
+            text, elems = g.expr(4)
+        except Retry:
+            continue
+        if len(elems) > 1:
+            text, elems = f"sum({text})", [sum(elems)]
+        text = "\n".join(stmts + [text])
+        used = [n for n in g.inputs if _uses(text, n)]
+        g.off = [n for n in used if g.rng.random() < 0.15]  # `n.requires_grad = false`: grad None
+        if used:
+            return g, "".join(f"{n}.requires_grad = false; " for n in g.off) + text, elems[0], used
+    raise AssertionError("no program drawn")
+
+
+def named(g: Gen) -> list[str]:
+    """Sometimes an earlier statement `u = expr` that the output may use (or not) by name."""
+    if g.rng.random() < 0.5:
+        return []
+    text, elems = g.expr(2)
+    g.named["u"] = elems
+    return [f"u = {text}"]
+
+
+def _uses(text, name):
+    import re
+    return re.search(rf"\b{name}\b", text) is not None
+
+
+def check(seed, vector):
+    g, text, L, used = program(seed, vector)
+    r = explain(text, wrt="all", dtype="float64", values={n: g.inputs[n] for n in used})
+    assert r.output.value.item() == pytest.approx(g.num(L), rel=RTOL, abs=ATOL), text
+    for name in g.off:
+        assert r.grad(name) is None and "set to false" in r.why[name]
+    for name in (n for n in used if n not in g.off):
+        want = [g.num(sp.diff(L, s)) for s in g.syms[name]]
+        got = r.grad(name)
+        if got is None:  # no path: the oracle must say 0 too
+            got = [0.0] * len(want)
+        got = got if isinstance(got, list) else [got]
+        assert got == pytest.approx(want, rel=RTOL, abs=ATOL), (text, name, r.why.get(name))
+    if r.error is not None:  # nothing could flow back: every derivative is 0
+        assert r.error.kind == "no_gradient"
+    return text
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_scalar_programs(seed):
+    check(seed, vector=False)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_vector_programs(seed):
+    check(seed, vector=True)
+
+
+def test_generator_covers_every_op():
+    """The drawn programs exercise the whole language, cuts included."""
+    texts = " ".join(program(s, v)[1] for s in range(30) for v in (False, True))
+    for word in ["u = ", "requires_grad = false", "exp(", "log(", "sqrt(", "abs(", "sin(", "cos(", "tan(", "tanh(", "sigmoid(", "relu(", "sum(",
+                 "mean(", "min(", "max(", "pow(", "detach(", "no_grad(", "inference_mode(", "^", "**", "@", "/"]:
+        assert word in texts, word

@@ -1,0 +1,194 @@
+"""Parser: precedence, statements, every error kind with its position, injection attempts."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradflow import ParseError, explain, parse
+from gradflow.program import Assign, ExprStmt, Num, SetFlag, Var, lower
+
+
+def sx(e) -> str:
+    """An expression tree as a fully parenthesised s-expression."""
+    if isinstance(e, Num):
+        return f"{e.value:g}"
+    if isinstance(e, Var):
+        return e.name
+    return f"({e.op} {' '.join(sx(a) for a in e.args)})"
+
+
+def tree(text: str) -> str:
+    (st,) = parse(text).stmts
+    return sx(st.expr)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("-x^2", "(neg (pow x 2))"),
+    ("2^3^2", "(pow 2 (pow 3 2))"),
+    ("x^-1", "(pow x (neg 1))"),
+    ("x**-y^2", "(pow x (neg (pow y 2)))"),
+    ("x**2", "(pow x 2)"),
+    ("a*b@c", "(matmul (mul a b) c)"),
+    ("a + b@c", "(add a (matmul b c))"),
+    ("a@b*c", "(mul (matmul a b) c)"),
+    ("a - b - c", "(sub (sub a b) c)"),
+    ("a / b / c", "(div (div a b) c)"),
+    ("a + b * c", "(add a (mul b c))"),
+    ("(a + b) * c", "(mul (add a b) c)"),
+    ("2*-x", "(mul 2 (neg x))"),
+    ("--x", "(neg (neg x))"),
+    ("pow(x, 2)", "(pow x 2)"),
+    ("max(a, b)", "(max a b)"),
+    ("sum(x)", "(sum x)"),
+    ("1e-3 + 2.5 + .5 + 7.", "(add (add (add 0.001 2.5) 0.5) 7)"),
+])
+def test_precedence_and_associativity(text, want):
+    assert tree(text) == want
+
+
+@pytest.mark.parametrize("text,value", [("2^3^2", 512.0), ("-x^2", -9.0), ("x^-1", 1 / 3), ("-2^2", -4.0),
+                                         ("2**3**2", 512.0), ("x - 1 - 1", 1.0), ("12 / 2 / 3", 2.0)])
+def test_values_follow_precedence(text, value):
+    r = explain(text + " + 0*x", x=3, dtype="float64")
+    assert r.output.value.item() == pytest.approx(value, rel=1e-12)
+
+
+def test_statements_newlines_semicolons_comments():
+    prog = parse("# a comment\nu = x*y  # trailing\n\nv = u + 1; ;\nv^2  # last\n")
+    assert [type(s) for s in prog.stmts] == [Assign, Assign, ExprStmt]
+    assert [s.name for s in prog.stmts[:2]] == ["u", "v"]
+    r = explain(prog.source, x=2, y=3)
+    assert r.output.value.item() == 49.0 and r.grad("x") == 2 * 7 * 3  # d(xy+1)^2/dx
+
+
+def test_setflag_statement():
+    st = parse("y.requires_grad = True").stmts[0]
+    assert isinstance(st, SetFlag) and st.name == "y" and st.value is True
+    assert parse("y.requires_grad = false").stmts[0].value is False
+
+
+def test_spans_point_into_the_source():
+    g = lower(parse("a = x * y; (a + 1)"))
+    assert [n.text for n in g.nodes] == ["x", "y", "x * y", "1", "a + 1"]
+    assert g.nodes[2].names == ["a"]
+
+
+def err(text: str) -> ParseError:
+    with pytest.raises(ParseError) as info:
+        lower(parse(text))
+    return info.value
+
+
+def test_syntax_error_message_and_caret():
+    e = err("x +* 2")
+    assert (e.kind, e.message, e.span.start) == ("syntax", "syntax error: unexpected '*' at position 3", 3)
+    assert e.position == 3
+    assert e.hint == "expected '(', '-', a name, a number"
+    assert e.caret() == "  x +* 2\n     ^"
+
+
+def test_syntax_error_at_end():
+    e = err("(x + 1")
+    assert e.message == "syntax error: unexpected end of input at position 6"
+    assert e.hint == "expected ')'"
+    assert e.caret() == "  (x + 1\n        ^"
+
+
+def test_syntax_error_on_second_line_shows_that_line():
+    e = err("a = x\nb = a +* 1")
+    assert e.span.start == e.position == 13
+    assert e.message == "syntax error: unexpected '*' at line 2, column 8"
+    assert e.caret() == "  b = a +* 1\n         ^"
+
+
+def test_syntax_error_at_end_of_a_line():
+    e = err("a = x +\nb = a\n")
+    assert e.message == "syntax error: unexpected end of line at line 1, column 8"
+    assert e.caret() == "  a = x +\n         ^"
+    assert err("x +\n").message == "syntax error: unexpected end of line at position 3"
+
+
+def test_unknown_function_suggests():
+    e = err("2 * sinn(x)")
+    assert (e.kind, e.message) == ("unknown_function", "unknown function 'sinn'")
+    assert e.hint == "did you mean 'sin'? `gradflow ops` lists every function"
+    assert (e.span.start, e.span.end) == (4, 8)
+
+
+def test_unknown_function_without_suggestion():
+    e = err("frobnicate(x)")
+    assert e.hint == "`gradflow ops` lists every function"
+
+
+def test_operator_names_are_not_functions():
+    assert err("mul(x, y)").kind == "unknown_function"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("pow(x)", "pow() takes 2 arguments, got 1"),
+    ("sin(x, y)", "sin() takes 1 argument, got 2"),
+    ("max(x, y, z)", "max() takes 1 or 2 arguments, got 3"),
+    ("exp()", "exp() takes 1 argument, got 0"),
+])
+def test_arity(text, message):
+    e = err(text)
+    assert (e.kind, e.message, e.span.start) == ("arity", message, 0)
+
+
+def test_empty_program():
+    for text in ["", "  # only a comment\n", "x.requires_grad = true"]:
+        assert err(text).kind == "empty"
+
+
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('rm -rf /')",
+    "x.__class__",
+    "x.__class__.__bases__",
+    "`ls`",
+    "lambda: 1",
+    "(lambda x: x)(1)",
+    "exec('print(1)')",
+    "eval('1')",
+    "open('/etc/passwd')",
+    "x; import os",
+    "x if y else z",
+    "[x for x in y]",
+    "x.grad",
+    "'str'",
+    "x = y = 2",
+    "x[0]",
+    "os.system('ls')",
+    "$(ls)",
+    "x & y",
+])
+def test_injection_is_rejected(text):
+    e = err(text)
+    assert e.kind in ("syntax", "unknown_function")
+    assert e.span is not None and e.caret() is not None
+
+
+def test_injection_message_pinned():
+    e = err("__import__('os').system('ls')")
+    assert e.message == "syntax error: unexpected character '_' (names start with a letter) at position 0"
+    e = err("exec('print(1)')")
+    assert e.message == "syntax error: unexpected character \"'\" at position 5"
+
+
+def test_moderate_nesting():
+    """Deep nesting limits belong to the robustness work (issue 5); 100 levels must just work."""
+    text = "(" * 100 + "x" + ")" * 100
+    assert len(lower(parse(text)).nodes) == 1
+    assert len(lower(parse("-" * 100 + "x")).nodes) == 101
+
+
+ALPHABET = "xy12.e+-*/^@()=;#\n ,_`'\"[]!sinexpdetach"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=ALPHABET, max_size=30))
+def test_any_text_parses_or_raises_parse_error(text):
+    """Arbitrary text never escapes as anything but a ParseError with a usable position."""
+    try:
+        lower(parse(text))
+    except ParseError as e:
+        assert e.kind in ("syntax", "unknown_function", "arity", "empty")
+        assert e.span is None or 0 <= e.span.start <= len(text)
