@@ -13,18 +13,22 @@ from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientEr
 __all__ = ["explain", "check", "hessian", "trace", "parse", "GradflowError", "ParseError", "ValueInputError",
            "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
-try:
-    from importlib.metadata import version as _version
-
-    __version__ = _version("gradflow")
-except Exception:  # not installed (running from a source tree)
-    __version__ = "0+unknown"
-
 _LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
          "hessian": "secondorder", "trace": "tracer"}
 
 
+def _version() -> str:
+    try:  # importlib.metadata costs ~0.1 s of start-up: only when asked
+        from importlib.metadata import version
+
+        return version("gradflow")
+    except Exception:  # not installed (running from a source tree)
+        return "0+unknown"
+
+
 def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap
+    if name == "__version__":
+        return _version()
     if name in _LAZY:
         import importlib
 

@@ -24,6 +24,11 @@ def compile_program(source: str, limits: Limits = DEFAULT) -> Graph:
     return graph
 
 
+def compiled(source: str, limits: Limits = DEFAULT) -> Graph:
+    """compile_program, sharing one cache entry per text when the limits are the defaults."""
+    return compile_program(source) if limits == DEFAULT else compile_program(source, limits)
+
+
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
     """None -> ['x'] if the program uses x, else every variable; 'all'; 'a,b' or a list."""
     names = list(graph.inputs)
@@ -69,20 +74,23 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", values: dict[str, Any] | None = None, limits=None, **kw_values: Any):
+            device: str = "cpu", values: dict[str, Any] | None = None, measure_edges: bool = True,
+            limits=None, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
     function's own parameters, in `values={...}`. Returns an `Explanation`;
     raises a `GradflowError` subclass for an invalid program or value. When the
     output does not require grad, the result comes back with `.error` set.
+    `measure_edges=False` skips the per-use gradient views (memory for big tensors):
+    an edge from a node used more than once then has `flow` None.
     `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (README).
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
-    graph = compile_program(source, limits)
+    graph = compiled(source, limits)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device, limits=limits)
+    return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)

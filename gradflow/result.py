@@ -118,8 +118,16 @@ def _clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     if isinstance(x, list):
-        return [_clean(v) for v in x]
+        return x if _finite_flat(x) else [_clean(v) for v in x]
     return x
+
+
+def _finite_flat(x: list) -> bool:
+    """A flat list of finite numbers (a 1-d tensor's tolist(), the common case): nothing to replace."""
+    try:
+        return all(map(math.isfinite, x))
+    except TypeError:  # nested lists, strings, None
+        return False
 
 
 def to_jsonable(t, strict: bool = True):
@@ -127,8 +135,7 @@ def to_jsonable(t, strict: bool = True):
     if t is None:
         return None
     if hasattr(t, "tolist"):
-        t = t.detach().cpu()
-        t = t.item() if t.dim() == 0 else t.tolist()
+        t = t.item() if t.dim() == 0 else t.detach().cpu().tolist()
     return _clean(t) if strict else t
 
 

@@ -134,7 +134,7 @@ EXTRAS = [[], [], [], ["--check"], ["--order", "2"], ["--graph", "tree"], ["--gr
 
 
 def cli_args(case: dict) -> list[str]:
-    extra = list(EXTRAS[case.get("extra", 0) % len(EXTRAS)])
+    extra = list(EXTRAS[case.get("extra", 0) % (len(EXTRAS) + 1) % len(EXTRAS)])
     command = extra.pop(0) if extra[:1] == ["graph"] else "eval"
     args = [command, case["source"]]
     for name, v in fitted(case).items():
@@ -147,12 +147,20 @@ def cli_args(case: dict) -> list[str]:
     return args + extra + ["--dtype", case["dtype"]]
 
 
+def batch_line(case: dict) -> str:
+    """The case as one `gradflow batch` line (values and wrt may be of any JSON type)."""
+    return json.dumps({"expr": case["source"], "vars": fitted(case), "wrt": case["wrt"], "dtype": case["dtype"]})
+
+
 def check_cli(case: dict, runner: CliRunner | None = None) -> int:
-    """Run one case through the CLI in-process; exit 0/2/3, no traceback, strict JSON with --json."""
-    args = cli_args(case)
-    res = (runner or CliRunner()).invoke(app, args)
+    """Run one case through the CLI in-process; exit 0/2/3 (batch: 0/4), no traceback, strict JSON."""
+    batch = case.get("extra", 0) % (len(EXTRAS) + 1) == len(EXTRAS)
+    args = ["batch", "-"] if batch else cli_args(case)
+    res = (runner or CliRunner()).invoke(app, args, input=batch_line(case) + "\n" if batch else None)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert res.exit_code in (0, 2, 3), (res.exit_code, res.stderr)
+    assert res.exit_code in ((0, 4) if batch else (0, 2, 3)), (res.exit_code, res.stderr)
+    if batch:
+        assert json.loads(res.stdout, parse_constant=_no_nan)["line"] == 1
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
     if "--json" in args and res.stdout.strip():
         json.loads(res.stdout, parse_constant=_no_nan)
@@ -242,5 +250,5 @@ def gen_case(rng) -> dict:
                                                         ("elements", 200), ("total", 600)] if rng.random() < 0.5}
     wrt = rng.choice([None] * 6 + ["all", "all", "x", "x,y", "y,z,w", "q", "", ",", "all,x", "x x"])
     return {"source": gen_source(rng), "values": {n: gen_value(rng) for n in names if rng.random() < 0.5},
-            "wrt": wrt, "fit": rng.random() < 0.9, "extra": rng.randrange(len(EXTRAS)), "dtype": rng.choice(["float32", "float32", "float64"]),
+            "wrt": wrt, "fit": rng.random() < 0.9, "extra": rng.randrange(len(EXTRAS) + 1), "dtype": rng.choice(["float32", "float32", "float64"]),
             "limits": limits}

@@ -1,4 +1,5 @@
 """Pipes, closed streams and Ctrl-C, in real subprocesses (PYTHONUNBUFFERED unset)."""
+import json
 import os
 import signal
 import subprocess
@@ -78,3 +79,20 @@ def test_binary_stdin_is_a_clean_error():
                          capture_output=True, timeout=60)
     assert res.returncode == 2 and b"Traceback" not in res.stderr
     assert b"error:" in res.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc to see the read")
+def test_ctrl_c_during_batch_keeps_finished_records():
+    proc = start(["batch", "-"], stdin=subprocess.PIPE)
+    proc.stdin.write(b'{"expr": "x*x", "vars": {"x": 3}}\n"2*y"\n')
+    proc.stdin.flush()
+    first = proc.stdout.readline()  # written and flushed before the next line is even read
+    assert json.loads(first)["grads"] == {"x": 6.0}  # d(x²)/dx at 3
+    for _ in range(600):
+        if _blocked_reading_stdin(proc.pid):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err

@@ -1,0 +1,266 @@
+"""gradflow vs plain torch, measured in the same run: prints ratios (medians), not pass/fail tests.
+
+    python bench/run.py [--runs N] [--only a,b,c,d]
+
+Each pair runs alternately (gradflow, torch, gradflow, torch, ...) in fresh processes; every number is a
+median. Stdlib + torch only. Targets (from issue #4): (a) cold eval <= 1.10x, (b) --help / syntax error
+<= 1.5x of `import typer, rich` with torch not imported, (c) batch <= 2.0x, (d) 4M elements: time <= 1.3x
+and peak memory <= 1.5x.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+BLOG = "(x*y1 - detach(x*y2))^2"
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV.pop("PYTHONUNBUFFERED", None)
+# As installed, every module has its bytecode cached; without this a dev shell's PYTHONDONTWRITEBYTECODE=1
+# recompiles gradflow's sources (~0.09 s) on every start while torch, typer and rich load from .pyc files.
+ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+
+TORCH_BLOG = """
+import torch
+x = torch.tensor(1.0, requires_grad=True); y1 = torch.tensor(2.0); y2 = torch.tensor(7.0)
+a = x * y1; b = (x * y2).detach(); d = a - b; L = d ** 2
+for t in (a, d, L): t.retain_grad()
+L.backward()
+for name, t in [("x", x), ("x*y1", a), ("x*y2", b), ("d", d), ("L", L)]:
+    print(f"{name:8} {t.item():10g} {t.requires_grad!s:6} {t.is_leaf!s:6} {type(t.grad_fn).__name__:12} {t.grad}")
+print("x.grad =", x.grad.item())
+"""
+
+TORCH_BATCH = """
+import json, sys, torch
+def lift(f):
+    return lambda t: f(torch.as_tensor(t, dtype=torch.float32))
+F = {name: lift(getattr(torch, name)) for name in ("detach", "sum", "mean", "tanh", "sigmoid", "exp", "sin", "cos")}
+for line in open(sys.argv[1]):
+    rec = json.loads(line)
+    env = {k: torch.tensor(v, dtype=torch.float32) for k, v in rec["vars"].items()}
+    env["x"].requires_grad_(True)
+    L = eval(rec["expr"].replace("^", "**"), {"__builtins__": {}, **F}, env)
+    L.backward()
+    print(json.dumps({"id": rec["id"], "output": L.item(), "grads": {"x": env["x"].grad.tolist()}}), flush=True)
+"""
+
+BIG_SETUP = """
+import json, os, sys, time, torch
+x = torch.randn(4_000_000, generator=torch.Generator().manual_seed(0))
+with open("/proc/self/statm") as fh:  # resident set now (KiB), after imports and x
+    base = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+"""
+BIG_GRADFLOW = BIG_SETUP + """
+from gradflow.api import explain
+t0 = time.perf_counter()
+r = explain("sum(tanh(x)*x + sigmoid(x))", x=x, measure_edges=sys.argv[1] == "measure")
+work = time.perf_counter() - t0
+print(json.dumps({"work": work, "base_kb": base, "L": r.output.value.item(), "g0": r.grads["x"][0].item()}))
+"""
+BIG_TORCH = BIG_SETUP + """
+t0 = time.perf_counter()
+x = x.clone().requires_grad_(True)
+t = torch.tanh(x); m = t * x; s = torch.sigmoid(x); a = m + s; L = a.sum()
+for v in (t, m, s, a, L): v.retain_grad()
+L.backward()
+work = time.perf_counter() - t0
+print(json.dumps({"work": work, "base_kb": base, "L": L.item(), "g0": x.grad[0].item()}))
+"""
+
+
+def run(cmd: list[str]) -> tuple[float, int, str, int, float]:
+    """Wall seconds, peak RSS (KiB, this child only), stdout, exit code and CPU seconds of one fresh process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV)
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_maxrss, out, code, usage.ru_utime + usage.ru_stime
+
+
+def alternate(cmds: dict[str, list[str]], runs: int) -> dict[str, list[tuple[float, int, str]]]:
+    """Every command once per round, rounds repeated: both sides see the same machine load.
+    One untimed round first: bytecode written, files in the OS cache, lark tables cached."""
+    for cmd in cmds.values():
+        run(cmd)
+    got: dict[str, list] = {k: [] for k in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            got[name].append(run(cmd))
+    return got
+
+
+def median(rows, i=0) -> float:
+    return statistics.median(r[i] for r in rows)
+
+
+def line(label: str, g: float, t: float, target: float, unit: str = "s", cpu: tuple | None = None):
+    """One result line; `cpu` (gradflow, torch CPU seconds) is printed too: less sensitive to a busy machine."""
+    ratio = g / t
+    verdict = "ok" if ratio <= target else "MISSED"
+    extra = f"  [cpu {cpu[0]:.2f}s vs {cpu[1]:.2f}s = {cpu[0] / cpu[1]:.2f}x]" if cpu else ""
+    print(f"  {label:40} gradflow {g:8.3f}{unit}  torch {t:8.3f}{unit}  ratio {ratio:5.2f}x  "
+          f"(target <= {target}x: {verdict}){extra}")
+    return ratio
+
+
+def pair(label: str, got: dict, g: str, t: str, target: float) -> float:
+    """Wall-time line for two commands of `alternate`, with their CPU times alongside."""
+    return line(label, median(got[g]), median(got[t]), target, cpu=(median(got[g], 4), median(got[t], 4)))
+
+
+def gradflow(*args: str) -> list[str]:
+    return [PY, "-m", "gradflow", *args]
+
+
+def bench_cold(runs: int) -> list[float]:
+    print("(a) cold `gradflow eval` of the blog example vs a hand-written torch script")
+    got = alternate({"g": gradflow("eval", BLOG, "--x", "1", "--y1", "2", "--y2", "7"),
+                     "t": [PY, "-c", TORCH_BLOG]}, runs)
+    assert all(r[3] == 0 for r in got["g"] + got["t"]), "a command failed"
+    return [pair("eval, wall", got, "g", "t", 1.10)]
+
+
+def torch_imported(args: list[str]) -> bool:
+    """-X importtime lists every module the command imports (on stderr)."""
+    res = subprocess.run([PY, "-X", "importtime", "-m", "gradflow", *args], capture_output=True, text=True, env=ENV)
+    return any(ln.rsplit("|", 1)[-1].strip() == "torch" for ln in res.stderr.splitlines())
+
+
+def bench_startup(runs: int) -> list[float]:
+    print("(b) `gradflow --help` and a syntax error vs `python -c \"import typer, rich\"`")
+    syntax = ["eval", "(x*y1 - detach(x*y2)^2", "--x", "1", "--y1", "2", "--y2", "7"]
+    for args in (["--help"], syntax):
+        assert not torch_imported(args), f"gradflow {args[0]} imported torch"
+    print("  torch imported by --help / the syntax error: no (checked with -X importtime)")
+    got = alternate({"h": gradflow("--help"), "s": gradflow(*syntax), "t": [PY, "-c", "import typer, rich"]}, runs)
+    assert {r[3] for r in got["s"]} == {2}, "the syntax error should exit 2"
+    return [pair("--help, wall", got, "h", "t", 1.5), pair("syntax error, wall", got, "s", "t", 1.5)]
+
+
+def _tree(rng: random.Random, depth: int) -> str:
+    """A random program over x and y using only syntax that Python's eval also reads (after ^ -> **)."""
+    r = rng.random()
+    if depth == 0 or r < 0.25:
+        return rng.choice(["x", "y", "x", str(rng.choice([0.5, 2, 3, 1.5]))])
+    if r < 0.6:
+        return f"({_tree(rng, depth - 1)} {rng.choice('+-*')} {_tree(rng, depth - 1)})"
+    if r < 0.88:
+        return f"{rng.choice(['tanh', 'sigmoid', 'sin', 'cos', 'exp'])}({_tree(rng, depth - 1)})"
+    if r < 0.95:
+        return f"({_tree(rng, depth - 1)})^2"
+    return f"detach({_tree(rng, depth - 1)})"
+
+
+def _live_x(expr: str) -> bool:
+    """Does x occur outside every detach(...)?"""
+    out, depth, i = [], 0, 0
+    while i < len(expr):
+        if expr.startswith("detach(", i) and depth == 0:
+            depth, i = 1, i + 7
+            continue
+        ch = expr[i]
+        if depth:
+            depth += (ch == "(") - (ch == ")")
+        else:
+            out.append(ch)
+        i += 1
+    return "x" in "".join(out).replace("exp", "")
+
+
+def batch_lines(n: int = 10_000, programs: int = 200, seed: int = 0) -> list[str]:
+    """`programs` distinct programs (half of them reduced vectors), `n` lines of fresh values over them."""
+    rng = random.Random(seed)
+    progs: dict[str, bool] = {}
+    while len(progs) < programs:
+        body = _tree(rng, rng.randint(2, 5))
+        if not _live_x(body):
+            body = f"({body}) * x"
+        vector = len(progs) % 2 == 1
+        progs[f"{rng.choice(['sum', 'mean'])}({body})" if vector else body] = vector
+    progs = list(progs.items())
+    lines = []
+    for i in range(n):
+        expr, vector = progs[rng.randrange(programs)]
+        size = rng.randint(2, 8)
+        draw = (lambda: [round(rng.uniform(-2, 2), 3) for _ in range(size)]) if vector else \
+            (lambda: round(rng.uniform(-2, 2), 3))
+        names = ["x"] + (["y"] if "y" in expr else [])
+        lines.append(json.dumps({"id": i, "expr": expr, "vars": {k: draw() for k in names}}))
+    return lines
+
+
+def bench_batch(runs: int) -> list[float]:
+    print("(c) `gradflow batch` of 10,000 lines (200 distinct programs, scalar and vector values) vs an eval loop")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        fh.write("\n".join(batch_lines()) + "\n")
+    try:
+        got = alternate({"g": gradflow("batch", fh.name), "t": [PY, "-c", TORCH_BATCH, fh.name]}, runs)
+    finally:
+        os.unlink(fh.name)
+    g0, t0 = got["g"][0], got["t"][0]
+    assert g0[3] == 0 and t0[3] == 0, "a batch failed"
+    recs = [(json.loads(a)["grads"]["x"], json.loads(b)["grads"]["x"])
+            for a, b in zip(g0[2].splitlines(), t0[2].splitlines())]
+    assert len(recs) == 10_000 and all(_close(a, b) for a, b in recs), "gradflow and torch disagree"
+    return [pair("batch, wall", got, "g", "t", 2.0)]
+
+
+def _close(a, b) -> bool:
+    a, b = (a, b) if isinstance(a, list) else ([a], [b])
+    return all(u == v or abs(u - v) <= 1e-5 * max(1, abs(v)) for u, v in zip(a, b))
+
+
+def bench_big(runs: int) -> list[float]:
+    print("(d) 4,000,000-element x through sum(tanh(x)*x + sigmoid(x)) vs torch with retain_grad")
+    got = alternate({"g": [PY, "-c", BIG_GRADFLOW, "measure"], "t": [PY, "-c", BIG_TORCH],
+                     "n": [PY, "-c", BIG_GRADFLOW, "nomeasure"]}, runs)
+    res = {k: [json.loads(r[2]) for r in rows] for k, rows in got.items()}
+    assert abs(res["g"][0]["L"] - res["t"][0]["L"]) <= 1e-4 * abs(res["t"][0]["L"]), "values differ"
+    assert abs(res["g"][0]["g0"] - res["t"][0]["g0"]) <= 1e-5, "gradients differ"
+    work = {k: statistics.median(d["work"] for d in v) for k, v in res.items()}
+    extra = {k: statistics.median(r[1] - d["base_kb"] for r, d in zip(got[k], res[k])) / 1024 for k in got}
+    peak = {k: median(got[k], 1) / 1024 for k in got}
+    return [line("explain(): evaluate + backward, time", work["g"], work["t"], 1.3),
+            pair("whole process, wall", got, "g", "t", 1.3),
+            line("whole process, peak RSS", peak["g"], peak["t"], 1.5, "M"),
+            line("peak RSS above RSS once x is made", extra["g"], extra["t"], 1.5, "M"),
+            line("measure_edges=False: time", work["n"], work["t"], 1.3),
+            line("measure_edges=False: peak RSS above x", extra["n"], extra["t"], 1.5, "M")]
+
+
+def machine() -> str:
+    import torch  # only to report its version
+
+    return (f"{platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs "
+            f"(torch threads {torch.get_num_threads()}), Python {platform.python_version()}, torch {torch.__version__}, "
+            f"{platform.system()} {platform.release()}")
+
+
+BENCHES = {"a": bench_cold, "b": bench_startup, "c": bench_batch, "d": bench_big}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="runs per side (median); batch uses max(3, runs // 2)")
+    ap.add_argument("--only", default="abcd", help="which benchmarks, e.g. 'a,d'")
+    opts = ap.parse_args()
+    print("machine:", machine())
+    ratios = []
+    for key in [k for k in BENCHES if k in opts.only]:
+        ratios += BENCHES[key](max(3, opts.runs // 2) if key == "c" else opts.runs)
+    print("ratios:", " ".join(f"{r:.2f}" for r in ratios))
+
+
+if __name__ == "__main__":
+    main()

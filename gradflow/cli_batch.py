@@ -1,0 +1,105 @@
+"""`gradflow batch`: many programs in one process, JSON Lines out (see gradflow.batch)."""
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Iterable, Iterator, Optional
+
+import typer
+
+from .cli import EXTRA, DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, app, consoles, guarded, parse_values
+from .errors import ExitCode, ValueInputError
+
+InputArg = Annotated[Optional[str], typer.Argument(
+    help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False)]
+TextOpt = Annotated[bool, typer.Option(
+    "--text", help="Each line is a plain program; values come from the command line (--x 1).")]
+
+
+def _open(source: str) -> tuple[Iterable[str], int | None]:
+    """The input lines, and how many there are when that is cheap to know (a file)."""
+    if source == "-":
+        return sys.stdin, None
+    path = Path(source)
+    try:
+        with path.open(encoding="utf-8") as fh:
+            total = sum(1 for _ in fh)
+        return _read(path), total
+    except OSError as err:
+        raise ValueInputError("usage", f"cannot read {source}: {err.strerror}") from None
+
+
+def _source(source: str | None, extra: list[str]) -> tuple[str, list[str]]:
+    """Typer binds the first leftover (`--x` in `batch --x 1`) to SOURCE: give it back to the values."""
+    if source and source.startswith("--"):
+        return "-", [source, *extra]
+    return source or "-", extra
+
+
+def _read(path: Path) -> Iterator[str]:
+    with path.open(encoding="utf-8") as fh:
+        yield from fh
+
+
+def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
+    """A transient progress bar on stderr, only for a file when stderr is a terminal."""
+    err = consoles()[1]
+    if total is None or not err.is_terminal:
+        yield from records
+        return
+    from rich.progress import Progress
+
+    # redirect_stdout=False: rich would otherwise reroute the records (stdout) through the stderr console
+    with Progress(console=err, transient=True, disable=not err.is_terminal, redirect_stdout=False,
+                  redirect_stderr=False) as bar:
+        task = bar.add_task("batch", total=total)
+        for rec in records:
+            bar.update(task, completed=rec["line"])
+            yield rec
+
+
+def _write(line: str) -> bool:
+    """One record out, flushed; False when the reader has gone away (`| head -1`)."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return True
+    except BrokenPipeError:  # Python docs, "Note on SIGPIPE": silence the final flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+
+
+@app.command("batch", context_settings=EXTRA)
+def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
+              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+              debug: DebugOpt = False):
+    """Evaluate many programs: one JSON line out per input line, in order.
+
+    A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
+
+    Values on the command line (--x 1) are defaults for every line that uses them. Blank lines are skipped.
+
+    Exit 0 if every line succeeded, 4 if any failed (each failure is an error record; the count goes to stderr).
+    """
+    def body() -> int:
+        from .batch import run_batch
+        from .result import dumps
+
+        path, extra = _source(source, ctx.args)
+        values = parse_values(extra, var)
+        lines, total = _open(path)
+        records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug)
+        done = failed = 0
+        for rec in _progress(records, total):
+            if not _write(dumps(rec)):
+                return int(ExitCode.OK)
+            done, failed = done + 1, failed + (rec["error"] is not None)
+            if done == 1:
+                gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
+        if failed:
+            consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
+        return int(ExitCode.PARTIAL if failed else ExitCode.OK)
+
+    guarded(debug, False, body)

@@ -1,0 +1,53 @@
+"""Start-up work kept off the common paths: no torch or pydantic for --help and syntax errors,
+Typer's coercion still right for the values that need it, the parse-table cache robust."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gradflow import typer_fast
+
+
+def _run(*args, env=None):
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), **(env or {})}
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "gradflow", *args],
+                          capture_output=True, text=True, env=env)
+
+
+def _imported(stderr: str) -> set[str]:
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("args", [["--help"], ["eval", "x +", "--x", "1"], ["eval", "x*y", "--x", "1"]])
+def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
+    res = _run(*args)
+    assert res.returncode in (0, 2)
+    mods = _imported(res.stderr)
+    assert "torch" not in mods
+    from typer import core
+    if getattr(core.build_runtime_param, "_gradflow", False):  # only where the Typer shortcut applies
+        assert "pydantic" not in mods
+
+
+def test_options_still_coerced(cli, tmp_path):
+    prog = tmp_path / "p.txt"
+    prog.write_text("x*y")
+    res = cli("eval", "--file", str(prog), "--var", "x=2", "--var", "y=5", "--dtype", "float64", "--wrt", "all",
+              "--json")
+    assert res.exit_code == 0, res.stderr
+    assert '"grads": {"x": 5.0, "y": 2.0}' in res.stdout and '"dtype": "float64"' in res.stdout
+
+
+def test_install_is_idempotent():
+    assert typer_fast.install() is False  # already installed by gradflow.cli (or not applicable)
+
+
+def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    assert _run("eval", "x*3", "--x", "1", env=env).returncode == 0
+    (cache,) = (tmp_path / "gradflow").iterdir()
+    cache.write_bytes(b"garbage\n")
+    res = _run("eval", "x*3", "--x", "1", env=env)
+    assert res.returncode == 0 and "x.grad = 3" in res.stdout
+    assert "Failed" not in res.stderr and cache.read_bytes() != b"garbage\n"
