@@ -5,10 +5,12 @@ batch, sweep, ...) inherits it:
 - the reader of stdout went away (`gradflow ... | head -1`): point stdout at
   /dev/null and exit quietly with 0 (Python docs, "Note on SIGPIPE");
 - Ctrl-C: exit 130 without a traceback (whatever was flushed stays written);
-- a closed stdout/stderr (`>&-`): output is discarded instead of crashing.
+- a closed stdout/stderr (`>&-`): output is discarded instead of crashing;
+- a closed stdin (`<&-`): reading it is a package error (exit 2), in every command.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 from typing import Callable, NoReturn
@@ -40,8 +42,24 @@ def _flush(stream):
         return _to_devnull(stream)
 
 
+class _ClosedStdin(io.StringIO):
+    """Stands in for a closed stdin (`<&-`): reading it is a clean error in every command."""
+
+    def _closed(self, *args, **kwargs):
+        raise _stdin_closed()
+
+    read = readline = readlines = __iter__ = __next__ = _closed
+
+
+def _stdin_closed() -> ValueInputError:
+    return ValueInputError("usage", "stdin is closed, so nothing can be read from '-'",
+                           hint="pipe the input in (echo 'x^2' | gradflow eval - --x 3), or give it as an "
+                                "argument or a file")
+
+
 def _ensure_streams() -> None:
-    """A closed stdout/stderr (`>&-`) shows up as None: give it a sink."""
+    """A closed stdin/stdout/stderr (`<&-`, `>&-`) shows up as None: stand-ins instead."""
+    sys.stdin = sys.stdin or _ClosedStdin()
     sys.stdout = sys.stdout or _devnull()
     sys.stderr = sys.stderr or _devnull()
 
@@ -86,8 +104,7 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
 def read_stdin() -> str:
     """The whole of stdin as text, or a package error saying why it cannot be read."""
     if sys.stdin is None:
-        raise ValueInputError("usage", "stdin is closed, so the program cannot be read from '-'",
-                              hint="pipe the program in (echo 'x^2' | gradflow eval - --x 3) or pass it as EXPR")
+        raise _stdin_closed()
     try:
         return sys.stdin.read()
     except UnicodeDecodeError as err:

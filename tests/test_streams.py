@@ -42,13 +42,13 @@ def test_ops_head_1_through_the_shell():
     assert res.returncode == 0 and res.stderr == b"" and res.stdout.count(b"\n") == 1
 
 
-@pytest.mark.parametrize("redirect,code,message", [
-    (">&-", 0, b""),  # closed stdout: the table goes nowhere, no traceback
-    ("<&-", 2, b"stdin is closed"),  # closed stdin with '-'
+@pytest.mark.parametrize("args,redirect,code,message", [
+    ("eval x*2 --x 1", ">&-", 0, b""),  # closed stdout: the table goes nowhere, no traceback
+    ("eval - --x 1", "<&-", 2, b"stdin is closed"),  # closed stdin with '-'
+    ("batch -", "<&-", 2, b"stdin is closed"),  # the same stand-in serves every command
 ])
-def test_closed_streams(redirect, code, message):
-    expr = "-" if redirect == "<&-" else "x*2"
-    cmd = f"{sys.executable} -m gradflow eval {expr} --x 1 {redirect}"
+def test_closed_streams(args, redirect, code, message):
+    cmd = f"{sys.executable} -m gradflow {args} {redirect}"
     res = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=60)
     assert res.returncode == code
     assert message in res.stderr and b"Traceback" not in res.stderr
