@@ -65,13 +65,15 @@ def consoles() -> tuple[Console, Console]:
 def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     """Print an error the user can act on and return the Exit to raise."""
     from .render import print_error
+    from .streams import unread
 
-    if as_json:
-        from .result import SCHEMA_VERSION, dumps
+    with unread():  # if nobody reads the message any more, the exit code still tells
+        if as_json:
+            from .result import SCHEMA_VERSION, dumps
 
-        print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
-                     "warnings": [], "error": error.to_dict()}), flush=True)
-    print_error(error, consoles()[1])
+            print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
+                         "warnings": [], "error": error.to_dict()}), flush=True)
+        print_error(error, consoles()[1])
     return typer.Exit(int(error.exit_code))
 
 

@@ -10,6 +10,7 @@ batch, sweep, ...) inherits it:
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -68,6 +69,22 @@ def stdout_gone() -> int:
     """stdout's reader went away: discard further output; the exit code to use (0, quiet)."""
     sys.stdout = _to_devnull(sys.stdout)
     return int(ExitCode.OK)
+
+
+@contextlib.contextmanager
+def unread():
+    """Write a message that may find its reader gone: then silence both streams and go on.
+
+    rich answers a broken pipe by pointing stdout at /dev/null and raising SystemExit(1).
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        sys.stdout, sys.stderr = _to_devnull(sys.stdout), _to_devnull(sys.stderr)
+    except SystemExit as done:
+        if done.code != 1:
+            raise
+        sys.stderr = _to_devnull(sys.stderr)
 
 
 def _stdout_is_devnull() -> bool:

@@ -94,3 +94,10 @@ def test_ctrl_c_during_batch_keeps_finished_records():
     first = proc.stdout.readline()  # written and flushed before the next line is even read
     assert json.loads(first)["grads"] == {"x": 6.0}  # d(x²)/dx at 3
     interrupt_while_reading(proc)
+
+
+def test_error_whose_reader_is_gone_keeps_its_exit_code():
+    proc = start(["eval", "x*", "--x", "1"])  # a syntax error: exit 2
+    proc.stderr.close()  # nobody reads the message (like `2>&1 | head -c 5`)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 2
