@@ -7,15 +7,20 @@ from typing import Any
 
 from .errors import ValueInputError
 from .guards import check_arguments, check_graph, check_source, check_tree
-from .limits import DEFAULT, Limits, as_limits
+from .limits import Limits, as_limits, current
 from .parser import parse
 from .program import Graph, lower
 from .values import parse_value
 
 
+def compile_program(source: str, limits: Limits | None = None) -> Graph:
+    """Parse and lower once per distinct text (batch and sweeps reuse it), within `limits`
+    (default: the limits in force, see `limits.using`)."""
+    return _compile(source, current() if limits is None else limits)
+
+
 @functools.lru_cache(maxsize=1024)
-def compile_program(source: str, limits: Limits = DEFAULT) -> Graph:
-    """Parse and lower once per distinct text (batch and sweeps reuse it), within `limits`."""
+def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
     program = parse(source)
     check_tree(program, limits)
@@ -24,9 +29,8 @@ def compile_program(source: str, limits: Limits = DEFAULT) -> Graph:
     return graph
 
 
-def compiled(source: str, limits: Limits = DEFAULT) -> Graph:
-    """compile_program, sharing one cache entry per text when the limits are the defaults."""
-    return compile_program(source) if limits == DEFAULT else compile_program(source, limits)
+compile_program.cache_info = _compile.cache_info  # type: ignore[attr-defined]
+compile_program.cache_clear = _compile.cache_clear  # type: ignore[attr-defined]
 
 
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
@@ -88,7 +92,7 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
-    graph = compiled(source, limits)
+    graph = compile_program(source, limits)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on

@@ -135,11 +135,11 @@ def option_names(ctx: typer.Context) -> set[str]:
 
 def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
     """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
-    from .api import compiled
+    from .api import compile_program
     from .limits import as_limits
 
     given = {item.partition("=")[0].strip() for item in var or []}
-    for name in compiled(source, as_limits(limits)).inputs:
+    for name in compile_program(source, as_limits(limits)).inputs:
         if name in option_names(ctx) and name not in given:
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
                                   f"so --{name} VALUE cannot set it",
@@ -192,7 +192,10 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values, limits=limit)
         from .extras import Extras
 
-        extra = Extras.compute(result, values, check=check, order=order, graph=graph)
+        from .limits import as_limits, using
+
+        with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
+            extra = Extras.compute(result, values, check=check, order=order, graph=graph)
         if json_:
             print(extra.to_json(result), flush=True)
             from .render import print_warnings

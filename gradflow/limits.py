@@ -36,9 +36,9 @@ _CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("gradflow_limi
 
 
 def as_limits(given) -> Limits:
-    """None, a Limits, a {name: int} dict, or CLI items ["depth=500", ...] -> Limits."""
+    """None (the limits in force), a Limits, a {name: int} dict, or CLI items ["depth=500", ...] -> Limits."""
     if given is None or isinstance(given, Limits):
-        return given or DEFAULT
+        return given or current()
     items = given.items() if isinstance(given, dict) else [_split(str(s)) for s in given]
     changes = {}
     for name, value in items:

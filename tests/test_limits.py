@@ -122,3 +122,12 @@ def test_cli_raised_limits_reach_every_step(cli):
     res = cli("eval", src, "--x", "2", "--limit", "length=7000", "--limit", "depth=4000", "--json")
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout)["grads"] == {"x": 1.0}
+
+
+def test_raised_limits_reach_check_order_and_graph(cli):
+    src = "+".join(["x"] * 600)  # deeper than the default 500
+    res = cli("eval", src, "--x", "1", "--limit", "depth=700", "--check", "--order", "2", "--graph", "mermaid",
+              "--json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["grads"] == {"x": 600.0} and doc["hessian"] is not None and doc["check"] is not None
