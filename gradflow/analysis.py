@@ -130,4 +130,5 @@ def annotate(result: Explanation, graph: Graph, flags: list[FlagStep]):
     if result.error is not None and result.error.kind == "no_gradient":
         reasons = "; ".join(result.why.values()) or "no chosen leaf requires grad"
         result.error.message += f". Why: {reasons}."
-        result.error.hint = ("remove a cut (detach/no_grad) on the path, or choose another leaf with --wrt")
+        result.error.hint = ("remove the cut on the path (detach, no_grad, inference_mode or requires_grad = false), "
+                             "or choose other leaves with --wrt")

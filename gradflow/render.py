@@ -78,8 +78,12 @@ def cut_lines(result: Explanation) -> Text:
     return lines
 
 
+def _out_label(result: Explanation) -> str:
+    return result.output.name if result.output.name != result.output.expr else "L"
+
+
 def node_table(result: Explanation) -> Table:
-    table = Table(title=Text(f"L = {result.output.name}"), title_justify="left", box=box.SIMPLE_HEAD,
+    table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
     for col, kw in [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
                     ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"overflow": "fold"}),
