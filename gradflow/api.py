@@ -1,16 +1,16 @@
 """The Python API: `explain()` and friends. Thin: parse -> lower -> evaluate."""
 from __future__ import annotations
 
-import difflib
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ValueInputError
 from .guards import check_arguments, check_graph, check_source, check_tree
 from .limits import Limits, as_limits, current
 from .parser import parse
-from .program import Graph, lower
-from .values import parse_value
+
+if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error needs none of them
+    from .program import Graph
 
 
 def compile_program(source: str, limits: Limits | None = None) -> Graph:
@@ -22,8 +22,10 @@ def compile_program(source: str, limits: Limits | None = None) -> Graph:
 @functools.lru_cache(maxsize=1024)
 def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
-    program = parse(source)
+    program = parse(source)  # first: a syntax error never loads program.py
     check_tree(program, limits)
+    from .program import lower
+
     graph = lower(program)
     check_graph(graph, limits)
     return graph
@@ -57,6 +59,8 @@ def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
 
 
 def _known(name: str, names: list[str]) -> str:
+    import difflib
+
     near = difflib.get_close_matches(name, names, n=1)
     listing = ", ".join(names) or "(none)"
     return (f"did you mean '{near[0]}'? " if near else "") + f"the program's variables are: {listing}"
@@ -74,6 +78,8 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
             raise ValueInputError("missing_value", f"no value for variable '{name}'",
                                   hint=f"pass --{name} VALUE (or --var {name}=VALUE; "
                                        f"in Python: {name}=VALUE)")
+    from .values import parse_value
+
     return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}
 
 

@@ -5,9 +5,13 @@ with the limit's name and the flag that changes it.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import ParseError, Span, ValueInputError
 from .limits import MAX_VALUE_DIMS, Limits, check
-from .program import Call, Graph, Program, SetFlag
+
+if TYPE_CHECKING:  # the node classes load only once a program has parsed (early errors stay light)
+    from .program import Graph, Program
 
 
 def check_arguments(source, wrt, dtype, device, values) -> None:
@@ -62,6 +66,8 @@ def paren_depth(source: str) -> tuple[int, int]:
 
 def check_tree(program: Program, limits: Limits) -> None:
     """The typed expression trees are at most `limits.depth` levels deep (walked with a stack)."""
+    from .program import Call, SetFlag
+
     for st in program.stmts:
         if isinstance(st, SetFlag):
             continue
@@ -76,6 +82,8 @@ def check_tree(program: Program, limits: Limits) -> None:
 
 
 def tree_depth(root) -> int:
+    from .program import Call
+
     best, stack = 0, [(root, 1)]
     while stack:
         e, d = stack.pop()

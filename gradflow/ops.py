@@ -10,7 +10,6 @@ does not import torch.
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -82,5 +81,7 @@ BINARY_SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul",
 
 def suggest(name: str) -> str | None:
     """The nearest function name, for 'did you mean' hints."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(FUNCTIONS), n=1, cutoff=0.6)
     return close[0] if close else None

@@ -8,15 +8,17 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from importlib import resources
+from typing import TYPE_CHECKING
 
 from lark import Lark, Token
 from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import ParseError, Span
-from .ops import FUNCTIONS, suggest
-from .program import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+
+if TYPE_CHECKING:
+    from .ops import FUNCTIONS, suggest
+    from .program import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
 
 _READABLE = {
     "NUMBER": "a number", "NAME": "a name", "LPAR": "'('", "RPAR": "')'", "MINUS": "'-'",
@@ -39,7 +41,8 @@ def _cache_file() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    grammar = resources.files("gradflow").joinpath("grammar.lark").read_text()
+    with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as fh:
+        grammar = fh.read()  # not importlib.resources: its readers and zipfile cost ~6 ms of start-up
     return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_cache_file() or False)
 
 
@@ -151,12 +154,21 @@ def _where(source: str, pos: int) -> str:
     return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
+def _load_nodes():
+    """Bind the op table and typed-node classes _Build uses, on the first parse that gets that far: a syntax
+    error (the CLI's early exit) never pays for program.py's dataclasses."""
+    global Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var, FUNCTIONS, suggest
+    from .ops import FUNCTIONS, suggest
+    from .program import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+
+
 def parse(source: str) -> Program:
     """Parse program text into typed statements. Raises ParseError."""
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
         raise _syntax_error(err, source) from None
+    _load_nodes()
     try:
         stmts = _Build(source).transform(tree)
     except VisitError as err:
