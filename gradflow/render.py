@@ -14,6 +14,7 @@ from .result import Explanation, NodeResult, summary
 from .values import format_number
 
 DASH = "—"
+ANOMALY = "⚠"
 SMALL = 6  # tensors with at most this many elements are shown in full
 _STATUS = {  # marker, style, legend text
     "live": ("●", "green", "on a live gradient path"),
@@ -52,14 +53,20 @@ def _flag(b: bool) -> Text:
     return Text("True", style="bold") if b else Text("False", style="dim")
 
 
-def _node_cell(n: NodeResult) -> Text:
+def _node_cell(n: NodeResult, anomaly: bool = False) -> Text:
     mark, style, _ = _STATUS[n.status]
-    return Text.assemble((mark + " ", style), n.name)
+    return Text.assemble((mark + " ", style), n.name, (" " + ANOMALY if anomaly else "", "bold magenta"))
+
+
+def anomalies(result: Explanation) -> set[int]:
+    """Nodes where a nan/inf first appeared (forward or backward): marked in the table."""
+    return {w.node_id for w in result.warnings if w.kind.startswith("nonfinite") and w.node_id is not None}
 
 
 def legend(result: Explanation) -> Text:
     seen = dict.fromkeys(n.status for n in result.nodes)
-    return Text("  ".join(f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen), style="dim")
+    extra = [f"{ANOMALY} nan/inf starts here (see warnings)"] if anomalies(result) else []
+    return Text("  ".join([f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen] + extra), style="dim")
 
 
 def cut_lines(result: Explanation) -> Text:
@@ -88,9 +95,10 @@ def node_table(result: Explanation) -> Table:
                     ("is_leaf", {"overflow": "fold"}), ("grad_fn", {"no_wrap": True}),
                     ("grad", {"justify": "right", "min_width": 5})]:
         table.add_column(col, **kw)
+    marked = anomalies(result)
     for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
-        table.add_row(_node_cell(n), n.op, Text(format_tensor(n.value, "\n")), _flag(n.requires_grad),
-                      _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
+        table.add_row(_node_cell(n, n.id in marked), n.op, Text(format_tensor(n.value, "\n")),
+                      _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
     return table
 
 
@@ -111,6 +119,10 @@ def grad_lines(result: Explanation) -> Text:
 
 def print_explanation(result: Explanation, out: Console, err: Console):
     out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
+    print_warnings(result, err)
+
+
+def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
         err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
 

@@ -63,6 +63,7 @@ class Warning:
     kind: str
     node: str | None
     message: str
+    node_id: int | None = None  # the node to mark in the table (not part of the JSON form)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "node": self.node, "message": self.message}

@@ -4,12 +4,11 @@ Random constructors draw, in the order the variables first appear in the program
 from ONE torch.Generator seeded with `seed`: with seed 0, `x = randn(3)` equals
 `torch.randn(3, generator=torch.Generator().manual_seed(0))` in the same dtype.
 Files: numpy.load(allow_pickle=False); torch.load(weights_only=True) — never
-arbitrary unpickling. Sizes are checked against limits.MAX_ELEMENTS first.
+arbitrary unpickling. Sizes are checked against the element limit (limits.py) first.
 """
 from __future__ import annotations
 
 import math
-import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ import numpy as np
 import torch
 
 from .engine import resolve_dtype
-from .errors import LimitError, ValueInputError
-from .limits import MAX_ELEMENTS
+from .errors import ValueInputError
+from .limits import check_elements
 from .specs import HINT, FileValue, TensorSpec
 
 
@@ -32,6 +31,7 @@ def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -
     out = {}
     for name, v in values.items():
         if isinstance(v, TensorSpec):
+            check_elements(v.numel, f"the value of '{name}', {v}, would have")  # before allocating
             try:
                 v = build(v, dtype, gen)
             except RuntimeError as err:  # e.g. more dimensions than torch allows
@@ -50,7 +50,7 @@ def build(spec: TensorSpec, dtype: torch.dtype, gen: torch.Generator) -> torch.T
     if spec.ctor == "rand":
         return torch.rand(shape, generator=gen, dtype=dtype)
     if spec.ctor in ("zeros", "ones"):
-        return getattr(torch, spec.ctor)(shape, dtype=dtype)
+        return (torch.zeros if spec.ctor == "zeros" else torch.ones)(shape, dtype=dtype)
     if spec.ctor == "full":
         return torch.full(shape, a[-1], dtype=dtype)
     if spec.ctor == "linspace":
@@ -67,11 +67,7 @@ def load(name: str, path: str) -> torch.Tensor:
 
 
 def _check_size(name: str, path: Path, shape) -> None:
-    n = math.prod(shape)
-    if n > MAX_ELEMENTS:
-        raise LimitError("too_large", f"the value of '{name}', {path}, has {n:,} elements (shape "
-                         f"{tuple(shape)}); the limit is {MAX_ELEMENTS:,} (gradflow.limits.MAX_ELEMENTS)",
-                         hint="use a smaller tensor")
+    check_elements(math.prod(shape), f"the value of '{name}', {path} (shape {tuple(shape)}), has")
 
 
 def _load_npy(name: str, path: Path) -> torch.Tensor:
@@ -100,13 +96,15 @@ def _check_numeric(name: str, path: Path, kind: str):
 def _load_pt(name: str, path: Path) -> torch.Tensor:
     try:
         obj = _torch_load(path)
-    except pickle.UnpicklingError as err:
+    except (RuntimeError, OSError, EOFError, ValueError) as err:
+        raise _unreadable(name, path, err) from None
+    except Exception as err:  # torch's weights_only refusal is a pickle.UnpicklingError
+        if type(err).__name__ != "UnpicklingError":
+            raise
         raise ValueInputError(
             "unsafe_file", f"refused to load {path} for '{name}': it holds Python objects other than "
             "tensors, and gradflow never unpickles arbitrary objects (torch.load weights_only=True said: "
             f"{_unpickle_reason(err)})", hint="save the tensor alone: torch.save(tensor, 'x.pt')") from None
-    except (RuntimeError, OSError, EOFError, ValueError) as err:
-        raise _unreadable(name, path, err) from None
     if not isinstance(obj, torch.Tensor):
         kind = f"a dict with keys {', '.join(map(str, list(obj)[:8]))}" if isinstance(obj, dict) else type(obj).__name__
         raise ValueInputError("bad_value", f"{path} holds {kind}, not one tensor (value of '{name}')",

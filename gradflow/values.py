@@ -5,6 +5,7 @@ import json
 import math
 
 from .errors import ValueInputError
+from .guards import check_value_text
 from .specs import parse_special
 
 
@@ -15,6 +16,7 @@ def parse_value(name: str, text: str):
     special = parse_special(name, text)
     if special is not None:
         return special
+    check_value_text(name, text)
     try:
         return float(text) if not text.startswith("[") else _check_list(json.loads(text))
     except (ValueError, TypeError) as err:
