@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
-__all__ = ["explain", "check", "hessian", "trace", "whatif", "compare", "parse", "GradflowError", "ParseError",
-           "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
+__all__ = ["explain", "sweep", "check", "hessian", "trace", "whatif", "compare", "parse", "GradflowError",
+           "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
-         "hessian": "secondorder", "trace": "tracer", "whatif": "scenarios", "compare": "comparison"}
+         "hessian": "secondorder", "trace": "tracer", "sweep": "sweeps", "whatif": "scenarios",
+         "compare": "comparison"}
 
 
 def _version() -> str:

@@ -5,19 +5,34 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from .errors import ValueInputError
+from .guards import check_arguments, check_graph, check_source, check_tree
+from .limits import Limits, as_limits, current
 from .parser import parse
 
 if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error needs none of them
     from .program import Graph
 
 
+def compile_program(source: str, limits: Limits | None = None) -> Graph:
+    """Parse and lower once per distinct text (batch and sweeps reuse it), within `limits`
+    (default: the limits in force, see `limits.using`)."""
+    return _compile(source, current() if limits is None else limits)
+
+
 @functools.lru_cache(maxsize=1024)
-def compile_program(source: str) -> Graph:
-    """Parse and lower once per distinct text (batch and sweeps reuse it)."""
+def _compile(source: str, limits: Limits) -> Graph:
+    check_source(source, limits)
     program = parse(source)  # first: a syntax error never loads program.py
+    check_tree(program, limits)
     from .program import lower
 
-    return lower(program)
+    graph = lower(program)
+    check_graph(graph, limits)
+    return graph
+
+
+compile_program.cache_info = _compile.cache_info  # type: ignore[attr-defined]
+compile_program.cache_clear = _compile.cache_clear  # type: ignore[attr-defined]
 
 
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
@@ -69,8 +84,8 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-            device: str = "cpu", values: dict[str, Any] | None = None, measure_edges: bool = True,
-            **kw_values: Any):
+            device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, measure_edges: bool = True,
+            limits=None, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
@@ -79,10 +94,20 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     output does not require grad, the result comes back with `.error` set.
     `measure_edges=False` skips the per-use gradient views (memory for big tensors):
     an edge from a node used more than once then has `flow` None.
+    `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (README).
+    Text values may be constructors ("randn(3,4)", drawn from a generator seeded
+    with `seed`) or files ("@x.npy", "@x.pt"); see specs.py.
     """
-    graph = compile_program(source)
+    check_arguments(source, wrt, dtype, device, values)
+    limits = as_limits(limits)
+    graph = compile_program(source, limits)
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from .engine import evaluate  # torch is imported only from here on
+    from .tensors import materialize
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges)
+    from .limits import using
+
+    with using(limits):  # constructor sizes are checked against these limits before allocating
+        tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws
+    return evaluate(graph, tensors, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)

@@ -40,9 +40,17 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values: same seed, same values.")]
+FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, "
+                                       "not summarised.")]
+PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
+                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
 OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
 GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
+LimitOpt = Annotated[Optional[list[str]], typer.Option(
+    "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
+                    "elements (1e6 per tensor), total (1e7). Repeatable.")]
 FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
 
 
@@ -72,13 +80,15 @@ def consoles() -> tuple[Console, Console]:
 def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     """Print an error the user can act on and return the Exit to raise."""
     from .diagnostics import print_error  # plain text: no rich on the early-error path
+    from .streams import unread
 
-    if as_json:
-        from .result import SCHEMA_VERSION, dumps
+    with unread():  # if nobody reads the message any more, the exit code still tells
+        if as_json:
+            from .result import SCHEMA_VERSION, dumps
 
-        print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
-                     "warnings": [], "error": error.to_dict()}), flush=True)
-    print_error(error)
+            print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
+                         "warnings": [], "error": error.to_dict()}), flush=True)
+        print_error(error)
     return typer.Exit(int(error.exit_code))
 
 
@@ -92,6 +102,10 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
         raise fail(error, as_json) from None
     except typer.Exit:
         raise
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        from .streams import stdout_gone
+
+        raise typer.Exit(stdout_gone()) from None
     except Exception as exc:  # a bug: say so, briefly, unless --debug
         if debug:
             raise
@@ -112,10 +126,13 @@ def read_program(expr: str | None, file: Path | None) -> str:
     if file is not None:
         try:
             return file.read_text()
-        except OSError as err:
-            raise ValueInputError("usage", f"cannot read --file {file}: {err.strerror}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            why = getattr(err, "strerror", None) or "not UTF-8 text"
+            raise ValueInputError("usage", f"cannot read --file {file}: {why}") from None
     if expr == "-":
-        return sys.stdin.read()
+        from .streams import read_stdin
+
+        return read_stdin()
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
@@ -131,12 +148,13 @@ def option_names(ctx: typer.Context) -> set[str]:
     return names | {"help"}
 
 
-def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None):
+def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
     """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
     from .api import compile_program
+    from .limits import as_limits
 
     given = {item.partition("=")[0].strip() for item in var or []}
-    for name in compile_program(source).inputs:
+    for name in compile_program(source, as_limits(limits)).inputs:
         if name in option_names(ctx) and name not in given:
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
                                   f"so --{name} VALUE cannot set it",
@@ -172,26 +190,43 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
              json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
-             graph: GraphOpt = None, flows: FlowsOpt = False):
+             graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
+             plot: PlotOpt = False, flows: FlowsOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
     Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
+
+    Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
         from .api import explain
+        from .cli_sweep import SweepRequest, find_sweep, run, split_plot_file
 
-        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
+        program, rest = (None, [expr, *ctx.args]) if moved else (expr, ctx.args)
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
-        check_shadowed(source, ctx, var)
-        values = parse_values(rest, var)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
+        check_shadowed(source, ctx, var, limit)
+        args, plot_file = split_plot_file(rest, plot)
+        values = parse_values(args, var)
+        swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
+        if swept:
+            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
         from .extras import Extras
+        from .limits import as_limits, using
+        from .specs import pin_values
 
-        extra = Extras.compute(result, values, check=check, order=order, graph=graph)
+        with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
+            extra = Extras.compute(result, pin_values(result, values), check=check, order=order, graph=graph)
         if json_:
-            print(extra.to_json(result), flush=True)
+            from .result import dumps
+
+            print(dumps(extra.add_to(result.to_dict(full))), flush=True)
+            from .render import print_warnings
+
+            print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
         else:
             from .render import print_explanation
 
@@ -240,8 +275,10 @@ def _syntax(o) -> str:
     return " or ".join(([f"a {o.symbol} b"] if o.symbol else []) + calls)
 
 
-def run():  # console-script entry point
-    app(prog_name="gradflow")
+def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
+    from .streams import run_safely
+
+    run_safely(lambda: app(prog_name="gradflow"))
 
 
 from . import cli_graph  # noqa: E402,F401

@@ -13,13 +13,19 @@ from typing import Any
 import torch
 
 from .analysis import annotate
+from .budget import account, precheck
+from .coerce import check_value, conversion_note
 from .errors import EvalError, GradflowError, NoGradientError
+from .limits import Limits, using
+from .nonfinite import find_nonfinite
 from .ops import OPS
 from .program import FlagStep, Graph, Node
 from .result import EdgeResult, Explanation, NodeResult, Warning
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _IDENTITY = ("no_grad", "inference_mode")
+# what torch raises for bad input besides RuntimeError (all become package errors)
+TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
 
 
 def _context(mode: str | None):
@@ -50,9 +56,10 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
+    check_value(name, value)
     try:
         t = torch.as_tensor(value, dtype=dtype, device=device)
-    except (TypeError, ValueError, RuntimeError) as err:
+    except TORCH_ERRORS as err:
         raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
                         hint="give a number or a rectangular list of numbers") from None
     if isinstance(value, (int, float, list)):  # as_tensor already made new memory
@@ -85,9 +92,14 @@ class _Run:
         self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
+        self.total = 0  # elements over all values so far (limits.total)
 
     def leaf(self, node: Node, values: dict) -> torch.Tensor:
-        t = to_tensor(node.label, values[node.names[0]], self.dtype, self.device)
+        value = values[node.names[0]]
+        t = to_tensor(node.label, value, self.dtype, self.device)
+        note = conversion_note(node.label, value, t)
+        if note:
+            self.warnings.append(Warning("value_converted", node.label, note, node.id))
         return t.requires_grad_(node.names[0] in self.wrt)
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
@@ -126,10 +138,11 @@ class _Run:
         if node.op in _IDENTITY:
             self.check_identity(node)
             return args[0]
+        precheck(node, OPS[node.op].fn, args, self.g.source)
         with _context(node.mode):
             try:
                 out = OPS[node.op].fn(*args)
-            except RuntimeError as err:
+            except TORCH_ERRORS as err:
                 raise _torch_error(node, args, err, self.g.source) from None
         if out.requires_grad:
             out.retain_grad()
@@ -164,9 +177,10 @@ class _Run:
                 self.set_flag(step)
             else:
                 self.t[step.id] = self.compute(step, values)
+                self.total = account(self.total, step, self.t[step.id], self.g.source)
 
 
-def _torch_error(node: Node, args, err: RuntimeError, source: str) -> GradflowError:
+def _torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
     text = str(err).split("\n")[0]
     shapes = " and ".join(str(tuple(a.shape)) for a in args)
     if "Inference tensors cannot be saved for backward" in text:
@@ -207,8 +221,8 @@ def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
             "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
     try:
         out.backward()
-    except RuntimeError as err:
-        return EvalError("backward", f"backward failed: {str(err).splitlines()[0]}")
+    except TORCH_ERRORS as err:
+        return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
     return None
 
 
@@ -237,14 +251,16 @@ def _sum(flows):
 
 
 def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
-             device: str = "cpu", measure_edges: bool = True) -> Explanation:
+             device: str = "cpu", measure_edges: bool = True, limits: Limits | None = None) -> Explanation:
     """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
     a program whose output cannot be differentiated returns with `.error` set."""
     run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device), measure_edges)
-    run.run(values)
+    with using(limits or Limits()):
+        run.run(values)
     out = _check_output(run)
     error = _backward(out, graph)
     nodes = _results(run)
+    run.warnings += find_nonfinite(nodes, run.edges, error is None)
     grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
     result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads,
                          run.edges, warnings=run.warnings, error=error)

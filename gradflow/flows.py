@@ -27,8 +27,8 @@ class Contribution:
     pos: int = 0  # which argument of the consumer the leaf is
     unused: bool = False  # the consumer does not lead to the output
 
-    def to_dict(self) -> dict:
-        return {"via": self.via, "flow": to_jsonable(self.flow), "cut": self.cut, "cut_by": self.cut_by,
+    def to_dict(self, full: bool = True) -> dict:
+        return {"via": self.via, "flow": to_jsonable(self.flow, full=full), "cut": self.cut, "cut_by": self.cut_by,
                 "to_id": self.to_id, "pos": self.pos, "unused": self.unused}
 
 

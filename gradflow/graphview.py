@@ -122,10 +122,11 @@ def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tu
 def picture(result: Explanation, values: dict) -> Picture:
     """Build the picture for an explain() result (same program, leaves, dtype, device)."""
     from .api import check_values, compile_program
+    from .specs import pin_values
     from .engine import resolve_device, resolve_dtype
 
     graph = compile_program(result.source)
-    fns, inner, tedges = torch_graph(graph, check_values(graph, values), result.wrt,
+    fns, inner, tedges = torch_graph(graph, check_values(graph, pin_values(result, values)), result.wrt,
                                  resolve_dtype(result.dtype), resolve_device(result.device))
     pic = Picture(result.source, f"n{graph.output}")
     reach = reaches_output(graph)

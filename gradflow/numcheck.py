@@ -127,8 +127,10 @@ def check(source: str, /, *, wrt: str | list[str] | None = None, eps: float = 1e
         50.0
     """
     from .api import check_values, compile_program, explain
+    from .specs import pin_values
 
     merged = {**(values or {}), **kw_values}
     result = explain(source, wrt=wrt, dtype="float64", values=merged)
     graph = compile_program(source)
-    return run_check(result, graph, check_values(graph, merged), eps=eps, rtol=rtol, atol=atol)
+    pinned = pin_values(result, merged)  # constructor/file values: the tensors explain() used
+    return run_check(result, graph, check_values(graph, pinned), eps=eps, rtol=rtol, atol=atol)

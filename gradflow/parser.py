@@ -10,7 +10,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from lark import Lark, Token, Transformer
+from lark import Lark, Token
+from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import ParseError, Span
@@ -53,8 +54,8 @@ def _join(a: Span, b: Span) -> Span:
     return Span(a.start, b.end)
 
 
-class _Build(Transformer):
-    """Bottom-up: every method returns a typed node with its span."""
+class _Build(Transformer_NonRecursive):
+    """Bottom-up: every method returns a typed node with its span (no recursion: deep input is safe)."""
 
     def __init__(self, source: str):
         super().__init__()

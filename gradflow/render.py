@@ -10,10 +10,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import GradflowError
-from .result import Explanation, NodeResult
+from .result import Explanation, NodeResult, summary
 from .values import format_number
 
 DASH = "—"
+ANOMALY = "⚠"
 SMALL = 6  # tensors with at most this many elements are shown in full
 _STATUS = {  # marker, style, legend text
     "live": ("●", "green", "on a live gradient path"),
@@ -24,17 +25,22 @@ _STATUS = {  # marker, style, legend text
 }
 
 
-def format_tensor(t) -> str:
-    """Small tensors in full ([1, 2, 3]); large ones summarised by shape and statistics."""
+def format_tensor(t, sep: str = " ") -> str:
+    """Small tensors in full ([1, 2, 3]); large ones summarised by shape, dtype and statistics
+    (`sep` between the groups: shape+dtype, mean+norm, min+max)."""
     if t is None:
         return DASH
     if t.dim() == 0:
         return format_number(t.item())
     if t.numel() <= SMALL:
         return _nested(t.tolist())
-    f = t.detach().double()
-    stats = (format_number(float(f"{v.item():.4g}")) for v in (f.mean(), f.min(), f.max()))
-    return "shape {} mean {} min {} max {}".format(tuple(t.shape), *stats)
+    s = summary(t)
+    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
+            f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
+
+
+def _short(v: float) -> str:
+    return format_number(float(f"{v:.4g}"))
 
 
 def _nested(v) -> str:
@@ -47,14 +53,20 @@ def _flag(b: bool) -> Text:
     return Text("True", style="bold") if b else Text("False", style="dim")
 
 
-def _node_cell(n: NodeResult) -> Text:
+def _node_cell(n: NodeResult, anomaly: bool = False) -> Text:
     mark, style, _ = _STATUS[n.status]
-    return Text.assemble((mark + " ", style), n.name)
+    return Text.assemble((mark + " ", style), n.name, (" " + ANOMALY if anomaly else "", "bold magenta"))
+
+
+def anomalies(result: Explanation) -> set[int]:
+    """Nodes where a nan/inf first appeared (forward or backward): marked in the table."""
+    return {w.node_id for w in result.warnings if w.kind.startswith("nonfinite") and w.node_id is not None}
 
 
 def legend(result: Explanation) -> Text:
     seen = dict.fromkeys(n.status for n in result.nodes)
-    return Text("  ".join(f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen), style="dim")
+    extra = [f"{ANOMALY} nan/inf starts here (see warnings)"] if anomalies(result) else []
+    return Text("  ".join([f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen] + extra), style="dim")
 
 
 def cut_lines(result: Explanation) -> Text:
@@ -83,9 +95,10 @@ def node_table(result: Explanation) -> Table:
                     ("is_leaf", {"overflow": "fold"}), ("grad_fn", {"no_wrap": True}),
                     ("grad", {"justify": "right", "min_width": 5})]:
         table.add_column(col, **kw)
+    marked = anomalies(result)
     for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
-        table.add_row(_node_cell(n), n.op, Text(format_tensor(n.value)), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, Text(format_tensor(n.grad)))
+        table.add_row(_node_cell(n, n.id in marked), n.op, Text(format_tensor(n.value, "\n")),
+                      _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
     return table
 
 
@@ -106,6 +119,10 @@ def grad_lines(result: Explanation) -> Text:
 
 def print_explanation(result: Explanation, out: Console, err: Console):
     out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
+    print_warnings(result, err)
+
+
+def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
         err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
 

@@ -45,7 +45,8 @@ def replay(graph: Graph, leaves: dict, *, cuts: bool = True, frozen: dict | None
     normally meets such errors first and explains them better).
     """
     frozen = frozen or {}
-    some = next(iter(leaves.values()))
+    some = next(iter(leaves.values()), None)  # a program of constants only has no leaves
+    dtype, device = (some.dtype, some.device) if some is not None else (torch.float64, "cpu")
     t: dict[int, torch.Tensor] = {}
     for step in graph.steps:
         if isinstance(step, FlagStep):
@@ -56,8 +57,8 @@ def replay(graph: Graph, leaves: dict, *, cuts: bool = True, frozen: dict | None
             t[step.id] = frozen[step.id]
             continue
         try:
-            t[step.id] = _compute(step, [t[a] for a in step.args], leaves, cuts, some.dtype, some.device)
-        except RuntimeError as err:
+            t[step.id] = _compute(step, [t[a] for a in step.args], leaves, cuts, dtype, device)
+        except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError) as err:
             raise EvalError("torch", f"torch failed at '{step.text}': {str(err).splitlines()[0]}",
                             span=step.span, source=graph.source) from None
     return t

@@ -13,6 +13,7 @@ from typing import Any
 from .errors import GradflowError
 
 SCHEMA_VERSION = 1
+JSON_FULL_MAX = 1000  # to_dict(full=False): tensors with more elements become summary objects
 
 
 @dataclass
@@ -34,11 +35,11 @@ class NodeResult:
     def shape(self) -> list[int]:
         return list(self.value.shape)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, full: bool = False) -> dict:
         return {"id": self.id, "name": self.name, "expr": self.expr, "op": self.op,
-                "value": to_jsonable(self.value), "shape": self.shape,
+                "value": to_jsonable(self.value, full=full), "shape": self.shape,
                 "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
-                "grad_fn": self.grad_fn, "grad": to_jsonable(self.grad),
+                "grad_fn": self.grad_fn, "grad": to_jsonable(self.grad, full=full),
                 "status": self.status, "cut_by": self.cut_by, "args": list(self.args)}
 
 
@@ -52,9 +53,9 @@ class EdgeResult:
     flow: Any = None  # gradient carried back along this edge (tensor), None if nothing
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
 
-    def to_dict(self, nodes: list[NodeResult]) -> dict:
+    def to_dict(self, nodes: list[NodeResult], full: bool = False) -> dict:
         return {"from": nodes[self.src].name, "to": nodes[self.dst].name, "from_id": self.src,
-                "to_id": self.dst, "pos": self.pos, "flow": to_jsonable(self.flow), "cut": self.cut}
+                "to_id": self.dst, "pos": self.pos, "flow": to_jsonable(self.flow, full=full), "cut": self.cut}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Warning:
     kind: str
     node: str | None
     message: str
+    node_id: int | None = None  # the node to mark in the table (not part of the JSON form)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "node": self.node, "message": self.message}
@@ -101,24 +103,25 @@ class Explanation:
 
         return contributions(self)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, full: bool = False) -> dict:
+        """Strict-JSON-ready dict; tensors over JSON_FULL_MAX elements are summarised unless `full`."""
         return {
             "schema": SCHEMA_VERSION,
             "source": self.source,
             "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
                        "requires_grad": self.output.requires_grad},
-            "grads": {k: to_jsonable(v) for k, v in self.grads.items()},
+            "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()},
             "why": dict(self.why),
-            "nodes": [n.to_dict() for n in self.nodes],
-            "edges": [e.to_dict(self.nodes) for e in self.edges],
-            "contributions": {k: [c.to_dict() for c in v] for k, v in self.flows.items()},
+            "nodes": [n.to_dict(full) for n in self.nodes],
+            "edges": [e.to_dict(self.nodes, full) for e in self.edges],
+            "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
             "warnings": [w.to_dict() for w in self.warnings],
             "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,
             "error": None if self.error is None else self.error.to_dict(),
         }
 
-    def to_json(self, **kw) -> str:
-        return dumps(self.to_dict(), **kw)
+    def to_json(self, full: bool = False, **kw) -> str:
+        return dumps(self.to_dict(full), **kw)
 
 
 def _clean(x):
@@ -129,6 +132,13 @@ def _clean(x):
     return x
 
 
+def summary(t) -> dict:
+    """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64)."""
+    f = t.detach().double()
+    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "mean": f.mean().item(),
+            "min": f.min().item(), "max": f.max().item(), "norm": f.norm().item()}
+
+
 def _finite_flat(x: list) -> bool:
     """A flat list of finite numbers (a 1-d tensor's tolist(), the common case): nothing to replace."""
     try:
@@ -137,10 +147,13 @@ def _finite_flat(x: list) -> bool:
         return False
 
 
-def to_jsonable(t, strict: bool = True):
-    """A tensor as a number (0-d) or nested list; non-finite numbers as strings if strict."""
+def to_jsonable(t, strict: bool = True, full: bool = True):
+    """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX
+    elements and not `full`); non-finite numbers as strings if strict."""
     if t is None:
         return None
+    if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
+        return {k: _clean(v) if strict else v for k, v in summary(t).items()}
     if hasattr(t, "tolist"):
         t = t.item() if t.dim() == 0 else t.detach().cpu().tolist()
     return _clean(t) if strict else t

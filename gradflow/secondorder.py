@@ -107,7 +107,8 @@ def from_explanation(result, values: dict) -> HessianResult:
     """Second derivatives for the program, leaves, dtype and device of an earlier explain()."""
     from .api import check_values, compile_program
     from .engine import resolve_device, resolve_dtype
+    from .specs import pin_values
 
     graph = compile_program(result.source)
-    return second_derivatives(graph, check_values(graph, values), result.wrt,
+    return second_derivatives(graph, check_values(graph, pin_values(result, values)), result.wrt,
                               resolve_dtype(result.dtype), resolve_device(result.device))

@@ -5,18 +5,26 @@ import json
 import math
 
 from .errors import ValueInputError
+from .guards import check_value_text
+from .specs import parse_special
 
 
 def parse_value(name: str, text: str):
-    """'2.5' -> 2.5, '[[1,2],[3,4]]' -> nested list of floats. Raises ValueInputError."""
+    """'2.5' -> 2.5, '[[1,2],[3,4]]' -> nested list of floats; 'randn(3,4)' / '@x.npy' -> a
+    specs.TensorSpec / specs.FileValue (built later by tensors.py). Raises ValueInputError."""
     text = text.strip()
+    special = parse_special(name, text)
+    if special is not None:
+        return special
+    check_value_text(name, text)
     try:
         return float(text) if not text.startswith("[") else _check_list(json.loads(text))
     except (ValueError, TypeError) as err:
         detail = f" ({err})" if isinstance(err, TypeError) else ""
         raise ValueInputError(
             "bad_value", f"cannot read the value of '{name}': {text!r}{detail}",
-            hint="give a number (2, -1.5, 1e-3) or a JSON list ([1,2,3], [[1,2],[3,4]])") from None
+            hint="give a number (2, -1.5, 1e-3), a JSON list ([1,2,3], [[1,2],[3,4]]), a constructor "
+                 "(randn(3,4), zeros(2), linspace(-1,1,5), ...) or a file (@x.npy, @x.pt)") from None
 
 
 def _check_list(value):

@@ -12,9 +12,10 @@ def test_format_tensor():
     assert format_tensor(None) == "—"
     assert format_tensor(torch.tensor(-20.0)) == "-20"
     assert format_tensor(torch.tensor([[1.0, 2.5], [float("nan"), float("-inf")]])) == "[[1, 2.5], [nan, -inf]]"
-    big = torch.arange(1.0, 11.0)  # mean 5.5, min 1, max 10
-    assert format_tensor(big) == "shape (10,) mean 5.5 min 1 max 10"
-    assert format_tensor(torch.full((2, 4), 1 / 3)) == "shape (2, 4) mean 0.3333 min 0.3333 max 0.3333"
+    big = torch.arange(1.0, 11.0)  # mean 5.5, min 1, max 10, norm sqrt(385) = 19.62
+    assert format_tensor(big) == "shape (10,) float32 mean 5.5 norm 19.62 min 1 max 10"
+    third = "shape (2, 4) float32 mean 0.3333 norm 0.9428 min 0.3333 max 0.3333"  # norm sqrt(8/9)
+    assert format_tensor(torch.full((2, 4), 1 / 3)) == third
 
 
 def render(result, width=100):

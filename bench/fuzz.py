@@ -1,0 +1,84 @@
+"""Long fuzz run: every input gets a result or a package error (exit 2/3), never a crash.
+
+    python bench/fuzz.py --inputs 100000 --seed 1
+
+Input i is generated from random.Random(seed, i) by tests/fuzz_support.gen_case
+(grammar-shaped programs, one-character near misses, random and arbitrary-Unicode
+text, pathological nesting/towers/broadcasts, values from 0 to inf/nan and bad
+text, random --wrt and tiny limits), so any failure is reproducible from its
+index alone. Every input goes through explain() + table + strict JSON, every
+`--cli-every`-th also through `gradflow eval` in-process; the same property as
+the Hypothesis tests in tests/test_fuzz.py. Prints the count, the outcome kinds,
+the failures (and exits 1 if there are any).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing
+import os
+import random
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from typer.testing import CliRunner  # noqa: E402
+
+from tests.fuzz_support import check_api, check_cli, gen_case  # noqa: E402
+
+
+def run_one(i: int, opts, runner, outcomes) -> None:
+    case = gen_case(random.Random(f"{opts.seed}:{i}"))
+    outcomes[check_api(case)] += 1
+    if i % opts.cli_every == 0:
+        outcomes[f"cli exit {check_cli(case, runner)}"] += 1
+
+
+def run_range(job: tuple) -> tuple[collections.Counter, list[int]]:
+    """Inputs [first, last) in one process: the outcome counts and the failing indices."""
+    opts, first, last = job
+    outcomes: collections.Counter[str] = collections.Counter()
+    failures, runner, start = [], CliRunner(), time.monotonic()
+    for i in range(first, last):
+        try:
+            run_one(i, opts, runner, outcomes)
+        except Exception:  # noqa: BLE001 - a failure of the property: record and go on
+            failures.append(i)
+            print(f"FAILURE at input {i}: {gen_case(random.Random(f'{opts.seed}:{i}'))!r}\n"
+                  f"{traceback.format_exc(limit=-3)}", file=sys.stderr, flush=True)
+        if (i + 1 - first) % 5_000 == 0:
+            print(f"  [{first}..) {i + 1 - first:,} inputs, {time.monotonic() - start:.0f} s", file=sys.stderr,
+                  flush=True)
+    return outcomes, failures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inputs", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first input index (to replay one: --start I --inputs 1)")
+    ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (the inputs are split between them)")
+    opts = ap.parse_args()
+    start, end = time.monotonic(), opts.start + opts.inputs
+    step = -(-opts.inputs // opts.jobs)
+    jobs = [(opts, a, min(a + step, end)) for a in range(opts.start, end, step)]
+    if opts.jobs > 1:
+        with multiprocessing.Pool(opts.jobs) as pool:
+            parts = pool.map(run_range, jobs)
+    else:
+        parts = [run_range(job) for job in jobs]
+    outcomes = sum((p[0] for p in parts), collections.Counter())
+    failures = [i for p in parts for i in p[1]]
+    cli = sum(v for k, v in outcomes.items() if k.startswith("cli"))
+    print(f"inputs: {opts.inputs:,} through explain() + table + JSON ({cli:,} also through the CLI), "
+          f"seed {opts.seed}; failures: {len(failures)} {failures[:20]}; {time.monotonic() - start:.0f} s")
+    for kind, n in outcomes.most_common(20):
+        print(f"  {kind:24} {n:,}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Resource limits: named defaults, the active set, and one check function.
+
+Every limit can be changed per call (`explain(..., limits={"depth": 500})`,
+`gradflow eval ... --limit depth=500`). Code that allocates (the engine, tensor
+constructors) calls `check_elements()` BEFORE allocating; it reads the limits of
+the evaluation in progress. Torch-free.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import asdict, dataclass, fields, replace
+
+from .errors import LimitError, Span
+
+MAX_LENGTH = 10_000  # characters of program text
+MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, operator chains)
+MAX_NODES = 2_000  # nodes in the lowered graph
+MAX_ELEMENTS = 1_000_000  # elements in any one tensor (a value, a result, a constructor)
+MAX_TOTAL_ELEMENTS = 10_000_000  # elements over all values of one evaluation
+MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
+
+
+@dataclass(frozen=True)
+class Limits:
+    length: int = MAX_LENGTH
+    depth: int = MAX_DEPTH
+    nodes: int = MAX_NODES
+    elements: int = MAX_ELEMENTS
+    total: int = MAX_TOTAL_ELEMENTS
+
+
+DEFAULT = Limits()
+NAMES = tuple(f.name for f in fields(Limits))
+_CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("gradflow_limits", default=DEFAULT)
+
+
+def as_limits(given) -> Limits:
+    """None (the limits in force), a Limits, a {name: int} dict, or CLI items ["depth=500", ...] -> Limits."""
+    if given is None or isinstance(given, Limits):
+        return given or current()
+    items = given.items() if isinstance(given, dict) else [_split(str(s)) for s in given]
+    changes = {}
+    for name, value in items:
+        key = str(name).replace("-", "_").removeprefix("max_")
+        key = "total" if key == "total_elements" else key
+        if key not in NAMES:
+            raise LimitError("bad_limit", f"unknown limit '{name}'", hint="limits: " + ", ".join(NAMES))
+        changes[key] = _count(name, value)
+    return replace(DEFAULT, **changes)
+
+
+def _split(item: str):
+    name, eq, value = item.partition("=")
+    if not eq:
+        raise LimitError("bad_limit", f"--limit takes NAME=N, got '{item}'", hint="--limit depth=500")
+    return name.strip(), value.strip()
+
+
+def _count(name, value) -> int:
+    try:
+        n = int(float(value)) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        n = -1
+    if isinstance(value, bool) or n < 1:
+        raise LimitError("bad_limit", f"limit '{name}' must be a positive whole number, got {value!r}",
+                         hint=f"e.g. {name}=500 or {name}=1e7")
+    return n
+
+
+def current() -> Limits:
+    """The limits of the evaluation in progress (defaults outside one)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def using(limits: Limits):
+    token = _CURRENT.set(limits)
+    try:
+        yield limits
+    finally:
+        _CURRENT.reset(token)
+
+
+_UNITS = {"length": "characters", "depth": "levels", "nodes": "nodes", "elements": "elements",
+          "total": "elements in total"}
+
+
+def check(name: str, amount: int, what: str, *, limit: int | None = None,
+          span: Span | None = None, source: str | None = None):
+    """Raise LimitError when `amount` exceeds limit `name` (default: the current one).
+
+    `what` starts the message: "the program text has" -> "... has 12,000 characters; the limit is 10,000".
+    """
+    limit = asdict(current())[name] if limit is None else limit
+    if amount > limit:
+        bigger = max(amount, limit * 10)
+        raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",
+                         hint=f"raise it with --limit {name}={bigger} (in Python: limits={{'{name}': {bigger}}})",
+                         span=span, source=source)
+
+
+def check_elements(count: int, what: str = "the tensor would have", **where):
+    """Refuse a tensor of `count` elements before it is allocated."""
+    check("elements", count, what, **where)
+MAX_SWEEP_POINTS = 100_000  # points in one START:STOP:COUNT sweep

@@ -1,0 +1,133 @@
+"""Every resource limit: refused with LimitError (exit 2), a clear message, and adjustable."""
+import json
+
+import pytest
+
+from gradflow import LimitError, explain
+from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS, as_limits
+
+BIG = {"length": 10**6, "depth": 10**6, "nodes": 10**6}
+
+
+def refused(source, kind, limits=None, **values) -> LimitError:
+    with pytest.raises(LimitError) as info:
+        explain(source, limits=limits, **values)
+    assert info.value.kind == f"limit_{kind}" and info.value.exit_code == 2
+    assert f"--limit {kind}=" in info.value.hint
+    return info.value
+
+
+def test_defaults_are_documented_numbers():
+    assert (MAX_LENGTH, MAX_DEPTH, MAX_NODES, MAX_ELEMENTS, MAX_TOTAL_ELEMENTS) == \
+        (10_000, 500, 2_000, 1_000_000, 10_000_000)
+
+
+def test_length():
+    err = refused("x+" * 5000 + "x", "length", x=1)
+    assert err.message == "the program text has 10,001 characters; the limit is 10,000"
+    assert explain("x+" * 5000 + "x", x=1, limits={"length": 10_001, "depth": 6000, "nodes": 6000}).grad("x") == 5001
+
+
+def test_deep_parentheses_refused_on_the_text_then_evaluated_without_recursion():
+    src = "(" * 10000 + "x" + ")" * 10000
+    err = refused(src, "depth", limits={"length": 10**5}, x=2)
+    assert err.message == "the parentheses nest 10,000 levels; the limit is 500"
+    assert err.span.start == 9999  # the caret points at the deepest '('
+    assert explain(src, x=2, limits=BIG).grad("x") == 1.0
+
+
+def test_long_unary_minus_chain_is_a_deep_tree():
+    src = "-" * 10000 + "x"  # neg(neg(...)): 10,000 nodes deep, no parentheses
+    err = refused(src, "depth", limits={"length": 10**5, "nodes": 10**5}, x=3)
+    assert err.message == "the expression nests 10,001 levels; the limit is 500"
+    r = explain(src, x=3, limits=BIG)  # even count of minus signs: L = x
+    assert r.output.value.item() == 3.0 and r.grad("x") == 1.0
+
+
+def test_long_left_associative_sum_is_deep_too_but_fine_when_raised():
+    src = "+".join(["x"] * 3000)
+    refused(src, "depth", x=1)
+    assert explain(src, x=1, limits=BIG).grad("x") == 3000.0
+
+
+def test_nodes():
+    src = "; ".join(f"a{i} = x*{i}" for i in range(700)) + "; x"  # 1 + 700 * 2 = 1401 nodes
+    refused(src, "nodes", limits={"nodes": 1400}, x=1)
+    assert explain(src, x=1, limits={"nodes": 1401}).grad("x") == 1.0
+
+
+def test_elements_of_a_given_value():
+    err = refused("sum(x)", "elements", limits={"elements": 3}, x=[1, 2, 3, 4])
+    assert "4 elements; the limit is 3" in err.message
+    assert explain("sum(x)", x=[1, 2, 3, 4], limits={"elements": 4}).grad("x") == [1.0] * 4
+
+
+def test_broadcast_result_refused_before_allocating():
+    col, row = [[1.0]] * 2000, [[1.0] * 2000]  # (2000,1) * (1,2000) would be 4,000,000 elements
+    err = refused("sum(x*y)", "elements", x=col, y=row)
+    assert err.message == "the result of 'x*y' would have 4,000,000 elements; the limit is 1,000,000"
+    assert err.span is not None
+
+
+def test_matmul_result_refused_before_allocating():
+    err = refused("sum(x@y)", "elements", limits={"elements": 100}, x=[[1.0]] * 20, y=[[1.0] * 20])
+    assert "would have 400 elements" in err.message
+
+
+def test_total_elements():
+    # x: 10, x*2: 10, 2: 1 -> the values up to 'x*2' have 21 elements
+    err = refused("sum(x*2)", "total", limits={"total": 20}, x=[1.0] * 10)
+    assert err.message == "the values up to 'x*2' have 21 elements in total; the limit is 20"
+    assert explain("sum(x*2)", limits={"total": 22}, x=[1.0] * 10).grad("x") == [2.0] * 10
+
+
+def test_exponent_tower_gives_inf_and_says_so():
+    r = explain("x * 2^2^2^2^2^2", x=1)  # 2^(2^65536): overflows, does not hang
+    assert r.output.value.item() == float("inf")
+    w = next(w for w in r.warnings if w.kind == "nonfinite_value")
+    assert w.node == "2^2^2^2^2" and "overflow" in w.message  # 2^2^2^2 = 65536 is finite, 2^65536 is not
+
+
+def test_bad_limit_values():
+    for given, text in [({"depth": 0}, "positive whole number"), ({"sizes": 3}, "unknown limit 'sizes'"),
+                        (["depth"], "NAME=N")]:
+        with pytest.raises(LimitError, match=text):
+            as_limits(given)
+    assert as_limits(["total=1e8", "max-depth=9"]).total == 10**8
+
+
+def test_cli_flag_changes_a_limit(cli):
+    res = cli("eval", "((x))", "--x", "1", "--limit", "depth=1", "--json")
+    assert res.exit_code == 2
+    assert json.loads(res.stdout)["error"]["kind"] == "limit_depth"
+    assert "hint: raise it with --limit depth=" in res.stderr
+    ok = cli("eval", "((x))", "--x", "1", "--limit", "depth=2", "--json")
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["grads"] == {"x": 1.0}
+
+
+def test_cli_rejects_a_bad_limit(cli):
+    res = cli("eval", "x", "--x", "1", "--limit", "depth=-1")
+    assert res.exit_code == 2 and "positive whole number" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_value_text_nesting():
+    from gradflow import ValueInputError
+
+    with pytest.raises(ValueInputError, match="nests lists 40 deep"):
+        explain("sum(x)", x="[" * 40 + "1" + "]" * 40)
+
+
+def test_cli_raised_limits_reach_every_step(cli):
+    src = "(" * 3000 + "x" + ")" * 3000  # over the default length and depth
+    res = cli("eval", src, "--x", "2", "--limit", "length=7000", "--limit", "depth=4000", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["grads"] == {"x": 1.0}
+
+
+def test_raised_limits_reach_check_order_and_graph(cli):
+    src = "+".join(["x"] * 600)  # deeper than the default 500
+    res = cli("eval", src, "--x", "1", "--limit", "depth=700", "--check", "--order", "2", "--graph", "mermaid",
+              "--json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["grads"] == {"x": 600.0} and doc["hessian"] is not None and doc["check"] is not None

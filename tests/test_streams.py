@@ -1,0 +1,103 @@
+"""Pipes, closed streams and Ctrl-C, in real subprocesses (PYTHONUNBUFFERED unset)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)}
+GRADFLOW = [sys.executable, "-m", "gradflow"]
+BIG = ["eval", "sum(x*2)", "--x", "[" + ",".join(["1.5"] * 5000) + "]", "--json"]  # ~200 KB of JSON
+
+
+def start(args, **kw):
+    return subprocess.Popen(GRADFLOW + args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def test_json_into_head_c_10_exits_quietly():
+    proc = start(BIG)
+    assert proc.stdout.read(10) == b'{"schema":'
+    proc.stdout.close()  # like `head -c 10`: the reader goes away mid-document
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    assert err == b""
+
+
+def test_ops_into_a_closed_pipe_exits_quietly():
+    proc = start(["ops"])
+    proc.stdout.close()  # closed before gradflow writes its first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    assert err == b""
+
+
+def test_ops_head_1_through_the_shell():
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m gradflow ops | head -1; exit ${{PIPESTATUS[0]}}"],
+                         env=ENV, capture_output=True, timeout=60)
+    assert res.returncode == 0 and res.stderr == b"" and res.stdout.count(b"\n") == 1
+
+
+@pytest.mark.parametrize("args,redirect,code,message", [
+    ("eval x*2 --x 1", ">&-", 0, b""),  # closed stdout: the table goes nowhere, no traceback
+    ("eval - --x 1", "<&-", 2, b"stdin is closed"),  # closed stdin with '-'
+    ("batch -", "<&-", 2, b"stdin is closed"),  # the same stand-in serves every command
+])
+def test_closed_streams(args, redirect, code, message):
+    cmd = f"{sys.executable} -m gradflow {args} {redirect}"
+    res = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=60)
+    assert res.returncode == code
+    assert message in res.stderr and b"Traceback" not in res.stderr
+
+
+def _blocked_reading_stdin(pid: int) -> bool:
+    try:
+        return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+def interrupt_while_reading(proc):
+    """Ctrl-C once the process sits in read() on stdin: exit 130, no traceback."""
+    for _ in range(600):  # up to 60 s
+        if _blocked_reading_stdin(proc.pid):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc to see the read")
+def test_ctrl_c_while_reading_stdin_exits_130_without_traceback():
+    proc = start(["eval", "-", "--x", "1"], stdin=subprocess.PIPE)
+    interrupt_while_reading(proc)
+
+
+def test_binary_stdin_is_a_clean_error():
+    res = subprocess.run(GRADFLOW + ["eval", "-", "--x", "1"], input=b"x\xff\xfe*2", env=ENV,
+                         capture_output=True, timeout=60)
+    assert res.returncode == 2 and b"Traceback" not in res.stderr
+    assert b"error:" in res.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc to see the read")
+def test_ctrl_c_during_batch_keeps_finished_records():
+    proc = start(["batch", "-"], stdin=subprocess.PIPE)
+    proc.stdin.write(b'{"expr": "x*x", "vars": {"x": 3}}\n"2*y"\n')
+    proc.stdin.flush()
+    first = proc.stdout.readline()  # written and flushed before the next line is even read
+    assert json.loads(first)["grads"] == {"x": 6.0}  # d(x²)/dx at 3
+    interrupt_while_reading(proc)
+
+
+def test_error_whose_reader_is_gone_keeps_its_exit_code():
+    proc = start(["eval", "x*", "--x", "1"])  # a syntax error: exit 2
+    proc.stderr.close()  # nobody reads the message (like `2>&1 | head -c 5`)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 2
