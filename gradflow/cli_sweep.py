@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .specs import SweepRange
 
 from .cli import consoles
 from .errors import ValueInputError
-from .result import dumps
-from .specs import SweepRange, parse_sweep
 
 
-@dataclass
-class SweepRequest:
+class SweepRequest(NamedTuple):
     source: str
     values: dict[str, str]
     wrt: str | None
@@ -51,7 +51,11 @@ def split_plot_file(args: list[str], plot: bool) -> tuple[list[str], str | None]
 def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = False, extras: bool = False):
     """The one swept variable and its range, if any. Errors: two swept variables; --plot without a
     sweep; a terminal plot mixed into --json output; --check/--order/--graph (`extras`) with a sweep."""
-    swept = [(name, r) for name, text in values.items() if (r := parse_sweep(name, text)) is not None]
+    swept = []
+    if any(":" in text for text in values.values()):  # only then load the value-spec parser
+        from .specs import parse_sweep
+
+        swept = [(name, r) for name, text in values.items() if (r := parse_sweep(name, text)) is not None]
     if len(swept) > 1:
         names = ", ".join(f"--{n} {values[n]}" for n, _ in swept)
         raise ValueInputError("usage", f"only one variable can be swept at a time (got {names})",
@@ -93,6 +97,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     from rich.progress import Progress
 
+    from .result import dumps
     from .sweeps import record, run_sweep
 
     point_values, first = rng.points(), []

@@ -4,8 +4,8 @@ Torch-free: imported by the parser and the CLI before torch is loaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class ExitCode(IntEnum):
@@ -19,8 +19,7 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses off the start-up path
     """A half-open character range [start, end) in the program text."""
 
     start: int

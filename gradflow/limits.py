@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from dataclasses import asdict, dataclass, fields, replace
+from typing import NamedTuple
 
 from .errors import LimitError, Span
 
@@ -21,8 +21,7 @@ MAX_TOTAL_ELEMENTS = 10_000_000  # elements over all values of one evaluation
 MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses off the start-up path
     length: int = MAX_LENGTH
     depth: int = MAX_DEPTH
     nodes: int = MAX_NODES
@@ -31,7 +30,7 @@ class Limits:
 
 
 DEFAULT = Limits()
-NAMES = tuple(f.name for f in fields(Limits))
+NAMES = Limits._fields
 _CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("gradflow_limits", default=DEFAULT)
 
 
@@ -47,7 +46,7 @@ def as_limits(given) -> Limits:
         if key not in NAMES:
             raise LimitError("bad_limit", f"unknown limit '{name}'", hint="limits: " + ", ".join(NAMES))
         changes[key] = _count(name, value)
-    return replace(DEFAULT, **changes)
+    return DEFAULT._replace(**changes)
 
 
 def _split(item: str):
@@ -92,7 +91,7 @@ def check(name: str, amount: int, what: str, *, limit: int | None = None,
 
     `what` starts the message: "the program text has" -> "... has 12,000 characters; the limit is 10,000".
     """
-    limit = asdict(current())[name] if limit is None else limit
+    limit = current()._asdict()[name] if limit is None else limit
     if amount > limit:
         bigger = max(amount, limit * 10)
         raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",
