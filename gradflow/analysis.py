@@ -58,9 +58,9 @@ def _out(result: Explanation) -> str:
 
 def _status(result: Explanation, graph: Graph, deps: list[int], reach: list[bool]):
     down = _downstream_cuts(result, graph, reach)
+    cut_into = {e.dst for e in result.edges if e.cut}
     for r in result.nodes:
-        cut_in = [e for e in result.edges if e.dst == r.id and e.cut]
-        if cut_in:
+        if r.id in cut_into:
             r.cut_by = _cutter(graph, r.id)
         elif not r.requires_grad:
             ups = [result.nodes[a].cut_by for a in r.args if result.nodes[a].cut_by]

@@ -236,12 +236,18 @@ def _results(run: _Run) -> list[NodeResult]:
         e.flow = run.flows.get(i) if i in run.aliases else (nodes[e.src].grad if i in run.same_as_src else None)
     # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
+    by_src: dict[int, list[EdgeResult]] = {}
+    into: dict[int, EdgeResult] = {}  # an identity wrapper's one in-edge
+    for e in run.edges:
+        by_src.setdefault(e.src, []).append(e)
+        if nodes[e.dst].op in _IDENTITY:
+            into[e.dst] = e
     for n in reversed(nodes):
         if n.op in _IDENTITY:
-            n.grad = _sum([e.flow for e in run.edges if e.src == n.id])
-            for e in run.edges:
-                if e.dst == n.id and e.flow is None and not e.cut:
-                    e.flow = n.grad
+            n.grad = _sum([e.flow for e in by_src.get(n.id, [])])
+            e = into[n.id]
+            if e.flow is None and not e.cut:
+                e.flow = n.grad
     return nodes
 
 
