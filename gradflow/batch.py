@@ -142,10 +142,9 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
 
 def error_record(rid: Any, number: int, source: str | None, error: GradflowError) -> dict:
     """A failed line: the same keys as `eval --json` prints for an error."""
-    from .result import SCHEMA_VERSION
+    from .result import error_document
 
-    return {"id": rid, "line": number, "schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {},
-            "why": {}, "nodes": [], "edges": [], "warnings": [], "error": error.to_dict()}
+    return {"id": rid, "line": number, **error_document(error, source)}
 
 
 def internal_error(exc: Exception) -> GradflowError:

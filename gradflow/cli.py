@@ -84,10 +84,9 @@ def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
 
     with unread():  # if nobody reads the message any more, the exit code still tells
         if as_json:
-            from .result import SCHEMA_VERSION, dumps
+            from .result import dumps, error_document
 
-            print(dumps({"schema": SCHEMA_VERSION, "output": None, "grads": {}, "why": {}, "nodes": [], "edges": [],
-                         "warnings": [], "error": error.to_dict()}), flush=True)
+            print(dumps(error_document(error)), flush=True)
         print_error(error)
     return typer.Exit(int(error.exit_code))
 

@@ -124,6 +124,12 @@ class Explanation:
         return dumps(self.to_dict(full), **kw)
 
 
+def error_document(error: GradflowError, source: str | None = None) -> dict:
+    """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`."""
+    return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
+            "edges": [], "contributions": {}, "warnings": [], "error": error.to_dict()}
+
+
 def _clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
