@@ -153,8 +153,9 @@ def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limit
     from .limits import as_limits
 
     given = {item.partition("=")[0].strip() for item in var or []}
+    options = option_names(ctx)
     for name in compile_program(source, as_limits(limits)).inputs:
-        if name in option_names(ctx) and name not in given:
+        if name in options and name not in given:
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
                                   f"so --{name} VALUE cannot set it",
                                   hint=f"give its value with --var {name}=VALUE")
