@@ -11,6 +11,7 @@ batch, sweep, ...) inherits it:
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import sys
@@ -115,6 +116,9 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     except BrokenPipeError:
         code = stdout_gone()
     sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
+    # Everything still alive (torch's modules above all) lives until exit: move it out of the collector's
+    # reach so the interpreter's shutdown collections skip it. Measured: ~0.4 s less per command using torch.
+    gc.freeze()
     sys.exit(code)
 
 
