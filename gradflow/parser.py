@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from lark import Lark, Token
+from lark.lark import PostLex
 from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
@@ -39,11 +40,30 @@ def _cache_file() -> str:
     return os.path.join(path, f"grammar-lark-py{sys.version_info[0]}{sys.version_info[1]}.cache")
 
 
+class _Continuation(PostLex):
+    """Inside parentheses a new line continues the statement, as in Python: the lexer's new-line separators
+    are dropped while a '(' is open (a ';' still ends the statement there, and is a syntax error)."""
+
+    always_accept = ("_SEP",)  # lex a new line in every parser state, so this filter sees it
+
+    def process(self, stream):
+        depth = 0
+        for tok in stream:
+            if tok.type == "LPAR":
+                depth += 1
+            elif tok.type == "RPAR":
+                depth = max(depth - 1, 0)
+            elif depth and tok.type == "_SEP" and tok.value == "\n":
+                continue
+            yield tok
+
+
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
     with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as fh:
         grammar = fh.read()  # not importlib.resources: its readers and zipfile cost ~6 ms of start-up
-    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_cache_file() or False)
+    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_cache_file() or False,
+                postlex=_Continuation())
 
 
 def _span_of(tok: Token) -> Span:
@@ -132,18 +152,28 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
         msg = f"unexpected character {found}"
         if source[pos] == "_":
             msg += " (names start with a letter)"
-        expected = err.allowed
+        expected = _accepted(err, err.allowed)
     else:
         tok = getattr(err, "token", None)
         found = "end of input" if tok is None or tok.type == "$END" else repr(str(tok))
         found = "end of line" if str(tok) == "\n" else found
         msg = f"unexpected {found}"
-        expected = err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set()
+        expected = _accepted(err, err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set())
     names = sorted({_READABLE.get(t, t) for t in expected or () if not t.startswith("__")})
     hint = ("expected " + ", ".join(names)) if names else None
     end = pos + 1 if pos < len(source) else pos
     return ParseError("syntax", f"syntax error: {msg} at {_where(source, pos)}", hint=hint,
                       span=Span(pos, max(end, pos + 1) if pos < len(source) else pos), source=source)
+
+
+def _accepted(err: UnexpectedInput, fallback) -> set[str]:
+    """The terminals the parser accepts where it stopped. The lexer's own set (lark's default) also holds the
+    new line, which `_Continuation` has lexed everywhere, whether or not a statement may end there."""
+    state = getattr(err, "state", None)
+    try:
+        return {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}  # no rules
+    except (AttributeError, KeyError, TypeError):
+        return set(fallback or ())
 
 
 def _where(source: str, pos: int) -> str:

@@ -60,6 +60,25 @@ def test_statements_newlines_semicolons_comments():
     assert r.output.value.item() == 49.0 and r.grad("x") == 2 * 7 * 3  # d(xy+1)^2/dx
 
 
+def test_new_lines_inside_parentheses_continue_the_statement():
+    src = "L = (x*y1   # first use of x\n     - detach(x*y2)\n    )^2\nL"
+    prog = parse(src)
+    assert [type(s) for s in prog.stmts] == [Assign, ExprStmt]
+    # hand-derived: d/dx (x*y1 - c)^2 with c = x*y2 held fixed = 2*(2-7)*2 = -20
+    assert explain(src, x=1, y1=2, y2=7).grad("x") == -20
+    assert explain("max(x,\n\n    y) * 3", x=5, y=1).grad("x") == 3
+    # nested: the new line only counts once every '(' is closed
+    assert len(parse("a = sin((x\n)\n)\nb = a").stmts) == 2
+
+
+def test_inside_parentheses_a_semicolon_still_ends_the_statement_and_is_an_error():
+    e = err("(x; y)")
+    assert (e.kind, e.message) == ("syntax", "syntax error: unexpected ';' at position 2")
+    e = err("a = (x +\n  * y)")  # the error after a continued line points at its own line
+    assert e.message == "syntax error: unexpected '*' at line 2, column 3"
+    assert err("(x\n").message == "syntax error: unexpected end of input at position 2"
+
+
 def test_setflag_statement():
     st = parse("y.requires_grad = True").stmts[0]
     assert isinstance(st, SetFlag) and st.name == "y" and st.value is True
