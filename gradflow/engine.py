@@ -21,6 +21,9 @@ from .nonfinite import find_nonfinite
 from .ops import OPS
 from .program import FlagStep, Graph, Node
 from .result import EdgeResult, Explanation, NodeResult, Warning
+from .streams import torch_imported
+
+torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (streams.py)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _IDENTITY = ("no_grad", "inference_mode")
