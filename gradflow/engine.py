@@ -141,7 +141,7 @@ class _Run:
         if node.op in _IDENTITY:
             self.check_identity(node)
             return args[0]
-        precheck(node, OPS[node.op].fn, args, self.g.source)
+        precheck(node, args, self.g.source)
         with _context(node.mode):
             try:
                 out = OPS[node.op].fn(*args)

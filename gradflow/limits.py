@@ -16,8 +16,8 @@ from .errors import LimitError, Span
 MAX_LENGTH = 10_000  # characters of program text
 MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, operator chains)
 MAX_NODES = 2_000  # nodes in the lowered graph
-MAX_ELEMENTS = 1_000_000  # elements in any one tensor (a value, a result, a constructor)
-MAX_TOTAL_ELEMENTS = 10_000_000  # elements over all values of one evaluation
+MAX_ELEMENTS = 50_000_000  # elements in any one tensor (a value, a result, a constructor): 200 MB as float32
+MAX_TOTAL_ELEMENTS = 200_000_000  # elements over all values of one evaluation: 0.8 GB as float32
 MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
 
 

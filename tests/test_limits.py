@@ -1,9 +1,15 @@
 """Every resource limit: refused with LimitError (exit 2), a clear message, and adjustable."""
 import json
+import subprocess
+import sys
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gradflow import LimitError, explain
+from gradflow.budget import result_shape
 from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS, as_limits
 
 BIG = {"length": 10**6, "depth": 10**6, "nodes": 10**6}
@@ -19,7 +25,7 @@ def refused(source, kind, limits=None, **values) -> LimitError:
 
 def test_defaults_are_documented_numbers():
     assert (MAX_LENGTH, MAX_DEPTH, MAX_NODES, MAX_ELEMENTS, MAX_TOTAL_ELEMENTS) == \
-        (10_000, 500, 2_000, 1_000_000, 10_000_000)
+        (10_000, 500, 2_000, 50_000_000, 200_000_000)
 
 
 def test_length():
@@ -63,9 +69,9 @@ def test_elements_of_a_given_value():
 
 
 def test_broadcast_result_refused_before_allocating():
-    col, row = [[1.0]] * 2000, [[1.0] * 2000]  # (2000,1) * (1,2000) would be 4,000,000 elements
+    col, row = [[1.0]] * 10_000, [[1.0] * 10_000]  # (10000,1) * (1,10000) would be 100,000,000 elements
     err = refused("sum(x*y)", "elements", x=col, y=row)
-    assert err.message == "the result of 'x*y' would have 4,000,000 elements; the limit is 1,000,000"
+    assert err.message == "the result of 'x*y' would have 100,000,000 elements; the limit is 50,000,000"
     assert err.span is not None
 
 
@@ -131,3 +137,27 @@ def test_raised_limits_reach_check_order_and_graph(cli):
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["grads"] == {"x": 600.0} and doc["hessian"] is not None and doc["check"] is not None
+
+
+_SHAPES = st.lists(st.integers(1, 3), min_size=0, max_size=4).map(tuple)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SHAPES, _SHAPES, st.booleans())
+def test_result_shapes_agree_with_numpy(a, b, matmul):
+    """The element budget's shape rule (no torch, no meta tensors) against numpy's broadcasting and matmul."""
+    op = "matmul" if matmul else "mul"
+    try:
+        want = (np.matmul if matmul else np.multiply)(np.ones(a), np.ones(b)).shape
+    except ValueError:  # numpy refuses these shapes: torch would too, and the budget must not refuse first
+        return
+    assert result_shape(op, [a, b]) == want
+
+
+def test_big_elementwise_values_do_not_run_anything_to_find_the_shape():
+    """4,000,000 * 4,000,000 elements of inputs used to send tanh(x)*x through meta tensors, whose first use
+    imports torch._dynamo (~2 s)."""
+    code = ("import sys, torch; from gradflow import explain; "
+            "explain('sum(tanh(x)*x + x@x)', x=torch.ones(4_000_000)); print('torch._dynamo' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.stdout.strip() == "False", res.stderr

@@ -93,3 +93,17 @@ def test_cli_json_mode_also_warns_on_stderr(cli):
     res = cli("eval", "log(x)", "--x", "-1", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["warnings"][0]["kind"] == "nonfinite_value"
     assert res.stderr.startswith("warning: nan first appears in the forward pass at 'log(x)'")
+
+
+@pytest.mark.parametrize("values,want", [
+    ([], False), ([1.0, -2.0], False), ([1.0, float("nan")], True), ([float("inf"), -float("inf")], True),
+    ([3.0e38, 3.0e38], False),  # finite, though their float32 sum overflows: tested element by element
+    ([3.0e38, 3.0e38, float("-inf")], True),
+])
+def test_bad_tells_nonfinite_from_an_overflowing_sum(values, want):
+    import torch
+
+    from gradflow.nonfinite import bad
+
+    assert bad(torch.tensor(values, dtype=torch.float32)) is want
+    assert bad(torch.tensor([1, 2])) is False and bad(None) is False

@@ -249,3 +249,22 @@ def test_other_views_take_constructor_values(cli):
     assert res.exit_code == 2 and "no such file" in res.stderr
     res = cli("graph", "sum(x*w)", "--x", "randn(3)", "--w", "ones(3)", "--format", "dot")
     assert res.exit_code == 0 and res.stdout.startswith("digraph")
+
+
+def test_four_million_elements_within_the_default_limits(tmp_path, cli):
+    """The issue's big case: a 4,000,000-element x through sum(tanh(x)*x + sigmoid(x)), with the default limits.
+    Oracle: the hand-derived derivative tanh(x) + x*(1 - tanh(x)^2) + s*(1 - s), s = sigmoid(x), numpy float64."""
+    x = np.random.default_rng(3).standard_normal(4_000_000).astype(np.float32)
+    x64 = x.astype(np.float64)
+    t, s = np.tanh(x64), 1 / (1 + np.exp(-x64))
+    want = t + x64 * (1 - t * t) + s * (1 - s)
+    r = explain("sum(tanh(x)*x + sigmoid(x))", x=x)
+    np.testing.assert_allclose(r.grads["x"].numpy(), want, rtol=1e-5, atol=1e-6)
+    assert r.output.value.item() == pytest.approx(float(np.sum(t * x64 + s)), rel=1e-5)
+    np.save(tmp_path / "x.npy", x)  # the CLI, from a file: JSON summaries (shape, mean, min, max, norm)
+    res = cli("eval", "sum(tanh(x)*x + sigmoid(x))", "--x", f"@{tmp_path / 'x.npy'}", "--json")
+    assert res.exit_code == 0, res.stderr
+    g = json.loads(res.stdout)["grads"]["x"]
+    assert g["shape"] == [4_000_000]
+    assert (g["mean"], g["min"], g["max"], g["norm"]) == pytest.approx(
+        (want.mean(), want.min(), want.max(), np.linalg.norm(want)), rel=1e-4)
