@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from .limits import check, check_elements
+from .limits import check, check_elements, current
 from .program import Node
 
 
@@ -43,9 +43,13 @@ def result_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 def precheck(node: Node, args, source: str) -> None:
     """Refuse `node`'s result when its shape would exceed the per-tensor element limit."""
-    shapes = [tuple(a.shape) for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
-    if len(shapes) < 2:
+    tensors = [a for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
+    if len(tensors) < 2:
         return  # one operand: the result is no bigger than it (reductions, elementwise functions)
+    sizes = [a.numel() for a in tensors]
+    if 0 not in sizes and math.prod(sizes) <= current().elements:
+        return  # a result has at most the product of its operands' elements ((n,0)@(0,p) has n*p: not here)
+    shapes = [tuple(a.shape) for a in tensors]
     try:
         shape = result_shape(node.op, shapes)
     except ValueError:
@@ -55,7 +59,9 @@ def precheck(node: Node, args, source: str) -> None:
 
 def account(total: int, node: Node, value, source: str) -> int:
     """Add a computed value to the running total; check both limits. Returns the new total."""
-    n = value.numel()
+    n, limits = value.numel(), current()
+    if n <= limits.elements and total + n <= limits.total:
+        return total + n  # the common case, without building the messages below
     check_elements(n, f"'{node.text}' has", span=node.span, source=source)
     total += n
     check("total", total, f"the values up to '{node.text}' have", span=node.span, source=source)

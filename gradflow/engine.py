@@ -27,6 +27,7 @@ torch_imported()  # in a command, torch's objects are frozen out of the garbage 
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _IDENTITY = ("no_grad", "inference_mode")
+_RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
 # what torch raises for bad input besides RuntimeError (all become package errors)
 TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
 
@@ -93,6 +94,7 @@ class _Run:
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
         self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
+        self.hooked: set[int] = set()  # edges whose view has that hook (the others retain their grad)
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.total = 0  # elements over all values so far (limits.total)
@@ -117,8 +119,12 @@ class _Run:
                 if self.single[a]:
                     self.same_as_src.add(len(self.edges))
                 elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
-                    src = src.view_as(src)  # a hook keeps the flow as is (retain_grad would copy it)
-                    src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
+                    src = src.view_as(src)  # this use's own tensor: its grad is exactly this edge's flow
+                    if src.numel() <= _RETAIN_MAX:
+                        src.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
+                    else:  # big: a hook keeps the flow as is (retain_grad would copy it)
+                        src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
+                        self.hooked.add(len(self.edges))
                     self.aliases[len(self.edges)] = src
             elif src.requires_grad and not tracked:
                 edge.cut = True
@@ -236,7 +242,10 @@ def _results(run: _Run) -> list[NodeResult]:
         nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
                                 _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
     for i, e in enumerate(run.edges):
-        e.flow = run.flows.get(i) if i in run.aliases else (nodes[e.src].grad if i in run.same_as_src else None)
+        if i in run.aliases:
+            e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
+        else:
+            e.flow = nodes[e.src].grad if i in run.same_as_src else None
     # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
     by_src: dict[int, list[EdgeResult]] = {}

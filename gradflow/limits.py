@@ -91,7 +91,7 @@ def check(name: str, amount: int, what: str, *, limit: int | None = None,
 
     `what` starts the message: "the program text has" -> "... has 12,000 characters; the limit is 10,000".
     """
-    limit = current()._asdict()[name] if limit is None else limit
+    limit = current()[NAMES.index(name)] if limit is None else limit  # no _asdict(): this runs per value
     if amount > limit:
         bigger = max(amount, limit * 10)
         raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",

@@ -7,15 +7,18 @@ gradient is non-finite while the gradient arriving at its consumer is finite
 """
 from __future__ import annotations
 
+import math
+
 from .result import EdgeResult, NodeResult, Warning
 
 
 def bad(t) -> bool:
     """Does t hold a nan or inf? Its sum is finite exactly when no element is non-finite, unless finite elements
-    overflow the sum: only then are the elements tested one by one (~5x faster on big tensors)."""
+    overflow the sum: only then are the elements tested one by one. One torch op instead of two: this runs on
+    every value, grad and flow of every evaluation (a batch line's small tensors: ~5 us instead of ~15 us)."""
     if t is None or not t.is_floating_point():
         return False
-    return t.numel() > 0 and not bool(t.sum().isfinite()) and not bool(t.isfinite().all())
+    return not math.isfinite(t.item() if t.numel() == 1 else t.sum().item()) and not bool(t.isfinite().all())
 
 
 def what(t) -> str:
@@ -83,9 +86,10 @@ def _zero_times_inf(e: EdgeResult, dst: NodeResult) -> str:
 
 def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ran: bool) -> list[Warning]:
     out = []
+    value_bad = [bad(n.value) for n in nodes]  # nodes[i].id == i; args are such indices
     for n in nodes:
-        args = [nodes[a] for a in n.args]
-        if bad(n.value) and not any(bad(a.value) for a in args):
+        if value_bad[n.id] and not any(value_bad[a] for a in n.args):
+            args = [nodes[a] for a in n.args]
             out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
                                f"at '{n.name}': {forward_reason(n, args)}", n.id))
             break
@@ -95,16 +99,22 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
 
 
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
+    known: dict[int, bool] = {}  # many flows are their source's grad tensor itself: test each tensor once
+
+    def is_bad(t) -> bool:
+        if id(t) not in known:
+            known[id(t)] = bad(t)
+        return known[id(t)]
+
     for e in sorted(edges, key=lambda e: -e.dst):
         dst, src = nodes[e.dst], nodes[e.src]
-        if bad(e.flow) and not bad(dst.grad):
+        if is_bad(e.flow) and not is_bad(dst.grad):
             return [Warning("nonfinite_grad", dst.name,
                             f"the gradient first becomes {what(e.flow)} in the backward pass on the edge "
                             f"{src.name} → {dst.name}: {backward_reason(e, dst, [nodes[a] for a in dst.args])}"
                             + _zero_times_inf(e, dst), dst.id)]
     for n in reversed(nodes):
-        if bad(n.grad):
+        if is_bad(n.grad):
             return [Warning("nonfinite_grad", n.name, f"the gradient of '{n.name}' is {what(n.grad)}: "
                             "the sum of the gradients flowing into it overflows", n.id)]
     return []
-

@@ -161,3 +161,11 @@ def test_big_elementwise_values_do_not_run_anything_to_find_the_shape():
             "explain('sum(tanh(x)*x + x@x)', x=torch.ones(4_000_000)); print('torch._dynamo' in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.stdout.strip() == "False", res.stderr
+
+
+def test_empty_operands_can_still_make_a_huge_product():
+    """(100000,0) @ (0,100000) is 10^10 zeros: the budget must not wave it through because the inputs are empty."""
+    import torch
+
+    err = refused("sum(x@y)", "elements", x=torch.zeros(100_000, 0), y=torch.zeros(0, 100_000))
+    assert err.message == "the result of 'x@y' would have 10,000,000,000 elements; the limit is 50,000,000"
