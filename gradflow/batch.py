@@ -41,9 +41,12 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON (RFC 8259); write it as a string, e.g. \"nan\"")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one decoder: json.loads(..., kw) builds one per call
+
+
 def _loads(line: str) -> Any:
     try:
-        return json.loads(line, parse_constant=_reject_constant)
+        return _DECODER.decode(line)
     except ValueError as err:
         raise ValueInputError("bad_json", f"the line is not valid JSON: {err}",
                               hint=_HINT + "; use --text for plain expressions") from None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Annotated, Iterable, Iterator, Optional
@@ -19,11 +20,14 @@ TextOpt = Annotated[bool, typer.Option(
 
 
 def _open(source: str) -> tuple[Iterable[str], int | None]:
-    """The input lines, and how many there are when that is cheap to know (a file)."""
+    """The input lines, and how many there are when that is cheap to know (a regular file). A pipe, FIFO or
+    `<(process substitution)` can be read only once: it is streamed like stdin, with no count."""
     if source == "-":
         return sys.stdin, None
     path = Path(source)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return _read(path), None
         with path.open(encoding="utf-8") as fh:
             total = sum(1 for _ in fh)
         return _read(path), total
@@ -60,11 +64,12 @@ def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
             yield rec
 
 
-def _write(line: str) -> bool:
-    """One record out, flushed; False when the reader has gone away (`| head -1`)."""
+def _write(line: str, flush: bool) -> bool:
+    """One record out; False when the reader has gone away (`| head -1`)."""
     try:
         sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
         return True
     except BrokenPipeError:  # Python docs, "Note on SIGPIPE": silence the final flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -92,8 +97,12 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         lines, total = _open(path)
         records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug)
         done = failed = 0
+        # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
+        # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
+        # streams.run_safely flushes stdout on the way out.
+        streaming = total is None  # stdin, a pipe or a FIFO
         for rec in _progress(records, total):
-            if not _write(dumps(rec)):
+            if not _write(dumps(rec), streaming):
                 return int(ExitCode.OK)
             done, failed = done + 1, failed + (rec["error"] is not None)
             if done == 1:

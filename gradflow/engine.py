@@ -148,11 +148,14 @@ class _Run:
             self.check_identity(node)
             return args[0]
         precheck(node, args, self.g.source)
-        with _context(node.mode):
-            try:
+        try:
+            if node.mode is None:
                 out = OPS[node.op].fn(*args)
-            except TORCH_ERRORS as err:
-                raise _torch_error(node, args, err, self.g.source) from None
+            else:
+                with _context(node.mode):
+                    out = OPS[node.op].fn(*args)
+        except TORCH_ERRORS as err:
+            raise _torch_error(node, args, err, self.g.source) from None
         if out.requires_grad:
             out.retain_grad()
         return out

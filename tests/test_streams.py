@@ -101,3 +101,35 @@ def test_error_whose_reader_is_gone_keeps_its_exit_code():
     proc.stderr.close()  # nobody reads the message (like `2>&1 | head -c 5`)
     proc.stdout.close()
     assert proc.wait(timeout=60) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_batch_reads_a_fifo_once_and_streams_it(tmp_path):
+    """`gradflow batch <(producer)` / a FIFO: counting its lines first would consume it (0 records came out)."""
+    fifo = tmp_path / "jobs"
+    os.mkfifo(fifo)
+    proc = start(["batch", str(fifo), "--x", "3"])
+    with open(fifo, "w") as fh:
+        fh.write('"x*x"\n')
+        fh.flush()
+        first = json.loads(proc.stdout.readline())  # streamed: out before the FIFO is even closed
+        assert (first["line"], first["grads"]) == (1, {"x": 6.0})  # d(x²)/dx at 3
+        fh.write('"2*x"\n')
+    rest = proc.stdout.read().decode().splitlines()
+    assert proc.wait(timeout=60) == 0
+    assert [json.loads(r)["grads"] for r in rest] == [{"x": 2.0}]
+
+
+def test_ctrl_c_during_a_file_batch_writes_whole_records_only(tmp_path):
+    """From a file, records are written in blocks; on Ctrl-C the ones still buffered are flushed, and no line
+    is cut in half."""
+    jobs = tmp_path / "jobs.jsonl"
+    slow = {"expr": "sum(tanh(x@x))", "vars": {"x": "randn(300,300)"}}
+    jobs.write_text("\n".join(json.dumps({**slow, "id": i}) for i in range(3000)) + "\n")
+    proc = start(["batch", str(jobs)])
+    first = proc.stdout.readline()  # a block (~8 KB: a few records) has been written
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it skips what readline buffered
+    assert proc.wait(timeout=60) == 130 and b"Traceback" not in err
+    records = [json.loads(line) for line in (first + out).decode().splitlines()]  # each one whole
+    assert [r["id"] for r in records] == list(range(len(records))) and len(records) >= 2
