@@ -106,6 +106,8 @@ def tracked_from(result: Explanation, graph: Graph) -> list[int]:
 
 
 def _flag_warnings(result: Explanation, graph: Graph, flags: list[FlagStep]):
+    if not flags:
+        return
     deps = tracked_from(result, graph)
     for f in flags:
         r = result.nodes[f.node]

@@ -161,7 +161,7 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
         return {k: _clean(v) if strict else v for k, v in summary(t).items()}
     if hasattr(t, "tolist"):
-        t = t.item() if t.dim() == 0 else t.detach().cpu().tolist()
+        t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
     return _clean(t) if strict else t
 
 

@@ -107,3 +107,17 @@ def test_bad_tells_nonfinite_from_an_overflowing_sum(values, want):
 
     assert bad(torch.tensor(values, dtype=torch.float32)) is want
     assert bad(torch.tensor([1, 2])) is False and bad(None) is False
+
+
+@pytest.mark.parametrize("n", [1, 5, 64, 65, 5000])  # every path of bad(): item, Python sum, torch sum
+@pytest.mark.parametrize("poison", [None, float("nan"), float("inf"), float("-inf")])
+def test_bad_on_every_size(n, poison):
+    import torch
+
+    from gradflow.nonfinite import bad
+
+    t = torch.ones(n, dtype=torch.float64)
+    if poison is not None:
+        t[n // 2] = poison
+    assert bad(t) is (poison is not None)
+    assert bad(t.reshape(1, n)) is (poison is not None)  # 2-d: no Python sum over nested lists
