@@ -32,18 +32,27 @@ class Contribution:
                 "to_id": self.to_id, "pos": self.pos, "unused": self.unused}
 
 
-def _zeros(result: Explanation, leaf_id: int):
-    v = result.nodes[leaf_id].value
-    return v.new_zeros(v.shape)
+class _Zeros:
+    """Zeros shaped like the leaf, made on first use: most evaluations cut nothing and need none."""
+
+    def __init__(self, result: Explanation, leaf_id: int):
+        self.value, self.made = result.nodes[leaf_id].value, None
+
+    def __call__(self):
+        if self.made is None:
+            self.made = self.value.new_zeros(self.value.shape)
+        return self.made
 
 
-def _use(result: Explanation, edge, zeros) -> Contribution:
+def _use(result: Explanation, edge, zeros: _Zeros) -> Contribution:
     dst = result.nodes[edge.dst]
-    part = Contribution(dst.name, edge.flow if edge.flow is not None else zeros, to_id=dst.id, pos=edge.pos)
+    part = Contribution(dst.name, edge.flow, to_id=dst.id, pos=edge.pos)
     if edge.cut or (edge.flow is None and dst.status == "cut"):
-        part.cut, part.cut_by, part.flow = True, dst.cut_by, zeros
+        part.cut, part.cut_by, part.flow = True, dst.cut_by, zeros()
     elif edge.flow is None and dst.status == "unused":
         part.unused = True
+    if part.flow is None:
+        part.flow = zeros()
     return part
 
 
@@ -58,10 +67,10 @@ def _is_output(result: Explanation, leaf_id: int) -> bool:
 def leaf_contributions(result: Explanation, leaf: str) -> list[Contribution]:
     """The chosen leaf's gradient split by use, in evaluation order."""
     leaf_id = next(n.id for n in result.nodes if n.op == "var" and n.name == leaf)
-    zeros = _zeros(result, leaf_id)
+    zeros = _Zeros(result, leaf_id)
     if _is_output(result, leaf_id):
         grad = result.grads.get(leaf)
-        return [Contribution("L itself", grad if grad is not None else zeros, to_id=result.output.id)]
+        return [Contribution("L itself", grad if grad is not None else zeros(), to_id=result.output.id)]
     parts = [_use(result, e, zeros) for e in result.edges if e.src == leaf_id]
     if not result.nodes[leaf_id].requires_grad:  # `leaf.requires_grad = false`: every use is cut at the leaf
         for part in parts:
