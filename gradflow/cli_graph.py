@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .cli import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, VarOpt, WrtOpt, app, consoles, guarded,
-                  parse_values, read_program)
+                  check_shadowed, parse_values, read_program)
 from .errors import GradflowError, ValueInputError
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")
@@ -79,10 +79,12 @@ def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wr
         from .api import explain
         from .graphview import picture
 
+        source = read_program(expr, file)
+        check_shadowed(source, ctx, var)  # a variable named format or output: --var format=2, not --format 2
         if format_ not in FORMATS:
             raise ValueInputError("usage", f"unknown --format '{format_}'", hint="use " + ", ".join(FORMATS))
         values = parse_values(ctx.args, var)
-        result = explain(read_program(expr, file), wrt=wrt, dtype=dtype, device=device, values=values)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
         data = render(picture(result, values), format_, output)
         if data is not None:
             _write(data, output)

@@ -174,3 +174,13 @@ def test_torch_inner_steps_fold_into_their_op():
     assert mm.fn == "SqueezeBackward4" and mm.inner == ["MmBackward0", "UnsqueezeBackward0"]
     assert {n.label for n in p.nodes} == {"v", "W", "v @ W", "sum(v @ W)"}
     assert edge(p, "v", "v @ W").flow == "[3, 7]" and edge(p, "W", "v @ W").flow == "[[1, 1], [2, 2]]"
+
+
+def test_cli_variable_named_like_an_option(cli):
+    """`format` is graph's own option: --format 2 would be read as the picture format."""
+    res = cli("graph", "format*x", "--x", "1", "--format", "2")
+    assert res.exit_code == 2
+    assert "the variable 'format' has the name of the option --format" in res.stderr
+    assert "--var format=VALUE" in res.stderr
+    res = cli("graph", "format*x", "--x", "1", "--var", "format=2")
+    assert res.exit_code == 0 and "grad 2" in res.stdout  # d(format*x)/dx = format = 2
