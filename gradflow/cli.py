@@ -220,30 +220,35 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
             extra = Extras.compute(result, pin_values(result, values), check=check, order=order, graph=graph)
-        if json_:
-            from .result import dumps
-
-            print(dumps(extra.add_to(result.to_dict(full))), flush=True)
-            from .render import print_warnings
-
-            print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
-        else:
-            from .render import print_explanation
-
-            print_explanation(result, *consoles())
-            if flows:
-                from .render_flows import print_flows
-
-                print_flows(result, consoles()[0])
-            extra.print(*consoles())
-        if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
-            from .render import print_error
-
-            print_error(result.error, consoles()[1])
-            return int(result.error.exit_code)
-        return 0
+        return show(result, extra, json_, full, flows)
 
     guarded(debug, json_, body)
+
+
+def show(result, extra, as_json: bool, full: bool, flows: bool) -> int:
+    """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
+    if as_json:
+        from .result import dumps
+
+        print(dumps(extra.add_to(result.to_dict(full))), flush=True)
+        from .render import print_warnings
+
+        print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
+    else:
+        from .render import print_explanation
+
+        print_explanation(result, *consoles())
+        if flows:
+            from .render_flows import print_flows
+
+            print_flows(result, consoles()[0])
+        extra.print(*consoles())
+    if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
+        from .render import print_error
+
+        print_error(result.error, consoles()[1])
+        return int(result.error.exit_code)
+    return 0
 
 
 @app.command("ops")
