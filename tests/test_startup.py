@@ -51,3 +51,24 @@ def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
     res = _run("eval", "x*3", "--x", "1", env=env)
     assert res.returncode == 0 and "x.grad = 3" in res.stdout
     assert "Failed" not in res.stderr and cache.read_bytes() != b"garbage\n"
+
+
+_FROZEN = ("import atexit, gc, sys\n"
+           "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n")
+
+
+def _frozen(code: str) -> int:
+    res = subprocess.run([sys.executable, "-c", _FROZEN + code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert res.returncode == 0, res.stderr
+    return int(res.stderr.split("frozen")[-1])
+
+
+def test_commands_freeze_torch_out_of_the_collector_and_the_library_does_not():
+    """A command freezes torch's objects once it has imported them (full collections and the shutdown's walk
+    them otherwise); explain() in a user's process leaves the collector as it was."""
+    command = ("sys.argv = ['gradflow', 'eval', 'x*2', '--x', '1', '--json']\n"
+               "from gradflow.cli import run\nrun()\n")
+    library = "from gradflow import explain\nassert explain('x*2', x=1).grad('x') == 2.0\n"
+    assert _frozen(command) > 100_000  # torch alone brings a few hundred thousand objects
+    assert _frozen(library) == 0
