@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -90,16 +91,48 @@ def _out_label(result: Explanation) -> str:
 def node_table(result: Explanation) -> Table:
     table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
+    # Only the node column wraps; a console too narrow for the rest gets node_blocks() instead (see nodes_view)
     for col, kw in [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
-                    ("value", {"justify": "right", "min_width": 5}), ("requires_grad", {"overflow": "fold"}),
-                    ("is_leaf", {"overflow": "fold"}), ("grad_fn", {"no_wrap": True}),
-                    ("grad", {"justify": "right", "min_width": 5})]:
+                    ("value", {"justify": "right", "min_width": 5, "no_wrap": True}),
+                    ("requires_grad", {"no_wrap": True}), ("is_leaf", {"no_wrap": True}),
+                    ("grad_fn", {"no_wrap": True}), ("grad", {"justify": "right", "min_width": 5, "no_wrap": True})]:
         table.add_column(col, **kw)
     marked = anomalies(result)
     for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
         table.add_row(_node_cell(n, n.id in marked), n.op, Text(format_tensor(n.value, "\n")),
                       _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
     return table
+
+
+def node_blocks(result: Explanation) -> Group:
+    """The table's content as a block per node, for a console too narrow for the table (rich would fold its
+    headers and drop its last columns, grad first): nothing is lost, the details wrap under their node."""
+    marked = anomalies(result)
+    parts: list = [Text(f"{_out_label(result)} = {result.output.expr}\n")]
+    for n in result.nodes:
+        parts.append(Text.assemble(_node_cell(n, n.id in marked), (f"  {n.op}", "dim")))
+        details = Text.assemble((f"grad {format_tensor(n.grad)}", "bold"),  # first: what the table is read for
+                                f" · value {format_tensor(n.value)} · requires_grad {n.requires_grad}"
+                                f" · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
+        parts.append(Padding(details, (0, 0, 0, 2)))
+    parts.append(Text())
+    return Group(*parts)
+
+
+def _fits(result: Explanation, width: int) -> bool:
+    """Does the table fit in `width` with its node column folded to 8 columns and every other column whole?"""
+    cells = {"op": [n.op for n in result.nodes], "value": [format_tensor(n.value, "\n") for n in result.nodes],
+             "requires_grad": ["False"], "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes],
+             "grad": [format_tensor(n.grad, "\n") for n in result.nodes]}
+    need = 2 + 2 * 6 + 8  # the box's edges, the gaps between the 7 columns, the node column
+    for name, column in cells.items():
+        need += max(len(line) for c in [name, *column] for line in c.split("\n"))
+    return need <= width
+
+
+def nodes_view(result: Explanation, width: int):
+    """The node table when it fits in `width` (see _fits), else node_blocks()."""
+    return node_table(result) if _fits(result, width) else node_blocks(result)
 
 
 def grad_lines(result: Explanation) -> Text:
@@ -118,7 +151,7 @@ def grad_lines(result: Explanation) -> Text:
 
 
 def print_explanation(result: Explanation, out: Console, err: Console):
-    out.print(Group(node_table(result), legend(result), cut_lines(result), grad_lines(result)))
+    out.print(Group(nodes_view(result, out.width), legend(result), cut_lines(result), grad_lines(result)))
     print_warnings(result, err)
 
 

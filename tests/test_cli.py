@@ -145,15 +145,18 @@ def test_warnings_go_to_stderr(cli):
     assert res.stderr.startswith("warning: no_grad(x) returns x itself") and "warning" not in res.stdout
 
 
-def test_table_fits_80_columns_and_keeps_brackets():
-    res = CliRunner().invoke(app, ["eval", "sum(inference_mode(x*y)) - sum(log(x))", "--x", "[0,1]", "--y", "3"],
-                             env={"COLUMNS": "80"})
-    assert res.exit_code == 0, res.stderr
+def test_80_columns_lose_nothing_and_keep_brackets():
+    args = ["eval", "sum(inference_mode(x*y)) - sum(log(x))", "--x", "[0,1]", "--y", "3"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "87"})  # the table's width here: every column whole
     lines = res.stdout.splitlines()
-    assert max(len(line) for line in lines) <= 80
     header = next(line for line in lines if "grad_fn" in line).split()
-    assert header[:2] == ["node", "op"] and header[-2:] == ["grad_fn", "grad"]  # nothing cropped
-    assert "[-1, -1]" in res.stdout  # the last column of log(x)'s row
+    assert header == ["node", "op", "value", "requires_grad", "is_leaf", "grad_fn", "grad"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "80"})  # too narrow for it: a block per node
+    assert res.exit_code == 0, res.stderr
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80 and "grad_fn " not in res.stdout.split("\n")[2]
+    text = " ".join(res.stdout.split())
+    assert "log(x) ⚠ log grad [-1, -1] · value [-inf, 0] ·" in text  # d(-sum(log x))/d log(x) = -1 each; ⚠: -inf
+    assert "x var grad [-inf, -1] · value [0, 1] · requires_grad True · is_leaf True" in text
     res = CliRunner().invoke(app, ["eval", "sum(log(x))", "--x", "[0,1]"], env={"COLUMNS": "100"})
     x_row = next(line for line in res.stdout.splitlines() if line.startswith(" ● x "))
     assert x_row.split()[-2:] == ["[inf,", "1]"]  # not eaten as markup

@@ -43,3 +43,28 @@ def test_warning_on_stderr_one_line():
     out, err = render(explain("no_grad(x)*y", x=2, y=3), width=40)
     assert err.count("\n") == 1 and err.startswith("warning: no_grad(x) returns x itself")
     assert "warning" not in out
+
+
+def test_narrow_console_gets_a_block_per_node_and_loses_no_column():
+    """Below the table's width rich would fold its headers and drop its last columns (grad first). Blog example,
+    x*y2 detached, hand-derived: L = (x*y1 - c)^2 = 25, dL/d(x*y1 - c) = 2*(-5) = -10, x.grad = -10*y1 = -20."""
+    r = explain("(x*y1 - detach(x*y2))^2", x=1, y1=2, y2=7)
+    narrow, _ = render(r, width=50)
+    assert " node " not in narrow and max(len(line.rstrip()) for line in narrow.splitlines()) <= 50
+    text = " ".join(narrow.split())
+    for node, op, grad, value in [("x", "var", "-20", "1"), ("x*y1", "mul", "-10", "2"),
+                                  ("x*y1 - detach(x*y2)", "sub", "-10", "-5"), ("detach(x*y2)", "detach", "—", "7"),
+                                  ("(x*y1 - detach(x*y2))^2", "pow", "1", "25")]:
+        assert f"{node} {op} grad {grad} · value {value} ·" in text, node
+    assert text.count("grad_fn") == len(r.nodes) and "x.grad = -20" in text
+
+
+def test_the_table_stays_while_it_fits_with_the_node_column_folded():
+    r = explain("(x*y1 - detach(x*y2))^2", x=1, y1=2, y2=7)
+    for width in (69, 100):  # 69: node folded to 8 columns, every other column whole
+        out, _ = render(r, width=width)
+        header = next(line for line in out.splitlines() if " node " in line)
+        assert header.split() == ["node", "op", "value", "requires_grad", "is_leaf", "grad_fn", "grad"]
+        assert max(len(line) for line in out.splitlines()) <= width
+    out, _ = render(r, width=68)
+    assert " node " not in out
