@@ -73,7 +73,7 @@ def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -
     if type(value) in (int, float):
         try:
             return _scalar(value, dtype, device)
-        except (OverflowError, RuntimeError):
+        except OverflowError:
             pass  # an int too big for a C double: as_tensor below says so in torch's words
     try:
         t = torch.as_tensor(value, dtype=dtype, device=device)

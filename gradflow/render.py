@@ -88,19 +88,28 @@ def _out_label(result: Explanation) -> str:
     return result.output.name if result.output.name != result.output.expr else "L"
 
 
-def node_table(result: Explanation) -> Table:
+# Only the node column wraps; a console too narrow for the rest gets node_blocks() instead (see nodes_view)
+_COLUMNS = [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
+            ("value", {"justify": "right", "min_width": 5, "no_wrap": True}),
+            ("requires_grad", {"no_wrap": True}), ("is_leaf", {"no_wrap": True}),
+            ("grad_fn", {"no_wrap": True}), ("grad", {"justify": "right", "min_width": 5, "no_wrap": True})]
+
+
+def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
+    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once)."""
+    return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
+
+
+def node_table(result: Explanation, cells: list[tuple[str, str]]) -> Table:
     table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
-    # Only the node column wraps; a console too narrow for the rest gets node_blocks() instead (see nodes_view)
-    for col, kw in [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
-                    ("value", {"justify": "right", "min_width": 5, "no_wrap": True}),
-                    ("requires_grad", {"no_wrap": True}), ("is_leaf", {"no_wrap": True}),
-                    ("grad_fn", {"no_wrap": True}), ("grad", {"justify": "right", "min_width": 5, "no_wrap": True})]:
+    for col, kw in _COLUMNS:
         table.add_column(col, **kw)
     marked = anomalies(result)
-    for n in result.nodes:  # Text, not str: values like [nan, 1] must not be read as markup
-        table.add_row(_node_cell(n, n.id in marked), n.op, Text(format_tensor(n.value, "\n")),
-                      _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(format_tensor(n.grad, "\n")))
+    for n, (value, grad) in zip(result.nodes, cells):
+        # Text, not str: values like [nan, 1] must not be read as markup
+        table.add_row(_node_cell(n, n.id in marked), n.op, Text(value), _flag(n.requires_grad), _flag(n.is_leaf),
+                      n.grad_fn or DASH, Text(grad))
     return table
 
 
@@ -119,20 +128,20 @@ def node_blocks(result: Explanation) -> Group:
     return Group(*parts)
 
 
-def _fits(result: Explanation, width: int) -> bool:
+def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool:
     """Does the table fit in `width` with its node column folded to 8 columns and every other column whole?"""
-    cells = {"op": [n.op for n in result.nodes], "value": [format_tensor(n.value, "\n") for n in result.nodes],
-             "requires_grad": ["False"], "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes],
-             "grad": [format_tensor(n.grad, "\n") for n in result.nodes]}
-    need = 2 + 2 * 6 + 8  # the box's edges, the gaps between the 7 columns, the node column
-    for name, column in cells.items():
-        need += max(len(line) for c in [name, *column] for line in c.split("\n"))
+    column = {"op": [n.op for n in result.nodes], "value": [v for v, _ in cells], "requires_grad": ["False"],
+              "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes], "grad": [g for _, g in cells]}
+    need = 2 + 2 * (len(_COLUMNS) - 1) + 8  # the box's edges, the gaps between columns, the node column
+    for name, _ in _COLUMNS[1:]:
+        need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
     return need <= width
 
 
 def nodes_view(result: Explanation, width: int):
     """The node table when it fits in `width` (see _fits), else node_blocks()."""
-    return node_table(result) if _fits(result, width) else node_blocks(result)
+    cells = _tensor_cells(result)
+    return node_table(result, cells) if _fits(result, cells, width) else node_blocks(result)
 
 
 def grad_lines(result: Explanation) -> Text:
