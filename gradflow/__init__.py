@@ -8,14 +8,14 @@ Importing gradflow does not import torch; evaluating does.
 """
 from __future__ import annotations
 
-from .errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
+from gradflow.errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
 
 __all__ = ["explain", "sweep", "check", "hessian", "trace", "whatif", "compare", "parse", "GradflowError",
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
-_LAZY = {"explain": "api", "parse": "parser", "compile_program": "api", "check": "numcheck",
-         "hessian": "secondorder", "trace": "tracer", "sweep": "sweeps", "whatif": "scenarios",
-         "compare": "comparison"}
+_LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
+         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "inspect.tracer",
+         "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare"}
 
 
 def _version() -> str:

@@ -1,3 +1,3 @@
-from .cli import run
+from gradflow.cli.app import run
 
 run()

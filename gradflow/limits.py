@@ -11,7 +11,7 @@ import contextlib
 import contextvars
 from typing import NamedTuple
 
-from .errors import LimitError, Span
+from gradflow.errors import LimitError, Span
 
 MAX_LENGTH = 10_000  # characters of program text
 MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, operator chains)

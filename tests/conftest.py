@@ -1,7 +1,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from gradflow.cli import app
+from gradflow.cli.app import app
 
 BLOG = {"x": 1, "y1": 2, "y2": 7}
 

@@ -17,10 +17,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gradflow import GradflowError, explain
-from gradflow.api import compile_program
-from gradflow.cli import app
-from gradflow.ops import FUNCTIONS
-from gradflow.render import print_error, print_explanation
+from gradflow.engine.explain import compile_program
+from gradflow.cli.app import app
+from gradflow.language.ops import FUNCTIONS
+from gradflow.render.table import print_error, print_explanation
 
 VARS = ["x", "y", "z", "w"]
 NUMBERS = ["0", "0.0", "1", "2", "3.5", ".5", "7.", "1e38", "1e39", "1e400", "1e-45", "1e-50", "123456789"]

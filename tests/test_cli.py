@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gradflow.cli import app
-from gradflow.ops import OPS
+from gradflow.cli.app import app
+from gradflow.language.ops import OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
@@ -185,8 +185,8 @@ def _python(code: str, *args: str, stdin: str | None = None) -> subprocess.Compl
 def test_torch_free_paths():
     code = """
 import sys
-from gradflow.cli import app
-assert "torch" not in sys.modules, "import gradflow.cli"
+from gradflow.cli.app import app
+assert "torch" not in sys.modules, "import gradflow.cli.app"
 for args in (["--help"], ["eval", "--help"], ["ops"], ["eval", "x +* 2"], ["eval", "x*y", "--x", "1"],
              ["eval", "sinn(x)", "--x", "1"], ["--version"]):
     try:

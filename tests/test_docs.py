@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gradflow.cli import app
-from gradflow.ops import OPS
+from gradflow.cli.app import app
+from gradflow.language.ops import OPS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

@@ -1,4 +1,4 @@
-"""Errors found before evaluation print as plain text (gradflow.diagnostics): same text as the rich
+"""Errors found before evaluation print as plain text (gradflow.render.plain): same text as the rich
 renderer, colour only on a terminal, and the early-exit path loads no rich console or node classes."""
 import io
 import os
@@ -8,9 +8,9 @@ import sys
 import pytest
 from rich.console import Console
 
-from gradflow import diagnostics
+from gradflow.render import plain as diagnostics
 from gradflow.errors import ParseError, Span, ValueInputError
-from gradflow.render import print_error as rich_print_error
+from gradflow.render.table import print_error as rich_print_error
 
 ERRORS = [
     ParseError("syntax", "syntax error: unexpected end of input at position 22", hint="expected ')'",
@@ -31,7 +31,7 @@ def test_syntax_error_loads_no_rich_console_nor_node_classes():
     res, mods = _imported("eval", "(x*y1 - detach(x*y2)^2", "--x", "1")
     assert res.returncode == 2
     assert "error: syntax error: unexpected end of input at position 22" in res.stderr
-    assert not {"rich.console", "rich.text", "gradflow.render", "gradflow.program", "torch"} & mods
+    assert not {"rich.console", "rich.text", "gradflow.render.table", "gradflow.language.graph", "torch"} & mods
 
 
 def test_help_loads_no_rich_console():

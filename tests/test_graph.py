@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from gradflow import explain
-from gradflow.graphtext import to_dot, to_mermaid, to_tree
-from gradflow.graphview import picture
+from gradflow.render.graph import to_dot, to_mermaid, to_tree
+from gradflow.studies.picture import picture
 
 from .conftest import BLOG
 
@@ -163,7 +163,7 @@ def test_eval_graph_svg_points_to_graph_command(cli):
 
 
 def test_cli_import_stays_torch_free():
-    code = "import sys, gradflow.cli; assert 'torch' not in sys.modules"
+    code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -429,7 +429,7 @@ def test_cli_errors(cli, user_file, target, code, text):
 
 
 def test_cli_inspect_help_does_not_import_torch():
-    code = "import sys, gradflow.cli; assert 'torch' not in sys.modules"
+    code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE.parent.parent)
 
 
@@ -455,7 +455,7 @@ def test_cli_picture_into_a_closed_pipe_ends_quietly():
 
 
 def test_table_folds_by_module_depth_and_filters_problems(cli):
-    from gradflow.inspect_render import rows
+    from gradflow.inspect.table import rows
 
     example = HERE.parent.parent / "examples" / "frozen_encoder.py"
     sys.path.insert(0, str(example.parent))
@@ -484,7 +484,7 @@ def test_sparse_embedding_gradient():
 def test_readme_inspect_example_is_real_output(monkeypatch):
     from typer.testing import CliRunner
 
-    from gradflow.cli import app
+    from gradflow.cli.app import app
 
     root = HERE.parent.parent
     readme = (root / "README.md").read_text()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradflow import LimitError, explain
-from gradflow.budget import result_shape
+from gradflow.engine.budget import result_shape
 from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS, as_limits
 
 BIG = {"length": 10**6, "depth": 10**6, "nodes": 10**6}

@@ -103,7 +103,7 @@ def test_cli_json_mode_also_warns_on_stderr(cli):
 def test_bad_tells_nonfinite_from_an_overflowing_sum(values, want):
     import torch
 
-    from gradflow.nonfinite import bad
+    from gradflow.engine.nonfinite import bad
 
     assert bad(torch.tensor(values, dtype=torch.float32)) is want
     assert bad(torch.tensor([1, 2])) is False and bad(None) is False
@@ -114,7 +114,7 @@ def test_bad_tells_nonfinite_from_an_overflowing_sum(values, want):
 def test_bad_on_every_size(n, poison):
     import torch
 
-    from gradflow.nonfinite import bad
+    from gradflow.engine.nonfinite import bad
 
     t = torch.ones(n, dtype=torch.float64)
     if poison is not None:

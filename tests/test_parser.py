@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradflow import ParseError, explain, parse
-from gradflow.program import Assign, ExprStmt, Num, SetFlag, Var, lower
+from gradflow.language.graph import Assign, ExprStmt, Num, SetFlag, Var, lower
 
 
 def sx(e) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gradflow.cli import app
+from gradflow.cli.app import app
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"```\n\$ gradflow ((?:whatif|compare) [^\n]*)\n(.*?)```", re.S)

@@ -5,7 +5,7 @@ import torch
 from rich.console import Console
 
 from gradflow import explain
-from gradflow.render import format_tensor, print_explanation
+from gradflow.render.table import format_tensor, print_explanation
 
 
 def test_format_tensor():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from gradflow import typer_fast
+from gradflow.cli import startup as typer_fast
 
 
 def _run(*args, env=None):
@@ -40,7 +40,7 @@ def test_options_still_coerced(cli, tmp_path):
 
 
 def test_install_is_idempotent():
-    assert typer_fast.install() is False  # already installed by gradflow.cli (or not applicable)
+    assert typer_fast.install() is False  # already installed by gradflow.cli.app (or not applicable)
 
 
 def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
@@ -68,7 +68,7 @@ def test_commands_freeze_torch_out_of_the_collector_and_the_library_does_not():
     """A command freezes torch's objects once it has imported them (full collections and the shutdown's walk
     them otherwise); explain() in a user's process leaves the collector as it was."""
     command = ("sys.argv = ['gradflow', 'eval', 'x*2', '--x', '1', '--json']\n"
-               "from gradflow.cli import run\nrun()\n")
+               "from gradflow.cli.app import run\nrun()\n")
     library = "from gradflow import explain\nassert explain('x*2', x=1).grad('x') == 2.0\n"
     assert _frozen(command) > 100_000  # torch alone brings a few hundred thousand objects
     assert _frozen(library) == 0

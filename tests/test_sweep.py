@@ -7,7 +7,7 @@ import sympy as sp
 
 from gradflow import sweep
 from gradflow.errors import LimitError, ValueInputError
-from gradflow.specs import parse_sweep
+from gradflow.values.specs import parse_sweep
 
 X, Y1, Y2, CUT = sp.symbols("x y1 y2 cut")
 BLOG_Y = {"y1": 2, "y2": 7}
@@ -100,7 +100,7 @@ def test_terminal_plot_drops_non_finite_points(cli):
 
 
 def test_plot_series_never_holds_non_finite():
-    from gradflow.plot import series
+    from gradflow.render.plot import series
 
     for s in series(sweep("log(x)", "x", -1, 1, 21)):
         assert s.ys and all(math.isfinite(y) for y in s.ys)
@@ -194,7 +194,7 @@ def _run(code: str, **kw):
 
 
 def test_errors_before_evaluating_stay_torch_free():
-    proc = _run("import sys\nfrom gradflow.cli import app\n"
+    proc = _run("import sys\nfrom gradflow.cli.app import app\n"
                 "for args in (['x*', '--x', '0:1:3'], ['x*y', '--x', '0:1:3', '--y', 'randm(3)'],\n"
                 "             ['x*y', '--x', '0:1:3', '--y', 'ones(-1)']):\n"
                 "    try:\n        app(['eval', *args])\n    except SystemExit as e:\n        print(e.code)\n"
@@ -205,7 +205,7 @@ def test_errors_before_evaluating_stay_torch_free():
 
 def test_json_lines_into_a_closed_pipe():
     """`gradflow eval ... --json | head -1`: the sweep stops quietly, no 'Exception ignored'."""
-    proc = _run("from gradflow.cli import run; import sys\n"
+    proc = _run("from gradflow.cli.app import run; import sys\n"
                 "sys.argv = ['gradflow', 'eval', 'x^2', '--x=0:1:100000', '--json']\nrun()")
     first = proc.stdout.readline()
     proc.stdout.close()

@@ -10,7 +10,7 @@ import pytest
 from gradflow import explain
 from gradflow.errors import LimitError, ValueInputError
 from gradflow.limits import MAX_ELEMENTS
-from gradflow.result import JSON_FULL_MAX
+from gradflow.analysis.explanation import JSON_FULL_MAX
 
 
 def _x(r):
@@ -83,12 +83,12 @@ def test_bad_constructors(text, message):
 
 
 def test_element_limit_refuses_before_allocating(monkeypatch):
-    import gradflow.tensors
+    import gradflow.values.tensors
 
     def boom(*a, **k):
         raise AssertionError("a tensor was built")
 
-    monkeypatch.setattr(gradflow.tensors, "build", boom)
+    monkeypatch.setattr(gradflow.values.tensors, "build", boom)
     for text in ("zeros(100000,100000)", f"randn({MAX_ELEMENTS + 1})", "arange(0, 1e12)", "linspace(0, 1, 1e9)"):
         with pytest.raises(LimitError) as err:
             explain("sum(x)", x=text)
@@ -193,7 +193,7 @@ def test_json_threshold():
 
 
 def test_table_summary_has_dtype_and_norm():
-    from gradflow.render import format_tensor
+    from gradflow.render.table import format_tensor
 
     t = _x(explain("sum(x)", x="full(3,4, -2)", dtype="float64"))
     assert format_tensor(t) == "shape (3, 4) float64 mean -2 norm 6.928 min -2 max -2"  # norm = 2*sqrt(12), 4 digits
@@ -215,7 +215,7 @@ def test_arange_size_is_predicted_exactly(start, stop, step):
     """The element count checked against the limit (before allocating) is the count torch then makes."""
     import torch
 
-    from gradflow.specs import parse_special
+    from gradflow.values.specs import parse_special
 
     spec = parse_special("x", f"arange({start!r}, {stop!r}, {step!r})")
     want = torch.arange(start, stop, step, dtype=torch.float64).numel() if (stop - start) * step > 0 else 0

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from gradflow import ValueInputError
-from gradflow.values import format_number, parse_value
+from gradflow.values.text import format_number, parse_value
 
 
 @pytest.mark.parametrize("text,want", [

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from gradflow import whatif
-from gradflow.api import compile_program
-from gradflow.rewrite import Edit
+from gradflow.engine.explain import compile_program
+from gradflow.language.edits import Edit
 
 from .conftest import BLOG
 
@@ -121,7 +121,8 @@ def test_cli_errors(cli, args, code):
 
 
 def test_too_many_scenarios_is_a_limit_error(monkeypatch):
-    from gradflow import LimitError, scenarios
+    from gradflow import LimitError
+    from gradflow.studies import whatif as scenarios
 
     monkeypatch.setattr(scenarios, "MAX_SCENARIOS", 3)
     with pytest.raises(LimitError, match="4 times"):  # x*y1, x*y2, their difference, L

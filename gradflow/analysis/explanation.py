@@ -1,0 +1,170 @@
+"""Result objects returned by the library, and their strict-JSON form.
+
+The engine fills these; renderers and the CLI only read them. Tensors are kept
+as torch tensors (no copies into Python lists) until a renderer asks.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradflow.errors import GradflowError
+
+SCHEMA_VERSION = 1
+JSON_FULL_MAX = 1000  # to_dict(full=False): tensors with more elements become summary objects
+
+
+@dataclass
+class NodeResult:
+    id: int
+    name: str  # display label: the assigned name, or the expression text
+    expr: str  # the expression text as written
+    op: str
+    value: Any  # torch.Tensor
+    requires_grad: bool
+    is_leaf: bool
+    grad_fn: str | None
+    grad: Any = None  # torch.Tensor | None
+    status: str = "off"  # live | cut | unused | unreached | off (see README)
+    cut_by: str | None = None  # label of the detach / no_grad / inference_mode that cut it
+    args: tuple[int, ...] = ()
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.value.shape)
+
+    def to_dict(self, full: bool = False) -> dict:
+        return {"id": self.id, "name": self.name, "expr": self.expr, "op": self.op,
+                "value": to_jsonable(self.value, full=full), "shape": self.shape,
+                "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
+                "grad_fn": self.grad_fn, "grad": to_jsonable(self.grad, full=full),
+                "status": self.status, "cut_by": self.cut_by, "args": list(self.args)}
+
+
+@dataclass
+class EdgeResult:
+    """One use of a node: `src`'s value flows into `dst` as argument `pos`."""
+
+    src: int
+    dst: int
+    pos: int
+    flow: Any = None  # gradient carried back along this edge (tensor), None if nothing
+    cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
+
+    def to_dict(self, nodes: list[NodeResult], full: bool = False) -> dict:
+        return {"from": nodes[self.src].name, "to": nodes[self.dst].name, "from_id": self.src,
+                "to_id": self.dst, "pos": self.pos, "flow": to_jsonable(self.flow, full=full), "cut": self.cut}
+
+
+@dataclass
+class Warning:
+    kind: str
+    node: str | None
+    message: str
+    node_id: int | None = None  # the node to mark in the table (not part of the JSON form)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "node": self.node, "message": self.message}
+
+
+@dataclass
+class Explanation:
+    """Everything gradflow learned from one evaluation and backward pass."""
+
+    source: str
+    wrt: list[str]
+    dtype: str
+    device: str
+    nodes: list[NodeResult]
+    output: NodeResult
+    grads: dict[str, Any]  # chosen leaf -> grad tensor or None
+    edges: list[EdgeResult] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # chosen leaf with no grad -> reason
+    warnings: list[Warning] = field(default_factory=list)
+    error: GradflowError | None = None
+
+    def node(self, name: str) -> NodeResult:
+        """The node with this label (a variable, an assigned name or expression text)."""
+        for n in self.nodes:
+            if n.name == name or n.expr == name:
+                return n
+        raise KeyError(name)
+
+    def grad(self, leaf: str) -> float | list | None:
+        """A chosen leaf's gradient as a number or nested list (None if it got none)."""
+        return to_jsonable(self.grads[leaf], strict=False)
+
+    @property
+    def flows(self) -> dict:
+        """Per chosen leaf, its gradient split by use: {leaf: [Contribution]} (see flows.py)."""
+        from gradflow.analysis.flows import contributions
+
+        return contributions(self)
+
+    def to_dict(self, full: bool = False) -> dict:
+        """Strict-JSON-ready dict; tensors over JSON_FULL_MAX elements are summarised unless `full`."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "source": self.source,
+            "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
+                       "requires_grad": self.output.requires_grad},
+            "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()},
+            "why": dict(self.why),
+            "nodes": [n.to_dict(full) for n in self.nodes],
+            "edges": [e.to_dict(self.nodes, full) for e in self.edges],
+            "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
+            "warnings": [w.to_dict() for w in self.warnings],
+            "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,
+            "error": None if self.error is None else self.error.to_dict(),
+        }
+
+    def to_json(self, full: bool = False, **kw) -> str:
+        return dumps(self.to_dict(full), **kw)
+
+
+def error_document(error: GradflowError, source: str | None = None) -> dict:
+    """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`."""
+    return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
+            "edges": [], "contributions": {}, "warnings": [], "error": error.to_dict()}
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, list):
+        return x if _finite_flat(x) else [_clean(v) for v in x]
+    return x
+
+
+def summary(t) -> dict:
+    """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64)."""
+    f = t.detach().double()
+    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "mean": f.mean().item(),
+            "min": f.min().item(), "max": f.max().item(), "norm": f.norm().item()}
+
+
+def _finite_flat(x: list) -> bool:
+    """A flat list of finite numbers (a 1-d tensor's tolist(), the common case): nothing to replace."""
+    try:
+        return all(map(math.isfinite, x))
+    except TypeError:  # nested lists, strings, None
+        return False
+
+
+def to_jsonable(t, strict: bool = True, full: bool = True):
+    """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX
+    elements and not `full`); non-finite numbers as strings if strict."""
+    if t is None:
+        return None
+    if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
+        return {k: _clean(v) if strict else v for k, v in summary(t).items()}
+    if hasattr(t, "tolist"):
+        t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
+    return _clean(t) if strict else t
+
+
+def dumps(obj, **kw) -> str:
+    """Strict RFC 8259 JSON: a stray NaN raises instead of producing invalid output."""
+    return json.dumps(obj, allow_nan=False, **kw)

@@ -1,0 +1,93 @@
+"""`gradflow graph`: the autograd graph as a tree, DOT, Mermaid, SVG or PNG."""
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradflow.cli.app import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, VarOpt, WrtOpt, app, consoles, guarded,
+                  check_shadowed, parse_values, read_program)
+from gradflow.errors import GradflowError, ValueInputError
+
+FORMATS = ("tree", "dot", "mermaid", "svg", "png")
+FormatOpt = Annotated[str, typer.Option("--format", help="tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+
+
+def graphviz(dot_text: str, fmt: str) -> bytes:
+    """Render DOT through the Graphviz `dot` program (svg or png)."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GradflowError("graphviz_missing", f"--format {fmt} needs Graphviz's `dot` program, which is not "
+                            "installed (not on PATH)",
+                            hint="install Graphviz (Debian/Ubuntu: sudo apt-get install graphviz; macOS: brew "
+                                 "install graphviz), or use --format dot / mermaid / tree, which need nothing")
+    done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=60)
+    if done.returncode != 0:
+        raise GradflowError("graphviz_failed", f"dot -T{fmt} failed: {done.stderr.decode(errors='replace')[:300]}")
+    return done.stdout
+
+
+def _tree_text(pic, output: Path | None):
+    from rich.console import Console
+
+    from gradflow.render.graph import to_tree
+
+    if output is None:
+        consoles()[0].print(to_tree(pic))
+        return None
+    console = Console(record=True, width=120, color_system=None, file=io.StringIO())
+    console.print(to_tree(pic))
+    return console.export_text()
+
+
+def render(pic, fmt: str, output: Path | None) -> str | bytes | None:
+    """The picture in `fmt`; None when it was printed already (tree to the terminal)."""
+    from gradflow.render.graph import to_dot, to_mermaid
+
+    if fmt == "tree":
+        return _tree_text(pic, output)
+    if fmt == "mermaid":
+        return to_mermaid(pic)
+    text = to_dot(pic)
+    return text if fmt == "dot" else graphviz(text, fmt)
+
+
+def _write(data: str | bytes, output: Path | None):
+    if output is not None:
+        try:
+            output.write_bytes(data if isinstance(data, bytes) else data.encode())
+        except OSError as err:
+            raise ValueInputError("usage", f"cannot write {output}: {err.strerror}") from None
+    else:
+        typer.echo(data, nl=False)
+
+
+@app.command("graph", context_settings=EXTRA)
+def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+              format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False):
+    """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked.
+
+    Example: gradflow graph "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7 --format dot
+    """
+    def body() -> int:
+        from gradflow.engine.explain import explain
+        from gradflow.studies.picture import picture
+
+        source = read_program(expr, file)
+        check_shadowed(source, ctx, var)  # a variable named format or output: --var format=2, not --format 2
+        if format_ not in FORMATS:
+            raise ValueInputError("usage", f"unknown --format '{format_}'", hint="use " + ", ".join(FORMATS))
+        values = parse_values(ctx.args, var)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
+        data = render(picture(result, values), format_, output)
+        if data is not None:
+            _write(data, output)
+        return 0
+
+    guarded(debug, False, body)

@@ -1,0 +1,204 @@
+"""`gradflow inspect FILE.py:FUNCTION`: trace the user's own code, report every parameter.
+
+The user's file is imported (running it is the point) and FUNCTION is called with
+no arguments inside `gradflow.trace()`; it returns a loss, or (loss, model), or
+(loss, {name: tensor}). Whatever the user's code prints goes to stderr, so stdout
+holds only the report. torch is imported only when the command runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from gradflow.cli.app import DebugOpt, JsonOpt, app, consoles, guarded
+from gradflow.cli.graph_command import OutOpt
+from gradflow.errors import GradflowError, ValueInputError
+
+GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
+TargetArg = Annotated[str, typer.Argument(help="FILE.py:FUNCTION — FUNCTION takes no arguments and returns "
+                                               "a loss, (loss, model) or (loss, {name: tensor}).",
+                                          show_default=False)]
+OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show only parameters that got no "
+                                                                       "(or an exactly zero) gradient.")]
+ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
+DepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Fold parameters by module path up to this depth.")]
+GraphOpt = Annotated[Optional[str], typer.Option(
+    "--graph", help="A picture instead of the table: tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
+
+
+def split_target(target: str) -> tuple[Path, str]:
+    path, colon, func = target.rpartition(":")
+    if not colon or not path or not func.isidentifier():
+        raise ValueInputError("usage", f"expected FILE.py:FUNCTION, got '{target}'",
+                              hint="gradflow inspect examples/frozen_encoder.py:main")
+    return Path(path), func
+
+
+def _user_frame(tb) -> str:
+    """`file:line` of the innermost traceback frame in the user's code."""
+    from gradflow.inspect.source import short_path, user_code
+
+    frames = [f for f in traceback.extract_tb(tb) if user_code(f.filename)]
+    return f" (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+
+
+def _raised(what: str, err: BaseException) -> GradflowError:
+    return GradflowError("user_code", f"{what} raised {type(err).__name__}: {err}{_user_frame(err.__traceback__)}",
+                         hint="fix the error in your code (rerun with --debug for the full traceback)")
+
+
+def load_function(path: Path, name: str):
+    """Import the user's file as a module and return its FUNCTION."""
+    if not path.is_file():
+        raise ValueInputError("file_not_found", f"no such file: {path}", hint="give FILE.py:FUNCTION")
+    spec = importlib.util.spec_from_file_location(f"gradflow_user_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueInputError("bad_file", f"cannot import {path} as Python", hint="give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the user's prints must not mix into --json
+            spec.loader.exec_module(module)
+    except Exception as err:
+        raise _raised(f"importing {path}", err) from None
+    func = getattr(module, name, None)
+    if not callable(func):
+        known = [k for k, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == spec.name]
+        raise ValueInputError("no_function", f"{path} has no function '{name}'",
+                              hint=f"functions defined there: {', '.join(known) or 'none'}")
+    return func
+
+
+def run_function(func, name: str):
+    """Call FUNCTION under a trace; return (trace, loss, params)."""
+    from gradflow.inspect.report import failure_error
+    from gradflow.inspect.tracer import trace
+
+    required = [p for p in inspect.signature(func).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if required:
+        raise ValueInputError("usage", f"{name}() must take no arguments (it needs '{required[0].name}')",
+                              hint="wrap it: def main(): return loss_fn(build_model(), make_batch())")
+    t = trace()
+    try:
+        with t, contextlib.redirect_stdout(sys.stderr):
+            value = func()
+    except Exception as err:
+        if t.failure_of(err) is not None:
+            raise failure_error(t.failure) from None
+        raise _raised(f"{name}()", err) from None
+    loss, params = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+    return t, loss, params
+
+
+@dataclass
+class Opts:
+    json_: bool = False
+    only_problems: bool = False
+    expand: bool = False
+    depth: int = 2
+    graph: str | None = None
+    output: Path | None = None
+
+
+def _emit(report, o: Opts):
+    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
+    try:
+        _emit_to_stdout(report, o)
+    except BrokenPipeError:  # Python docs, "Note on SIGPIPE": no further writes to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _picture(report, o: Opts):
+    """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does)."""
+    from gradflow.cli.graph_command import _write, graphviz
+    from gradflow.inspect.picture import to_dot, to_mermaid
+
+    text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
+    if o.graph in ("svg", "png"):
+        _write(graphviz(text, o.graph), o.output)
+    elif o.output is not None:
+        _write(text + "\n", o.output)
+    else:
+        for line in text.splitlines():
+            print(line, flush=True)
+
+
+def _emit_to_stdout(report, o: Opts):
+    if o.json_:
+        print(report.to_json(), flush=True)
+    elif o.graph in ("dot", "mermaid", "svg", "png"):
+        _picture(report, o)
+    elif o.graph == "tree":
+        from gradflow.inspect.table import module_tree
+
+        consoles()[0].print(module_tree(report))
+    else:
+        from gradflow.inspect.table import print_report
+
+        print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
+
+
+@app.command("inspect")
+def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
+                expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
+                debug: DebugOpt = False):
+    """Run your own PyTorch code and show which parameters get gradient — and why not.
+
+    Example: gradflow inspect examples/frozen_encoder.py:main
+    """
+    o = Opts(json_, only_problems, expand, depth, graph, output)
+
+    def body() -> int:
+        try:
+            return _inspect(target, o)
+        except GradflowError as err:
+            if not json_ or debug:
+                raise
+            return _json_error(err)
+
+    guarded(debug, json_, body)
+
+
+def _json_error(err: GradflowError) -> int:
+    from gradflow.render.table import print_error
+    from gradflow.analysis.explanation import SCHEMA_VERSION, dumps
+
+    print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
+
+
+def _check_options(o: Opts):
+    if o.graph is not None and o.graph not in GRAPHS:
+        raise ValueInputError("usage", f"unknown --graph format '{o.graph}'", hint="use " + ", ".join(GRAPHS))
+    if o.graph is not None and o.json_:
+        raise ValueInputError("usage", "give either --json or --graph, not both")
+    if o.output is not None and o.graph in (None, "tree"):
+        raise ValueInputError("usage", "--output writes a picture: use it with --graph dot, mermaid, svg or png")
+
+
+def _inspect(target: str, o: Opts) -> int:
+    """The command's work: load, trace, explain, print; returns the exit code."""
+    _check_options(o)
+    path, name = split_target(target)
+    func = load_function(path, name)
+    t, loss, params = run_function(func, name)
+    report = t.explain(loss, params=params)
+    _emit(report, o)
+    if report.error is not None:
+        from gradflow.render.table import print_error
+
+        print_error(report.error, consoles()[1])
+        return int(report.error.exit_code)
+    return 0

@@ -1,0 +1,151 @@
+"""Standard streams at the edges of the process: pipes, closed streams, Ctrl-C.
+
+`run_safely(main)` wraps the console entry point, so every command (eval, ops,
+batch, sweep, ...) inherits it:
+- the reader of stdout went away (`gradflow ... | head -1`): point stdout at
+  /dev/null and exit quietly with 0 (Python docs, "Note on SIGPIPE");
+- Ctrl-C: exit 130 without a traceback (whatever was flushed stays written);
+- a closed stdout/stderr (`>&-`): output is discarded instead of crashing;
+- a closed stdin (`<&-`): reading it is a package error (exit 2), in every command;
+- garbage collection: in a command, torch's objects live as long as the process, so they are frozen out of the
+  collector's reach once imported (`torch_imported`) and everything is frozen before exit.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import os
+import sys
+from typing import Callable, NoReturn
+
+from gradflow.errors import ExitCode, ValueInputError
+
+
+def _devnull():
+    return open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
+
+
+def _to_devnull(stream):
+    """Point a standard stream's file descriptor at /dev/null; returns the stream to keep using."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+        return stream
+    except (OSError, ValueError, AttributeError):
+        return _devnull()
+
+
+def _flush(stream):
+    """Flush a stream; if its reader is gone, silence it. Returns the stream to keep using."""
+    try:
+        stream.flush()
+        return stream
+    except (OSError, ValueError):
+        return _to_devnull(stream)
+
+
+class _ClosedStdin(io.StringIO):
+    """Stands in for a closed stdin (`<&-`): reading it is a clean error in every command."""
+
+    def _closed(self, *args, **kwargs):
+        raise _stdin_closed()
+
+    read = readline = readlines = __iter__ = __next__ = _closed
+
+
+def _stdin_closed() -> ValueInputError:
+    return ValueInputError("usage", "stdin is closed, so nothing can be read from '-'",
+                           hint="pipe the input in (echo 'x^2' | gradflow eval - --x 3), or give it as an "
+                                "argument or a file")
+
+
+def _ensure_streams() -> None:
+    """A closed stdin/stdout/stderr (`<&-`, `>&-`) shows up as None: stand-ins instead."""
+    sys.stdin = sys.stdin or _ClosedStdin()
+    sys.stdout = sys.stdout or _devnull()
+    sys.stderr = sys.stderr or _devnull()
+
+
+def stdout_gone() -> int:
+    """stdout's reader went away: discard further output; the exit code to use (0, quiet)."""
+    sys.stdout = _to_devnull(sys.stdout)
+    return int(ExitCode.OK)
+
+
+@contextlib.contextmanager
+def unread():
+    """Write a message that may find its reader gone: then silence both streams and go on.
+
+    rich answers a broken pipe by pointing stdout at /dev/null and raising SystemExit(1).
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        sys.stdout, sys.stderr = _to_devnull(sys.stdout), _to_devnull(sys.stderr)
+    except SystemExit as done:
+        if done.code != 1:
+            raise
+        sys.stderr = _to_devnull(sys.stderr)
+
+
+def _stdout_is_devnull() -> bool:
+    try:
+        fd, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (fd.st_dev, fd.st_ino) == (null.st_dev, null.st_ino)
+
+
+def _library_saw_broken_pipe(was_devnull: bool) -> bool:
+    """Click/Typer and rich handle EPIPE themselves and exit 1: Click wraps stdout in
+    PacifyFlushWrapper, rich points fd 1 at /dev/null. Either way, it was the pipe."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (not was_devnull and _stdout_is_devnull())
+
+
+_IN_COMMAND = False  # True while run_safely runs a command; False when gradflow is a library in someone's process
+
+
+def torch_imported() -> None:
+    """The engine calls this right after `import torch`. In a command, freeze what is alive: torch's ~10^6
+    long-lived objects would otherwise be walked by every full collection (one costs ~0.1 s; a cold eval
+    triggers one). A library user's process is left alone."""
+    if _IN_COMMAND:
+        gc.freeze()
+
+
+def run_safely(main: Callable[[], object]) -> NoReturn:
+    """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
+    global _IN_COMMAND
+    _IN_COMMAND = True
+    _ensure_streams()
+    was_devnull = _stdout_is_devnull()
+    try:
+        main()
+        code: object = 0
+    except SystemExit as done:
+        code = stdout_gone() if done.code == 1 and _library_saw_broken_pipe(was_devnull) else done.code
+    except KeyboardInterrupt:
+        code = int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        code = stdout_gone()
+    sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
+    # Everything still alive (torch's modules above all) lives until exit: move it out of the collector's
+    # reach so the interpreter's shutdown collections skip it. Measured: ~0.4 s less per command using torch.
+    gc.freeze()
+    sys.exit(code)
+
+
+def read_stdin() -> str:
+    """The whole of stdin as text, or a package error saying why it cannot be read."""
+    if sys.stdin is None:
+        raise _stdin_closed()
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError as err:
+        raise ValueInputError("usage", f"stdin is not UTF-8 text (byte {err.start}): {err.reason}",
+                              hint="pipe a text file holding the program") from None
+    except (OSError, ValueError) as err:
+        raise ValueInputError("usage", f"cannot read the program from stdin: {err}") from None
+

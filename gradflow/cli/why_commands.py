@@ -1,0 +1,100 @@
+"""`gradflow whatif` and `gradflow compare`: why this gradient, and what else it could be.
+
+Registered on the main Typer app; torch is imported only when evaluating.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from gradflow.cli.app import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option, app,
+                  check_shadowed, consoles, guarded, parse_values, read_program)
+from gradflow.errors import GradflowError, ValueInputError
+
+ExprsArg = Annotated[Optional[list[str]], typer.Argument(
+    help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False, metavar="EXPR")]
+ModesOpt = Annotated[bool, typer.Option(
+    "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
+
+
+def emit(result, as_json: bool, renderable: Callable[[], Any]):
+    """A result as one strict JSON document (plain print, never rich) or as rich output."""
+    if as_json:
+        print(result.to_json(), flush=True)
+    else:
+        consoles()[0].print(renderable())
+
+
+@app.command("whatif", context_settings=EXTRA)
+def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+               json_: JsonOpt = False, debug: DebugOpt = False):
+    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
+
+    Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
+        from gradflow.studies.whatif import whatif
+
+        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
+        from gradflow.render.whatif import whatif_table
+
+        emit(result, json_, lambda: whatif_table(result))
+        return 0
+
+    guarded(debug, json_, body)
+
+
+def split_programs(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Leading tokens are programs; from the first --NAME on, values (the rest of the command line)."""
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--") and len(tok) > 2:
+            return tokens[:i], tokens[i:]
+    return list(tokens), []
+
+
+def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
+    """Usage errors stop the command; a program that does not parse only gets its own error row."""
+    read_program(program, None)
+    try:
+        check_shadowed(program, ctx, var)
+    except GradflowError as err:
+        if err.kind == "shadowed_name":
+            raise
+
+
+@app.command("compare", context_settings=EXTRA)
+def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
+                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+                json_: JsonOpt = False, debug: DebugOpt = False):
+    """Several programs side by side on the same values: output and each leaf's grad.
+
+    Exit code: 0 if every program ran, the failing program's code if all failed, else 4 (partial).
+    With --modes, one program's cuts are rewritten to each mechanism (failures there are findings: exit 0).
+
+    Example: gradflow compare "(x*y1 - x*y2)^2" "(detach(x*y1) - x*y2)^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        from gradflow.studies.compare import compare
+
+        programs, rest = split_programs(list(exprs or []) + list(ctx.args))
+        if not programs:
+            where = "the programs must come first, before the values" if rest else "no program given"
+            raise ValueInputError("usage", where, hint='gradflow compare "EXPR1" "EXPR2" --x 1')
+        for p in programs:
+            _check_program(p, ctx, var)
+        result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
+                         values=parse_values(rest, var))
+        from rich.console import Group
+
+        from gradflow.render.whatif import compare_notes, compare_table
+
+        notes = compare_notes(result)
+        emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])))
+        return result.exit_code
+
+    guarded(debug, json_, body)

@@ -1,0 +1,1 @@
+"""The one evaluator: a lowered graph and its values -> torch -> backward -> an Explanation."""

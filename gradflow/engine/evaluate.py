@@ -1,0 +1,303 @@
+"""Graph -> torch: evaluate every node, run backward, measure every edge's flow.
+
+The only module (with its helpers) that imports torch. Each use of a node that
+requires grad is routed through its own identity view with retain_grad(), so
+the gradient carried by every edge is measured exactly, not inferred.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any
+
+import torch
+
+from gradflow.analysis.status import annotate
+from gradflow.engine.budget import account, precheck
+from gradflow.values.coerce import check_value, conversion_note
+from gradflow.errors import EvalError, GradflowError, NoGradientError
+from gradflow.limits import Limits, using
+from gradflow.engine.nonfinite import find_nonfinite
+from gradflow.language.ops import OPS
+from gradflow.language.graph import FlagStep, Graph, Node
+from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
+from gradflow.cli.streams import torch_imported
+
+torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (streams.py)
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_IDENTITY = ("no_grad", "inference_mode")
+_RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
+# what torch raises for bad input besides RuntimeError (all become package errors)
+TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
+
+
+def _context(mode: str | None):
+    if mode == "no_grad":
+        return torch.no_grad()
+    if mode == "inference_mode":
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
+@functools.lru_cache(maxsize=None)  # probing cuda/mps costs ~50 us: once per process (batch)
+def resolve_device(device: str) -> torch.device:
+    available = {"cpu": True, "cuda": torch.cuda.is_available(),
+                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if device not in available:
+        raise EvalError("device", f"unknown device '{device}'", hint="use cpu, cuda or mps")
+    if not available[device]:
+        raise EvalError("device", f"device '{device}' is not available on this machine",
+                        hint="use --device cpu (the default)")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise EvalError("dtype", f"unknown dtype '{dtype}'", hint="use float32 (default) or float64")
+    return DTYPES[dtype]
+
+
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-d tensor of a Python number, as torch.tensor makes it (1e39 in float32 is inf); scalar_tensor is
+    twice as fast (~3 us, once per number of every evaluation) but refuses values the dtype overflows."""
+    try:
+        return torch.scalar_tensor(value, dtype=dtype, device=device)
+    except RuntimeError:
+        return torch.tensor(value, dtype=dtype, device=device)
+
+
+def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
+    check_value(name, value)
+    if type(value) in (int, float):
+        try:
+            return _scalar(value, dtype, device)
+        except OverflowError:
+            pass  # an int too big for a C double: as_tensor below says so in torch's words
+    try:
+        t = torch.as_tensor(value, dtype=dtype, device=device)
+    except TORCH_ERRORS as err:
+        raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
+                        hint="give a number or a rectangular list of numbers") from None
+    if isinstance(value, (int, float, list)):  # as_tensor already made new memory
+        return t
+    return t.detach().clone()
+
+
+def _single_use(graph: Graph) -> list[bool]:
+    """Per node: used exactly once (and no flag, no identity wrapper), so that one edge carries
+    exactly the node's own grad and needs no alias of its own."""
+    uses = [0] * len(graph.nodes)
+    for n in graph.nodes:
+        for a in n.args:
+            uses[a] += 1
+    flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
+    return [u == 1 and n.op not in _IDENTITY and n.id not in flagged for n, u in zip(graph.nodes, uses)]
+
+
+class _Run:
+    """One evaluation: tensors by node id, edge aliases, flags set, warnings."""
+
+    def __init__(self, graph: Graph, wrt: list[str], dtype, device, measure_edges: bool = True):
+        self.g, self.wrt, self.dtype, self.device = graph, wrt, dtype, device
+        self.measure_edges = measure_edges
+        self.single = _single_use(graph)
+        self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
+        self.t: dict[int, torch.Tensor] = {}
+        self.edges: list[EdgeResult] = []
+        self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
+        self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
+        self.hooked: set[int] = set()  # edges whose view has that hook (the others retain their grad)
+        self.flags: list[FlagStep] = []
+        self.warnings: list[Warning] = []
+        self.total = 0  # elements over all values so far (limits.total)
+
+    def leaf(self, node: Node, values: dict) -> torch.Tensor:
+        value = values[node.names[0]]
+        t = to_tensor(node.label, value, self.dtype, self.device)
+        note = conversion_note(node.label, value, t)
+        if note:
+            self.warnings.append(Warning("value_converted", node.label, note, node.id))
+        return t.requires_grad_(node.names[0] in self.wrt)
+
+    def inputs(self, node: Node) -> list[torch.Tensor]:
+        # An identity wrapper runs no operation, so even inside a region it cuts nothing.
+        identity = node.op in _IDENTITY
+        tracked = identity or (node.mode is None and node.op != "detach" and torch.is_grad_enabled())
+        out = []
+        for pos, a in enumerate(node.args):
+            src = self.t[a]
+            edge = EdgeResult(a, node.id, pos)
+            if src.requires_grad and tracked and not identity:
+                if self.single[a]:
+                    self.same_as_src.add(len(self.edges))
+                elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
+                    src = src.view_as(src)  # this use's own tensor: its grad is exactly this edge's flow
+                    if src.numel() <= _RETAIN_MAX:
+                        src.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
+                    else:  # big: a hook keeps the flow as is (retain_grad would copy it)
+                        src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
+                        self.hooked.add(len(self.edges))
+                    self.aliases[len(self.edges)] = src
+            elif src.requires_grad and not tracked:
+                edge.cut = True
+            self.edges.append(edge)
+            out.append(src)
+        return out
+
+    def compute(self, node: Node, values: dict) -> torch.Tensor:
+        if node.op == "var":
+            return self.leaf(node, values)
+        if node.op == "const":
+            with _context(node.mode):
+                return _scalar(node.value, self.dtype, self.device)
+        args = self.inputs(node)
+        exponent = self.g.nodes[node.args[-1]]
+        if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
+            args[1] = exponent.value
+        if node.op == "detach":
+            return args[0].detach()
+        if node.op in _IDENTITY:
+            self.check_identity(node)
+            return args[0]
+        precheck(node, args, self.g.source)
+        try:
+            if node.mode is None:
+                out = OPS[node.op].fn(*args)
+            else:
+                with _context(node.mode):
+                    out = OPS[node.op].fn(*args)
+        except TORCH_ERRORS as err:
+            raise _torch_error(node, args, err, self.g.source) from None
+        if out.requires_grad:
+            out.retain_grad()
+        return out
+
+    def check_identity(self, node: Node):
+        arg = self.g.nodes[node.args[0]]
+        if arg.region != node.id:
+            self.warnings.append(Warning(
+                "identity_cut", node.text,
+                f"{node.text} returns {arg.label} itself: no operation runs inside {node.op}(), "
+                f"so nothing is cut and gradient still flows. Use detach({arg.label}) to cut it."))
+
+    def set_flag(self, step: FlagStep):
+        t = self.t[step.node]
+        label = self.g.nodes[step.node].label
+        try:
+            t.requires_grad_(step.value)
+        except RuntimeError as err:
+            raise EvalError(
+                "requires_grad_non_leaf",
+                f"cannot set requires_grad on '{label}': it is computed "
+                f"({self.g.nodes[step.node].text}), not a leaf. torch says: {err}",
+                hint=f"to stop gradient flowing through it, use detach({label}); "
+                     "requires_grad can only be set on input variables",
+                span=step.span, source=self.g.source) from None
+        self.flags.append(step)
+
+    def run(self, values: dict):
+        for step in self.g.steps:
+            if isinstance(step, FlagStep):
+                self.set_flag(step)
+            else:
+                self.t[step.id] = self.compute(step, values)
+                self.total = account(self.total, step, self.t[step.id], self.g.source)
+
+
+def _torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
+    text = str(err).split("\n")[0]
+    shapes = " and ".join(str(tuple(a.shape)) for a in args)
+    if "Inference tensors cannot be saved for backward" in text:
+        return EvalError(
+            "inference_tensor",
+            f"'{node.text}' needs to save a tensor made under inference_mode() for backward, "
+            f"which torch refuses. torch says: {text}",
+            hint="use no_grad() instead of inference_mode() there, or detach()", span=node.span, source=source)
+    if any(k in text for k in ("size of tensor", "shapes cannot", "mat1 and mat2", "dimension", "at least 1D",
+                               "size mismatch", "inconsistent")):
+        return EvalError("shape", f"shape mismatch at '{node.text}': {OPS[node.op].name} of shapes {shapes}. "
+                         f"torch says: {text}",
+                         hint="make the shapes agree (or broadcast), or reduce with sum()/mean() first",
+                         span=node.span, source=source)
+    return EvalError("torch", f"torch failed at '{node.text}': {text}", span=node.span, source=source)
+
+
+def _grad_fn_name(t: torch.Tensor) -> str | None:
+    return None if t.grad_fn is None else type(t.grad_fn).__name__
+
+
+def _check_output(run: _Run) -> torch.Tensor:
+    g = run.g
+    out = run.t[g.output]
+    if out.numel() != 1:
+        node = g.nodes[g.output]
+        raise EvalError("non_scalar", f"the output '{node.label}' has shape {tuple(out.shape)}; "
+                        "backward needs a single number",
+                        hint=f"wrap it in sum(...) or mean(...), e.g. sum({node.text})",
+                        span=node.span, source=g.source)
+    return out
+
+
+def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
+    if not out.requires_grad:
+        return NoGradientError(
+            "no_gradient", f"the output '{g.nodes[g.output].label}' does not require grad, so backward "
+            "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
+    try:
+        out.backward()
+    except TORCH_ERRORS as err:
+        return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
+    return None
+
+
+def _results(run: _Run) -> list[NodeResult]:
+    nodes = []
+    for n in run.g.nodes:
+        t = run.t[n.id]
+        nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
+                                _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
+    for i, e in enumerate(run.edges):
+        if i in run.aliases:
+            e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
+        else:
+            e.flow = nodes[e.src].grad if i in run.same_as_src else None
+    # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
+    # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
+    by_src: dict[int, list[EdgeResult]] = {}
+    into: dict[int, EdgeResult] = {}  # an identity wrapper's one in-edge
+    for e in run.edges:
+        by_src.setdefault(e.src, []).append(e)
+        if nodes[e.dst].op in _IDENTITY:
+            into[e.dst] = e
+    for n in reversed(nodes):
+        if n.op in _IDENTITY:
+            n.grad = _sum([e.flow for e in by_src.get(n.id, [])])
+            e = into[n.id]
+            if e.flow is None and not e.cut:
+                e.flow = n.grad
+    return nodes
+
+
+def _sum(flows):
+    flows = [f for f in flows if f is not None]
+    return None if not flows else sum(flows[1:], flows[0])
+
+
+def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
+             device: str = "cpu", measure_edges: bool = True, limits: Limits | None = None) -> Explanation:
+    """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
+    a program whose output cannot be differentiated returns with `.error` set."""
+    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device), measure_edges)
+    with using(limits or Limits()):
+        run.run(values)
+    out = _check_output(run)
+    error = _backward(out, graph)
+    nodes = _results(run)
+    run.warnings += find_nonfinite(nodes, run.edges, error is None)
+    grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
+    result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads,
+                         run.edges, warnings=run.warnings, error=error)
+    annotate(result, graph, run.flags)
+    return result

@@ -1,0 +1,120 @@
+"""Rewriting a lowered Graph: insert or remove a cut, or change its mechanism.
+
+What-if and compare-modes never edit program text: they copy the Graph, edit
+the copy here (nodes keyed by their old ids, new nodes by negative ids) and
+renumber once, so ids stay list positions in evaluation order. Torch-free.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gradflow.language.ops import CUT_OPS
+from gradflow.language.graph import FlagStep, Graph, Node
+
+REGION_OPS = ("no_grad", "inference_mode")
+
+
+def _inner(text: str) -> str:
+    """'detach(x*y2)' -> 'x*y2' (the cut ops are always written as calls)."""
+    return text[text.index("(") + 1:-1]
+
+
+class Edit:
+    """A copy of a graph being rewritten; `graph()` returns the finished Graph."""
+
+    def __init__(self, graph: Graph):
+        self.source = graph.source
+        self.steps = [replace(s, names=list(s.names)) if isinstance(s, Node) else replace(s) for s in graph.steps]
+        self.nodes = {s.id: s for s in self.steps if isinstance(s, Node)}
+        self.inputs = dict(graph.inputs)
+        self.output = graph.output
+        self._fresh = 0
+
+    def _redirect(self, old: int, new: int, skip: int | None = None):
+        for n in self.nodes.values():
+            if n.id != skip:
+                n.args = tuple(new if a == old else a for a in n.args)
+        if self.output == old:
+            self.output = new
+
+    def _unwrap(self, cid: int):
+        """Nodes directly inside region `cid` move to the enclosing region."""
+        c = self.nodes[cid]
+        for n in self.nodes.values():
+            if n.region == cid:
+                n.region, n.mode = c.region, c.mode
+
+    def detach_at(self, nid: int) -> int:
+        """Every use of node `nid` reads detach(nid) instead."""
+        self._fresh -= 1
+        n = self.nodes[nid]
+        d = Node(self._fresh, "detach", (nid,), f"detach({n.label})", n.span, region=n.region, mode=n.mode)
+        self._redirect(nid, d.id, skip=d.id)
+        self.nodes[d.id] = d
+        self.steps.insert(self.steps.index(n) + 1, d)
+        return d.id
+
+    def remove_cut(self, cid: int):
+        """detach(e) / no_grad(e) / inference_mode(e) -> e."""
+        c = self.nodes[cid]
+        self._unwrap(cid)
+        arg = self.nodes[c.args[0]]
+        arg.names += [name for name in c.names if name not in arg.names]
+        self._redirect(cid, c.args[0])
+        self.steps.remove(c)
+        del self.nodes[cid]
+
+    def set_cut(self, cid: int, op: str):
+        """Make cut `cid` use mechanism `op` (detach, no_grad or inference_mode)."""
+        c = self.nodes[cid]
+        self._unwrap(cid)
+        c.text = f"{op}({_inner(c.text)})"
+        c.op = op
+        if op in REGION_OPS:
+            for n in self.inside(cid):
+                if n.region == c.region:
+                    n.region, n.mode = cid, op
+
+    def inside(self, cid: int) -> list[Node]:
+        """The nodes computed inside a cut call's parentheses (not the leaves it reads)."""
+        c = self.nodes[cid]
+        return [n for n in self.nodes.values() if n.id != cid and n.op != "var"
+                and c.span.start <= n.span.start and n.span.end <= c.span.end and n.id >= 0]
+
+    def flag_off(self, leaf: str):
+        """Add `leaf.requires_grad = false` right after the leaf is made."""
+        n = self.nodes[self.inputs[leaf]]
+        step = FlagStep(n.id, False, n.span, f"{leaf}.requires_grad = false")
+        self.steps.insert(self.steps.index(n) + 1, step)
+
+    def drop_flag(self, step: FlagStep):
+        self.steps = [s for s in self.steps if not (isinstance(s, FlagStep) and s.span == step.span)]
+
+    def graph(self) -> Graph:
+        order = [s for s in self.steps if isinstance(s, Node)]
+        ids = {n.id: i for i, n in enumerate(order)}
+        for n in order:
+            n.id, n.args = ids[n.id], tuple(ids[a] for a in n.args)
+            n.region = None if n.region is None else ids[n.region]
+        steps = [s if isinstance(s, Node) else replace(s, node=ids[s.node]) for s in self.steps]
+        inputs = {k: ids[v] for k, v in self.inputs.items()}
+        return Graph(self.source, order, steps, inputs, ids[self.output])
+
+
+def cut_nodes(graph: Graph) -> list[Node]:
+    return [n for n in graph.nodes if n.op in CUT_OPS]
+
+
+def off_flags(graph: Graph) -> list[FlagStep]:
+    return [s for s in graph.steps if isinstance(s, FlagStep) and not s.value]
+
+
+def ancestors(graph: Graph, nid: int) -> set[int]:
+    seen, todo = set(), [nid]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(graph.nodes[n].args)
+    return seen
+

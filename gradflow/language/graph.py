@@ -1,0 +1,198 @@
+"""Typed program nodes (the parser's output) and their lowering to a flat graph.
+
+A `Program` is a list of statements over expression trees, each node carrying
+its source span. `lower()` turns it into a `Graph`: the nodes in evaluation
+order (each expression occurrence is one node, each input variable one leaf),
+plus the requires_grad statements between them. The engine walks that list in
+order; nothing here imports torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradflow.errors import Span
+
+
+# ---- expression trees --------------------------------------------------------------
+
+@dataclass
+class Expr:
+    span: Span  # the node's own text
+    full: Span  # with any enclosing parentheses (what a parent's text spans)
+
+
+@dataclass
+class Num(Expr):
+    value: float
+
+
+@dataclass
+class Var(Expr):
+    name: str
+
+
+@dataclass
+class Call(Expr):
+    """An operator or function application; `op` names a registry row."""
+
+    op: str
+    args: list[Expr]
+
+
+@dataclass
+class Assign:
+    name: str
+    expr: Expr
+    span: Span
+
+
+@dataclass
+class SetFlag:
+    name: str
+    value: bool
+    span: Span
+
+
+@dataclass
+class ExprStmt:
+    expr: Expr
+    span: Span
+
+
+Stmt = Assign | SetFlag | ExprStmt
+
+
+@dataclass
+class Program:
+    source: str
+    stmts: list[Stmt]
+
+
+# ---- the lowered graph --------------------------------------------------------------
+
+@dataclass
+class Node:
+    id: int
+    op: str  # a registry name, or "var" (input leaf) / "const"
+    args: tuple[int, ...]
+    text: str  # source text of the expression
+    span: Span
+    names: list[str] = field(default_factory=list)
+    value: float | None = None  # for const
+    region: int | None = None  # id of the innermost enclosing no_grad/inference_mode call
+    mode: str | None = None  # that region's op ("no_grad" / "inference_mode")
+
+    @property
+    def label(self) -> str:
+        return self.names[0] if self.names else self.text
+
+
+@dataclass
+class FlagStep:
+    node: int
+    value: bool
+    span: Span
+    text: str
+
+
+@dataclass
+class Graph:
+    source: str
+    nodes: list[Node]
+    steps: list[Node | FlagStep]  # evaluation order, flags interleaved
+    inputs: dict[str, int]  # input variable name -> leaf node id
+    output: int
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for a in n.args:
+                out[a].append(n.id)
+        return out
+
+
+class _Lowering:
+    def __init__(self, source: str):
+        self.source = source
+        self.nodes: list[Node] = []
+        self.steps: list[Node | FlagStep] = []
+        self.env: dict[str, int] = {}
+        self.inputs: dict[str, int] = {}
+
+    def new(self, op, args, span, value=None, region=None, mode=None) -> int:
+        node = Node(len(self.nodes), op, tuple(args), self.source[span.start:span.end], span,
+                    value=value, region=region, mode=mode)
+        self.nodes.append(node)
+        self.steps.append(node)
+        return node.id
+
+    def lookup(self, var: Var) -> int:
+        if var.name not in self.env:
+            nid = self.new("var", (), var.span)
+            self.nodes[nid].names.append(var.name)
+            self.env[var.name] = self.inputs[var.name] = nid
+        return self.env[var.name]
+
+    def expr(self, root: Expr) -> int:
+        """Post-order walk with an explicit stack (deep nesting must not recurse)."""
+        results: dict[int, int] = {}
+        stack: list[tuple[Expr, bool, tuple | None]] = [(root, False, None)]
+        while stack:
+            e, done, reg = stack.pop()
+            if isinstance(e, Num):
+                results[id(e)] = self.new("const", (), e.span, value=e.value, **_region(reg))
+            elif isinstance(e, Var):
+                results[id(e)] = self.lookup(e)
+            elif not done:
+                stack.append((e, True, reg))
+                inner = reg
+                if e.op in ("no_grad", "inference_mode"):
+                    inner = (e, e.op)
+                for a in reversed(e.args):
+                    stack.append((a, False, inner))
+            else:
+                args = [results[id(a)] for a in e.args]
+                results[id(e)] = self.new(e.op, args, e.span, **_region(reg))
+        return results[id(root)]
+
+    def run(self, program: Program) -> Graph:
+        last = None
+        for st in program.stmts:
+            if isinstance(st, SetFlag):
+                name_span = Span(st.span.start, st.span.start + len(st.name))
+                target = self.lookup(Var(name_span, name_span, st.name))
+                self.steps.append(FlagStep(target, st.value, st.span,
+                                           self.source[st.span.start:st.span.end]))
+                continue
+            nid = self.expr(st.expr)
+            if isinstance(st, Assign):
+                self.env[st.name] = nid
+                if st.name not in self.nodes[nid].names:
+                    self.nodes[nid].names.append(st.name)
+            last = nid
+        self._fix_regions()
+        return Graph(self.source, self.nodes, self.steps, self.inputs, last)
+
+    def _fix_regions(self):
+        # regions were recorded as the enclosing Call expression; map them to its node id
+        by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
+        for n in self.nodes:
+            if n.region is not None:
+                call = n.region
+                n.region = by_span[(call.span.start, call.span.end, call.op)]
+
+
+def _region(reg):
+    if reg is None:
+        return {}
+    return {"region": reg[0], "mode": reg[1]}
+
+
+def lower(program: Program) -> Graph:
+    """Flatten a parsed program into the evaluation-ordered graph."""
+    from gradflow.errors import ParseError
+
+    if not any(not isinstance(s, SetFlag) for s in program.stmts):
+        raise ParseError("empty", "the program has no expression to evaluate",
+                         hint='write an expression, e.g. "(x*y1 - detach(x*y2))^2"')
+    return _Lowering(program.source).run(program)

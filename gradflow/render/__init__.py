@@ -1,0 +1,1 @@
+"""Rendering results as rich tables, text, graphs and plots. Never evaluates."""

@@ -1,0 +1,178 @@
+"""Explanation -> rich table and summary lines; errors -> readable stderr text.
+
+Never prints JSON (that goes out through result.dumps and plain print).
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from gradflow.errors import GradflowError
+from gradflow.analysis.explanation import Explanation, NodeResult, summary
+from gradflow.values.text import format_number
+
+DASH = "—"
+ANOMALY = "⚠"
+SMALL = 6  # tensors with at most this many elements are shown in full
+_STATUS = {  # marker, style, legend text
+    "live": ("●", "green", "on a live gradient path"),
+    "cut": ("✂", "red", "cut off by detach/no_grad"),
+    "unused": ("◌", "yellow", "requires grad, unused by L"),
+    "unreached": ("◌", "yellow", "requires grad, got none"),
+    "off": ("○", "dim", "never required grad"),
+}
+
+
+def format_tensor(t, sep: str = " ") -> str:
+    """Small tensors in full ([1, 2, 3]); large ones summarised by shape, dtype and statistics
+    (`sep` between the groups: shape+dtype, mean+norm, min+max)."""
+    if t is None:
+        return DASH
+    if t.dim() == 0:
+        return format_number(t.item())
+    if t.numel() <= SMALL:
+        return _nested(t.tolist())
+    s = summary(t)
+    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
+            f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
+
+
+def _short(v: float) -> str:
+    return format_number(float(f"{v:.4g}"))
+
+
+def _nested(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_nested(x) for x in v) + "]"
+    return format_number(v)
+
+
+def _flag(b: bool) -> Text:
+    return Text("True", style="bold") if b else Text("False", style="dim")
+
+
+def _node_cell(n: NodeResult, anomaly: bool = False) -> Text:
+    mark, style, _ = _STATUS[n.status]
+    return Text.assemble((mark + " ", style), n.name, (" " + ANOMALY if anomaly else "", "bold magenta"))
+
+
+def anomalies(result: Explanation) -> set[int]:
+    """Nodes where a nan/inf first appeared (forward or backward): marked in the table."""
+    return {w.node_id for w in result.warnings if w.kind.startswith("nonfinite") and w.node_id is not None}
+
+
+def legend(result: Explanation) -> Text:
+    seen = dict.fromkeys(n.status for n in result.nodes)
+    extra = [f"{ANOMALY} nan/inf starts here (see warnings)"] if anomalies(result) else []
+    return Text("  ".join([f"{_STATUS[s][0]} {_STATUS[s][2]}" for s in _STATUS if s in seen] + extra), style="dim")
+
+
+def cut_lines(result: Explanation) -> Text:
+    """One line per cut edge: which value stopped carrying gradient into which node."""
+    lines = Text()
+    for e in result.edges:
+        if e.cut:
+            dst = result.nodes[e.dst]
+            lines.append("✂ cut: ", style="red")
+            lines.append(f"{result.nodes[e.src].name} → {dst.name}")
+            if dst.cut_by and dst.cut_by != dst.name:
+                lines.append(f"  (inside {dst.cut_by})", style="dim")
+            lines.append("\n")
+    return lines
+
+
+def _out_label(result: Explanation) -> str:
+    return result.output.name if result.output.name != result.output.expr else "L"
+
+
+# Only the node column wraps; a console too narrow for the rest gets node_blocks() instead (see nodes_view)
+_COLUMNS = [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
+            ("value", {"justify": "right", "min_width": 5, "no_wrap": True}),
+            ("requires_grad", {"no_wrap": True}), ("is_leaf", {"no_wrap": True}),
+            ("grad_fn", {"no_wrap": True}), ("grad", {"justify": "right", "min_width": 5, "no_wrap": True})]
+
+
+def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
+    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once)."""
+    return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
+
+
+def node_table(result: Explanation, cells: list[tuple[str, str]]) -> Table:
+    table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col, kw in _COLUMNS:
+        table.add_column(col, **kw)
+    marked = anomalies(result)
+    for n, (value, grad) in zip(result.nodes, cells):
+        # Text, not str: values like [nan, 1] must not be read as markup
+        table.add_row(_node_cell(n, n.id in marked), n.op, Text(value), _flag(n.requires_grad), _flag(n.is_leaf),
+                      n.grad_fn or DASH, Text(grad))
+    return table
+
+
+def node_blocks(result: Explanation) -> Group:
+    """The table's content as a block per node, for a console too narrow for the table (rich would fold its
+    headers and drop its last columns, grad first): nothing is lost, the details wrap under their node."""
+    marked = anomalies(result)
+    parts: list = [Text(f"{_out_label(result)} = {result.output.expr}\n")]
+    for n in result.nodes:
+        parts.append(Text.assemble(_node_cell(n, n.id in marked), (f"  {n.op}", "dim")))
+        details = Text.assemble((f"grad {format_tensor(n.grad)}", "bold"),  # first: what the table is read for
+                                f" · value {format_tensor(n.value)} · requires_grad {n.requires_grad}"
+                                f" · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
+        parts.append(Padding(details, (0, 0, 0, 2)))
+    parts.append(Text())
+    return Group(*parts)
+
+
+def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool:
+    """Does the table fit in `width` with its node column folded to 8 columns and every other column whole?"""
+    column = {"op": [n.op for n in result.nodes], "value": [v for v, _ in cells], "requires_grad": ["False"],
+              "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes], "grad": [g for _, g in cells]}
+    need = 2 + 2 * (len(_COLUMNS) - 1) + 8  # the box's edges, the gaps between columns, the node column
+    for name, _ in _COLUMNS[1:]:
+        need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
+    return need <= width
+
+
+def nodes_view(result: Explanation, width: int):
+    """The node table when it fits in `width` (see _fits), else node_blocks()."""
+    cells = _tensor_cells(result)
+    return node_table(result, cells) if _fits(result, cells, width) else node_blocks(result)
+
+
+def grad_lines(result: Explanation) -> Text:
+    """`x.grad = 50`, one line per chosen leaf, with the reason where it is None."""
+    lines = Text()
+    for leaf, g in result.grads.items():
+        lines.append(f"{leaf}.grad = ", style="bold")
+        if g is None:
+            lines.append("None", style="yellow")
+            lines.append(f"  ({result.why.get(leaf, 'no gradient reached it')})")
+        else:
+            lines.append(format_tensor(g), style="bold green")
+        lines.append("\n")
+    lines.rstrip()
+    return lines
+
+
+def print_explanation(result: Explanation, out: Console, err: Console):
+    out.print(Group(nodes_view(result, out.width), legend(result), cut_lines(result), grad_lines(result)))
+    print_warnings(result, err)
+
+
+def print_warnings(result: Explanation, err: Console):
+    for w in result.warnings:
+        err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
+
+
+def print_error(error: GradflowError, err: Console):
+    err.print(Text(f"error: {error.message}", style="bold red"), soft_wrap=True)  # one line: greppable
+    caret = error.caret()
+    if caret:
+        err.print(Text(caret), soft_wrap=True)  # never wrap: the caret must stay under its column
+    if error.hint:
+        err.print(Text(f"hint: {error.hint}", style="cyan"), soft_wrap=True)

@@ -1,0 +1,143 @@
+"""Side by side: several programs (or one program's cut mechanisms) on the same values.
+
+`compare([...])` evaluates each expression with the values it uses; a bad
+expression becomes an error row and the others still run. `compare(src,
+modes=True)` rewrites every cut of one program to each mechanism (modes.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradflow.engine.explain import check_values, compile_program, resolve_wrt
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
+from gradflow.analysis.explanation import Explanation, dumps, to_jsonable
+
+
+@dataclass
+class Row:
+    """One expression (or one mechanism) evaluated."""
+
+    label: str  # the expression, or the mechanism's name
+    program: str  # the program text that ran (for modes: as it would be written)
+    grads: dict[str, Any] = field(default_factory=dict)  # leaf -> tensor | None
+    output: Any = None
+    error: GradflowError | None = None
+    inner: dict[str, bool] = field(default_factory=dict)  # modes: node inside a cut -> requires_grad
+    note: str = ""
+    skipped: bool = False  # modes: the mechanism cannot express this program's cuts (not run)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def fill(self, result: Explanation):
+        self.output, self.error = result.output.value, result.error
+        self.grads.update(result.grads)
+        return self
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "program": self.program, "ok": self.ok,
+                "output": to_jsonable(self.output), "grads": {k: to_jsonable(v) for k, v in self.grads.items()},
+                "inner_requires_grad": dict(self.inner), "note": self.note,
+                "skipped": self.skipped,
+                "error": None if self.error is None else self.error.to_dict()}
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    leaves: list[str]  # every leaf shown (a column per leaf)
+    modes: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """0 if every row ran; else the failing row's code if all failed, else PARTIAL (4).
+
+        With modes, failing mechanisms are findings, not failures: always 0.
+        """
+        failed = [r for r in self.rows if not r.ok]
+        if self.modes or not failed:
+            return int(ExitCode.OK)
+        return int(failed[0].error.exit_code if len(failed) == len(self.rows) else ExitCode.PARTIAL)
+
+    def to_dict(self) -> dict:
+        return {"modes": self.modes, "leaves": list(self.leaves), "rows": [r.to_dict() for r in self.rows],
+                "exit_code": self.exit_code}
+
+    def to_json(self, **kw) -> str:
+        return dumps(self.to_dict(), **kw)
+
+
+def _graphs(sources: list[str]) -> list:
+    out = []
+    for src in sources:
+        try:
+            out.append(compile_program(src))
+        except GradflowError as err:
+            out.append(err)
+    return out
+
+
+def _check_unused(graphs: list, values: dict):
+    """A value no program uses is a typo (unknowable while some program does not parse)."""
+    if any(isinstance(g, GradflowError) for g in graphs):
+        return
+    used = {name for g in graphs if not isinstance(g, GradflowError) for name in g.inputs}
+    for name in values:
+        if name not in used:
+            raise ValueInputError("unknown_variable", f"a value was given for '{name}', "
+                                  "which none of the programs uses",
+                                  hint="the programs' variables are: " + (", ".join(sorted(used)) or "(none)"))
+
+
+def _leaves(graph, wrt) -> list[str]:
+    """--wrt as it applies to this program: the named leaves it uses (others show 'not used')."""
+    if isinstance(wrt, str) and wrt.strip() != "all":
+        wrt = [w.strip() for w in wrt.split(",") if w.strip()]
+    if isinstance(wrt, list) and any(w in graph.inputs for w in wrt):
+        wrt = [w for w in wrt if w in graph.inputs]
+    return resolve_wrt(graph, wrt)
+
+
+def _row(src: str, graph, values: dict, wrt, dtype: str, device: str) -> Row:
+    row = Row(src, src)
+    if isinstance(graph, GradflowError):
+        row.error = graph
+        return row
+    from gradflow.studies.whatif import run_graph
+
+    try:
+        vals = check_values(graph, {k: v for k, v in values.items() if k in graph.inputs})
+        result, row.error = run_graph(graph, vals, _leaves(graph, wrt), dtype, device)
+    except GradflowError as err:
+        result, row.error = None, err
+    if result is not None:
+        row.fill(result)
+        row.note = "; ".join(f"{k}: {v}" for k, v in result.why.items())
+    return row
+
+
+def compare(sources: str | list[str], /, *, modes: bool = False, wrt: str | list[str] | None = None,
+            dtype: str = "float32", device: str = "cpu", values: dict[str, Any] | None = None,
+            **kw_values: Any) -> Comparison:
+    """Evaluate several programs on the same values, or (modes=True) one program's cut mechanisms.
+
+    A program that fails becomes a row with `.error`; a value no program uses raises ValueInputError.
+    """
+    vals = {**(values or {}), **kw_values}
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    if modes:
+        from gradflow.studies.modes import compare_modes
+
+        if len(sources) != 1:
+            raise ValueInputError("usage", f"modes compares one program's cuts; got {len(sources)} programs",
+                                  hint='gradflow compare --modes "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
+        return compare_modes(sources[0], vals, wrt, dtype, device)
+    if not sources:
+        raise ValueInputError("usage", "no program to compare", hint='gradflow compare "EXPR1" "EXPR2" --x 1')
+    graphs = _graphs(sources)
+    _check_unused(graphs, vals)
+    rows = [_row(src, g, vals, wrt, dtype, device) for src, g in zip(sources, graphs)]
+    leaves = list(dict.fromkeys(leaf for r in rows for leaf in r.grads))
+    return Comparison(rows, leaves)

@@ -1,0 +1,86 @@
+"""The optional views `gradflow eval` adds on request: --check, --order 2, --graph FORMAT.
+
+Computed before anything is printed (so an error exits cleanly), then added to the
+table output or as extra top-level JSON fields ("check", "hessian", "graph"); the
+existing fields are never changed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gradflow.errors import ValueInputError
+
+EVAL_GRAPH_FORMATS = ("tree", "dot", "mermaid")
+
+
+@dataclass
+class Extras:
+    check: Any = None  # CheckResult
+    hessian: Any = None  # HessianResult
+    graph: Any = None  # Picture
+    graph_format: str | None = None
+
+    @classmethod
+    def compute(cls, result, values: dict, *, check: bool = False, order: int = 1,
+                graph: str | None = None) -> "Extras":
+        if graph is not None and graph not in EVAL_GRAPH_FORMATS:
+            raise ValueInputError("usage", f"eval --graph takes tree, dot or mermaid, not '{graph}'",
+                                  hint='for svg/png use: gradflow graph "EXPR" --format svg -o graph.svg')
+        if order not in (1, 2):
+            raise ValueInputError("usage", f"--order must be 1 or 2, not {order}")
+        extras = cls(graph_format=graph)
+        if check:
+            extras.check = _check(result, values)
+        if order == 2:
+            from gradflow.studies.hessian import from_explanation
+
+            extras.hessian = from_explanation(result, values)
+        if graph is not None:
+            from gradflow.studies.picture import picture
+
+            extras.graph = picture(result, values)
+        return extras
+
+    def add_to(self, doc: dict) -> dict:
+        if self.check is not None:
+            doc["check"] = self.check.to_dict()
+        if self.hessian is not None:
+            doc["hessian"] = self.hessian.to_dict()
+        if self.graph is not None:
+            doc["graph"] = {**self.graph.to_dict(), "format": self.graph_format, "text": self._text()}
+        return doc
+
+    def to_json(self, result) -> str:
+        """The explanation's JSON document plus the requested fields."""
+        from gradflow.analysis.explanation import dumps
+
+        return dumps(self.add_to(result.to_dict()))
+
+    def _text(self) -> str | None:
+        from gradflow.render.graph import to_dot, to_mermaid
+
+        return {"dot": to_dot, "mermaid": to_mermaid}.get(self.graph_format, lambda p: None)(self.graph)
+
+    def print(self, out, err):
+        from gradflow.render.checks import check_table, hessian_view, note_lines
+
+        if self.check is not None:
+            out.print(check_table(self.check))
+            if self.check.notes:
+                out.print(note_lines(self.check.notes))
+        if self.hessian is not None:
+            out.print(hessian_view(self.hessian))
+        if self.graph is not None:
+            from gradflow.render.graph import print_picture
+
+            print_picture(self.graph, self.graph_format, out)
+
+
+def _check(result, values: dict):
+    from gradflow.engine.explain import check_values, compile_program, explain
+    from gradflow.studies.numcheck import run_check
+
+    graph = compile_program(result.source)
+    exact = explain(result.source, wrt=result.wrt, dtype="float64", values=values)
+    return run_check(exact, graph, check_values(graph, values))

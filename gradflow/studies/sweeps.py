@@ -1,0 +1,115 @@
+"""Sweeps: evaluate one program at many values of one variable (the others fixed).
+
+The program is compiled once (api.compile_program) and the fixed values are
+built once; each point is one engine evaluation and backward pass. Every point
+keeps a light `SweepRow` (L, the grads, error, warnings); the full Explanations
+are kept only when asked (`keep=True`, the API default; the CLI streams instead).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gradflow.engine.explain import check_values, compile_program, resolve_wrt
+from gradflow.errors import GradflowError, ValueInputError
+from gradflow.analysis.explanation import Explanation, to_jsonable
+from gradflow.values.specs import SweepRange, parse_sweep
+
+
+@dataclass
+class SweepRow:
+    """What a sweep remembers of one point."""
+
+    value: float  # the swept variable
+    output: Any  # L (0-d tensor)
+    grads: dict[str, Any]  # chosen leaf -> grad tensor or None
+    error: GradflowError | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, value: float, p: Explanation) -> SweepRow:
+        return cls(value, p.output.value, dict(p.grads), p.error, [w.message for w in p.warnings])
+
+
+@dataclass
+class SweepResult:
+    """`rows[i]` is the point where the swept variable is `values[i]`; `points[i]` its Explanation (if kept)."""
+
+    source: str
+    var: str
+    values: list[float]
+    wrt: list[str]
+    rows: list[SweepRow] = field(default_factory=list)
+    points: list[Explanation] = field(default_factory=list)
+
+    def outputs(self) -> list[float]:
+        """L at every point (nan where it is nan)."""
+        return [r.output.item() for r in self.rows]
+
+    def grads(self, leaf: str) -> list[Any]:
+        """dL/d(leaf) at every point: numbers (or nested lists), None where no gradient arrived."""
+        return [to_jsonable(r.grads[leaf], strict=False) for r in self.rows]
+
+    def records(self, full: bool = False) -> list[dict]:
+        """One eval --json document per point, plus "sweep": {"var", "index", "value"} (needs keep=True)."""
+        return [record(self.var, i, self.values[i], p, full) for i, p in enumerate(self.points)]
+
+    def to_dict(self) -> dict:
+        """Compact columns: {"source", "var", "values", "output", "grads": {leaf: [...]}} (strict JSON)."""
+        return {"source": self.source, "var": self.var, "values": list(self.values),
+                "output": [to_jsonable(r.output) for r in self.rows],
+                "grads": {leaf: [to_jsonable(r.grads[leaf]) for r in self.rows] for leaf in self.wrt}}
+
+
+def record(var: str, index: int, value: float, point: Explanation, full: bool = False) -> dict:
+    """A point's `eval --json` document plus "sweep": {"var", "index", "value"}."""
+    return {**point.to_dict(full), "sweep": {"var": var, "index": index, "value": value}}
+
+
+def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0, count: int = 21, *,
+          wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0,
+          values: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None,
+          keep: bool = True, **kw_values: Any) -> SweepResult:
+    """Evaluate `source` at `count` evenly spaced values of `var` from `start` to `stop`.
+
+    Other variables' values come as keywords (or `values={...}`), as for explain().
+    `progress(done, total)` is called after each point; `keep=False` drops the
+    per-point Explanations (records() then needs them) to save memory.
+    """
+    rng = parse_sweep(var, f"{start}:{stop}:{count}") if isinstance(count, int) else None
+    if rng is None:
+        raise ValueInputError("bad_value", f"cannot sweep '{var}' from {start!r} to {stop!r} in {count!r} points",
+                              hint="sweep(src, 'x', -2, 2, 41): numbers, and a whole count >= 1")
+
+    def on_point(i: int, point: Explanation):
+        if progress is not None:
+            progress(i + 1, rng.count)
+
+    return run_sweep(source, var, rng, {**(values or {}), **kw_values}, wrt=wrt, dtype=dtype, device=device,
+                     seed=seed, on_point=on_point, keep=keep)
+
+
+def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None):
+    """The torch-free part (program, values, leaves): its errors come before any work."""
+    graph = compile_program(source)
+    return graph, check_values(graph, {**values, var: 0.0}), resolve_wrt(graph, wrt)
+
+
+def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
+              dtype: str = "float32", device: str = "cpu", seed: int = 0,
+              on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False) -> SweepResult:
+    """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
+    graph, fixed, leaves = check_sweep(source, var, values, wrt)
+    from gradflow.engine.evaluate import evaluate  # torch from here on
+    from gradflow.values.tensors import materialize
+
+    fixed = materialize({n: fixed[n] for n in graph.inputs}, dtype, seed)
+    result = SweepResult(graph.source, var, rng.points(), leaves)
+    for i, x in enumerate(result.values):
+        point = evaluate(graph, {**fixed, var: x}, leaves, dtype=dtype, device=device)
+        result.rows.append(SweepRow.of(x, point))
+        if keep:
+            result.points.append(point)
+        if on_point is not None:
+            on_point(i, point)
+    return result

@@ -1,0 +1,1 @@
+"""Values: value text (numbers, lists, constructors, files, sweeps), coercion, and building tensors."""
