@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gradflow import GradflowError, explain
-from gradflow.engine.explain import compile_program
+from gradflow.language.compile import compile_program
 from gradflow.cli.app import app
 from gradflow.language.ops import FUNCTIONS
 from gradflow.render.table import print_error, print_explanation

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gradflow.engine.explain import compile_program
+from gradflow.language.compile import compile_program
 from gradflow.studies.batch import run_batch
 
 

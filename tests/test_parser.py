@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradflow import ParseError, explain, parse
-from gradflow.language.graph import Assign, ExprStmt, Num, SetFlag, Var, lower
+from gradflow.language.graph import lower
+from gradflow.language.syntax import Assign, ExprStmt, Num, SetFlag, Var
 
 
 def sx(e) -> str:

@@ -5,7 +5,8 @@ import torch
 from rich.console import Console
 
 from gradflow import explain
-from gradflow.render.table import format_tensor, print_explanation
+from gradflow.render.table import print_explanation
+from gradflow.values.text import format_tensor
 
 
 def test_format_tensor():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from gradflow.cli import startup as typer_fast
+from gradflow.cli import startup
 
 
 def _run(*args, env=None):
@@ -40,7 +40,9 @@ def test_options_still_coerced(cli, tmp_path):
 
 
 def test_install_is_idempotent():
-    assert typer_fast.install() is False  # already installed by gradflow.cli.app (or not applicable)
+    import gradflow.cli.app  # noqa: F401  (installs it)
+
+    assert startup._lazy_typer_coercion() is False  # already installed (or not applicable)
 
 
 def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from gradflow import explain
 from gradflow.errors import LimitError, ValueInputError
 from gradflow.limits import MAX_ELEMENTS
-from gradflow.analysis.explanation import JSON_FULL_MAX
+from gradflow.values.jsonable import JSON_FULL_MAX
 
 
 def _x(r):
@@ -193,7 +193,7 @@ def test_json_threshold():
 
 
 def test_table_summary_has_dtype_and_norm():
-    from gradflow.render.table import format_tensor
+    from gradflow.values.text import format_tensor
 
     t = _x(explain("sum(x)", x="full(3,4, -2)", dtype="float64"))
     assert format_tensor(t) == "shape (3, 4) float64 mean -2 norm 6.928 min -2 max -2"  # norm = 2*sqrt(12), 4 digits

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gradflow import whatif
-from gradflow.engine.explain import compile_program
+from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit
 
 from .conftest import BLOG

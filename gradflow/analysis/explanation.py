@@ -5,15 +5,13 @@ as torch tensors (no copies into Python lists) until a renderer asks.
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.errors import GradflowError
+from gradflow.values.jsonable import dumps, to_jsonable
 
 SCHEMA_VERSION = 1
-JSON_FULL_MAX = 1000  # to_dict(full=False): tensors with more elements become summary objects
 
 
 @dataclass
@@ -128,43 +126,3 @@ def error_document(error: GradflowError, source: str | None = None) -> dict:
     """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`."""
     return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
             "edges": [], "contributions": {}, "warnings": [], "error": error.to_dict()}
-
-
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    if isinstance(x, list):
-        return x if _finite_flat(x) else [_clean(v) for v in x]
-    return x
-
-
-def summary(t) -> dict:
-    """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64)."""
-    f = t.detach().double()
-    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "mean": f.mean().item(),
-            "min": f.min().item(), "max": f.max().item(), "norm": f.norm().item()}
-
-
-def _finite_flat(x: list) -> bool:
-    """A flat list of finite numbers (a 1-d tensor's tolist(), the common case): nothing to replace."""
-    try:
-        return all(map(math.isfinite, x))
-    except TypeError:  # nested lists, strings, None
-        return False
-
-
-def to_jsonable(t, strict: bool = True, full: bool = True):
-    """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX
-    elements and not `full`); non-finite numbers as strings if strict."""
-    if t is None:
-        return None
-    if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
-        return {k: _clean(v) if strict else v for k, v in summary(t).items()}
-    if hasattr(t, "tolist"):
-        t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
-    return _clean(t) if strict else t
-
-
-def dumps(obj, **kw) -> str:
-    """Strict RFC 8259 JSON: a stray NaN raises instead of producing invalid output."""
-    return json.dumps(obj, allow_nan=False, **kw)

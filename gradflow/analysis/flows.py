@@ -8,9 +8,12 @@ were cut (their flow counts as 0). Torch-free: only tensor methods are used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gradflow.analysis.explanation import Explanation, to_jsonable
+from gradflow.values.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from gradflow.analysis.explanation import Explanation
 
 _IDENTITY = ("no_grad", "inference_mode")
 

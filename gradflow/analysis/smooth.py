@@ -66,6 +66,6 @@ def notes(result: Explanation, graph: Graph, tol: float = 0.0) -> list[Note]:
 
 
 def _show(t) -> str:
-    from gradflow.render.table import format_tensor
+    from gradflow.values.text import format_tensor
 
     return format_tensor(t)

@@ -10,7 +10,7 @@ from typing import Annotated, Iterable, Iterator, Optional
 
 import typer
 
-from gradflow.cli.app import EXTRA, DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, app, consoles, guarded, parse_values
+from gradflow.cli.common import DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, consoles, guarded, parse_values
 from gradflow.errors import ExitCode, ValueInputError
 
 InputArg = Annotated[Optional[str], typer.Argument(
@@ -76,7 +76,6 @@ def _write(line: str, flush: bool) -> bool:
         return False
 
 
-@app.command("batch", context_settings=EXTRA)
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               debug: DebugOpt = False):
@@ -90,7 +89,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     """
     def body() -> int:
         from gradflow.studies.batch import run_batch
-        from gradflow.analysis.explanation import dumps
+        from gradflow.values.jsonable import dumps
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var)

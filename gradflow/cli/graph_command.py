@@ -5,17 +5,16 @@ import io
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from gradflow.cli.app import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, VarOpt, WrtOpt, app, consoles, guarded,
+from gradflow.cli.common import (OutOpt, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, VarOpt, WrtOpt, consoles, guarded,
                   check_shadowed, parse_values, read_program)
 from gradflow.errors import GradflowError, ValueInputError
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")
 FormatOpt = Annotated[str, typer.Option("--format", help="tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
-OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
 
 def graphviz(dot_text: str, fmt: str) -> bytes:
@@ -67,7 +66,6 @@ def _write(data: str | bytes, output: Path | None):
         typer.echo(data, nl=False)
 
 
-@app.command("graph", context_settings=EXTRA)
 def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False):

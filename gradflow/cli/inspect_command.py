@@ -19,8 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gradflow.cli.app import DebugOpt, JsonOpt, app, consoles, guarded
-from gradflow.cli.graph_command import OutOpt
+from gradflow.cli.common import OutOpt, DebugOpt, JsonOpt, consoles, guarded
 from gradflow.errors import GradflowError, ValueInputError
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
@@ -149,7 +148,6 @@ def _emit_to_stdout(report, o: Opts):
         print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
 
 
-@app.command("inspect")
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
                 debug: DebugOpt = False):
@@ -172,7 +170,8 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
 
 def _json_error(err: GradflowError) -> int:
     from gradflow.render.table import print_error
-    from gradflow.analysis.explanation import SCHEMA_VERSION, dumps
+    from gradflow.analysis.explanation import SCHEMA_VERSION
+    from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
     print_error(err, consoles()[1])

@@ -7,13 +7,10 @@ batch, sweep, ...) inherits it:
 - Ctrl-C: exit 130 without a traceback (whatever was flushed stays written);
 - a closed stdout/stderr (`>&-`): output is discarded instead of crashing;
 - a closed stdin (`<&-`): reading it is a package error (exit 2), in every command;
-- garbage collection: in a command, torch's objects live as long as the process, so they are frozen out of the
-  collector's reach once imported (`torch_imported`) and everything is frozen before exit.
 """
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import os
 import sys
@@ -104,21 +101,8 @@ def _library_saw_broken_pipe(was_devnull: bool) -> bool:
     return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (not was_devnull and _stdout_is_devnull())
 
 
-_IN_COMMAND = False  # True while run_safely runs a command; False when gradflow is a library in someone's process
-
-
-def torch_imported() -> None:
-    """The engine calls this right after `import torch`. In a command, freeze what is alive: torch's ~10^6
-    long-lived objects would otherwise be walked by every full collection (one costs ~0.1 s; a cold eval
-    triggers one). A library user's process is left alone."""
-    if _IN_COMMAND:
-        gc.freeze()
-
-
 def run_safely(main: Callable[[], object]) -> NoReturn:
     """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
-    global _IN_COMMAND
-    _IN_COMMAND = True
     _ensure_streams()
     was_devnull = _stdout_is_devnull()
     try:
@@ -131,9 +115,9 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     except BrokenPipeError:
         code = stdout_gone()
     sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
-    # Everything still alive (torch's modules above all) lives until exit: move it out of the collector's
-    # reach so the interpreter's shutdown collections skip it. Measured: ~0.4 s less per command using torch.
-    gc.freeze()
+    from gradflow.cli.startup import before_exit
+
+    before_exit()
     sys.exit(code)
 
 

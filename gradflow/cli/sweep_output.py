@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from gradflow.values.specs import SweepRange
 
-from gradflow.cli.app import consoles
+from gradflow.cli.common import consoles
 from gradflow.errors import ValueInputError
 
 
@@ -97,7 +97,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     from rich.progress import Progress
 
-    from gradflow.analysis.explanation import dumps
+    from gradflow.values.jsonable import dumps
     from gradflow.studies.sweeps import record, run_sweep
 
     point_values, first = rng.points(), []
@@ -125,7 +125,8 @@ def sweep_table(result, first=None) -> Group:
     from rich.table import Table
     from rich.text import Text
 
-    from gradflow.render.table import cut_lines, format_tensor
+    from gradflow.render.table import cut_lines
+    from gradflow.values.text import format_tensor
     from gradflow.values.text import format_number
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

@@ -8,81 +8,31 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
 
 import torch
 
 from gradflow.analysis.status import annotate
 from gradflow.engine.budget import account, precheck
-from gradflow.values.coerce import check_value, conversion_note
+from gradflow.values.coerce import conversion_note
+from gradflow.values.tensors import TORCH_ERRORS, resolve_device, resolve_dtype, scalar, to_tensor
 from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.limits import Limits, using
 from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.language.ops import OPS
 from gradflow.language.graph import FlagStep, Graph, Node
 from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
-from gradflow.cli.streams import torch_imported
+from gradflow.engine.hooks import torch_imported
 
-torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (streams.py)
+torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _IDENTITY = ("no_grad", "inference_mode")
 _RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
-# what torch raises for bad input besides RuntimeError (all become package errors)
-TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
-
-
 def _context(mode: str | None):
     if mode == "no_grad":
         return torch.no_grad()
     if mode == "inference_mode":
         return torch.inference_mode()
     return contextlib.nullcontext()
-
-
-@functools.lru_cache(maxsize=None)  # probing cuda/mps costs ~50 us: once per process (batch)
-def resolve_device(device: str) -> torch.device:
-    available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
-    if device not in available:
-        raise EvalError("device", f"unknown device '{device}'", hint="use cpu, cuda or mps")
-    if not available[device]:
-        raise EvalError("device", f"device '{device}' is not available on this machine",
-                        hint="use --device cpu (the default)")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    if dtype not in DTYPES:
-        raise EvalError("dtype", f"unknown dtype '{dtype}'", hint="use float32 (default) or float64")
-    return DTYPES[dtype]
-
-
-def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 0-d tensor of a Python number, as torch.tensor makes it (1e39 in float32 is inf); scalar_tensor is
-    twice as fast (~3 us, once per number of every evaluation) but refuses values the dtype overflows."""
-    try:
-        return torch.scalar_tensor(value, dtype=dtype, device=device)
-    except RuntimeError:
-        return torch.tensor(value, dtype=dtype, device=device)
-
-
-def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
-    check_value(name, value)
-    if type(value) in (int, float):
-        try:
-            return _scalar(value, dtype, device)
-        except OverflowError:
-            pass  # an int too big for a C double: as_tensor below says so in torch's words
-    try:
-        t = torch.as_tensor(value, dtype=dtype, device=device)
-    except TORCH_ERRORS as err:
-        raise EvalError("bad_value", f"cannot make a tensor of the value of '{name}': {err}",
-                        hint="give a number or a rectangular list of numbers") from None
-    if isinstance(value, (int, float, list)):  # as_tensor already made new memory
-        return t
-    return t.detach().clone()
 
 
 def _single_use(graph: Graph) -> list[bool]:
@@ -151,7 +101,7 @@ class _Run:
             return self.leaf(node, values)
         if node.op == "const":
             with _context(node.mode):
-                return _scalar(node.value, self.dtype, self.device)
+                return scalar(node.value, self.dtype, self.device)
         args = self.inputs(node)
         exponent = self.g.nodes[node.args[-1]]
         if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0

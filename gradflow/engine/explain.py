@@ -1,86 +1,15 @@
 """The Python API: `explain()` and friends. Thin: parse -> lower -> evaluate."""
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
+from gradflow.engine.prepare import check_values, resolve_wrt
 from gradflow.errors import ValueInputError
-from gradflow.language.checks import check_arguments, check_graph, check_source, check_tree
-from gradflow.limits import Limits, as_limits, current
-from gradflow.language.parser import parse
+from gradflow.language.compile import compile_program
+from gradflow.limits import as_limits
 
 if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error needs none of them
-    from gradflow.language.graph import Graph
-
-
-def compile_program(source: str, limits: Limits | None = None) -> Graph:
-    """Parse and lower once per distinct text (batch and sweeps reuse it), within `limits`
-    (default: the limits in force, see `limits.using`)."""
-    return _compile(source, current() if limits is None else limits)
-
-
-@functools.lru_cache(maxsize=1024)
-def _compile(source: str, limits: Limits) -> Graph:
-    check_source(source, limits)
-    program = parse(source)  # first: a syntax error never loads program.py
-    check_tree(program, limits)
-    from gradflow.language.graph import lower
-
-    graph = lower(program)
-    check_graph(graph, limits)
-    return graph
-
-
-compile_program.cache_info = _compile.cache_info  # type: ignore[attr-defined]
-compile_program.cache_clear = _compile.cache_clear  # type: ignore[attr-defined]
-
-
-def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
-    """None -> ['x'] if the program uses x, else every variable; 'all'; 'a,b' or a list."""
-    names = list(graph.inputs)
-    if wrt is None:
-        return ["x"] if "x" in graph.inputs else names
-    if isinstance(wrt, str) and wrt.strip() == "all":
-        return names
-    if isinstance(wrt, str):
-        wrt = [w.strip() for w in wrt.split(",") if w.strip()]
-    if not wrt:
-        raise ValueInputError("usage", "--wrt names no variable", hint="--wrt x, --wrt a,b or --wrt all")
-    computed = {name for n in graph.nodes if n.op != "var" for name in n.names}
-    for w in wrt:
-        if w in computed and w not in graph.inputs:
-            raise ValueInputError("not_a_leaf", f"--wrt names '{w}', which is computed, not an input variable",
-                                  hint=f"--wrt chooses input leaves ({', '.join(names) or 'none'}); "
-                                       f"the gradient of {w} is in its row of the table")
-        if w not in graph.inputs:
-            raise ValueInputError("unknown_variable", f"--wrt names '{w}', which the program does not use",
-                                  hint=_known(w, names))
-    return list(dict.fromkeys(wrt))
-
-
-def _known(name: str, names: list[str]) -> str:
-    import difflib
-
-    near = difflib.get_close_matches(name, names, n=1)
-    listing = ", ".join(names) or "(none)"
-    return (f"did you mean '{near[0]}'? " if near else "") + f"the program's variables are: {listing}"
-
-
-def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
-    """Every input has a value and every value names an input; text values are parsed."""
-    names = list(graph.inputs)
-    for name in values:
-        if name not in graph.inputs:
-            raise ValueInputError("unknown_variable", f"a value was given for '{name}', "
-                                  "which the program does not use", hint=_known(name, names))
-    for name in names:
-        if name not in values:
-            raise ValueInputError("missing_value", f"no value for variable '{name}'",
-                                  hint=f"pass --{name} VALUE (or --var {name}=VALUE; "
-                                       f"in Python: {name}=VALUE)")
-    from gradflow.values.text import parse_value
-
-    return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}
+    pass
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
@@ -111,3 +40,21 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     with using(limits):  # constructor sizes are checked against these limits before allocating
         tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws
     return evaluate(graph, tensors, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
+
+
+def check_arguments(source, wrt, dtype, device, values) -> None:
+    """explain()'s arguments have usable types (the CLI always passes text)."""
+    for name, given, ok, example in [("the program", source, str, 'explain("x^2", x=3)'),
+                                     ("wrt", wrt, (str, list, tuple, type(None)), 'wrt="x,y"'),
+                                     ("dtype", dtype, str, 'dtype="float64"'), ("device", device, str, 'device="cpu"'),
+                                     ("values", values, (dict, type(None)), 'values={"x": 1}')]:
+        if not isinstance(given, ok):
+            raise ValueInputError("bad_argument", f"{name} must be {_kind(ok)}, got {type(given).__name__}",
+                                  hint=f"e.g. {example}")
+    if isinstance(wrt, (list, tuple)) and not all(isinstance(w, str) for w in wrt):
+        raise ValueInputError("bad_argument", "wrt must list variable names as text", hint='e.g. wrt=["x", "y"]')
+
+
+def _kind(ok) -> str:
+    names = {str: "text", list: "a list", tuple: "a tuple", dict: "a dict", type(None): "None"}
+    return " or ".join(names[t] for t in (ok if isinstance(ok, tuple) else (ok,)))

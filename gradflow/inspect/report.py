@@ -13,7 +13,8 @@ import torch
 
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
-from gradflow.analysis.explanation import SCHEMA_VERSION, dumps, to_jsonable
+from gradflow.analysis.explanation import SCHEMA_VERSION
+from gradflow.values.jsonable import dumps, to_jsonable
 from gradflow.inspect.tracer import Trace, TraceFailure
 
 ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every element is 0 "

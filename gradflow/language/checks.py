@@ -7,29 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gradflow.errors import ParseError, Span, ValueInputError
-from gradflow.limits import MAX_VALUE_DIMS, Limits, check
+from gradflow.errors import ParseError, Span
+from gradflow.limits import Limits, check
 
 if TYPE_CHECKING:  # the node classes load only once a program has parsed (early errors stay light)
-    from gradflow.language.graph import Graph, Program
-
-
-def check_arguments(source, wrt, dtype, device, values) -> None:
-    """explain()'s arguments have usable types (the CLI always passes text)."""
-    for name, given, ok, example in [("the program", source, str, 'explain("x^2", x=3)'),
-                                     ("wrt", wrt, (str, list, tuple, type(None)), 'wrt="x,y"'),
-                                     ("dtype", dtype, str, 'dtype="float64"'), ("device", device, str, 'device="cpu"'),
-                                     ("values", values, (dict, type(None)), 'values={"x": 1}')]:
-        if not isinstance(given, ok):
-            raise ValueInputError("bad_argument", f"{name} must be {_kind(ok)}, got {type(given).__name__}",
-                                  hint=f"e.g. {example}")
-    if isinstance(wrt, (list, tuple)) and not all(isinstance(w, str) for w in wrt):
-        raise ValueInputError("bad_argument", "wrt must list variable names as text", hint='e.g. wrt=["x", "y"]')
-
-
-def _kind(ok) -> str:
-    names = {str: "text", list: "a list", tuple: "a tuple", dict: "a dict", type(None): "None"}
-    return " or ".join(names[t] for t in (ok if isinstance(ok, tuple) else (ok,)))
+    from gradflow.language.graph import Graph
+    from gradflow.language.syntax import Program
 
 
 def check_source(source: str, limits: Limits) -> None:
@@ -66,7 +49,7 @@ def paren_depth(source: str) -> tuple[int, int]:
 
 def check_tree(program: Program, limits: Limits) -> None:
     """The typed expression trees are at most `limits.depth` levels deep (walked with a stack)."""
-    from gradflow.language.graph import Call, SetFlag
+    from gradflow.language.syntax import Call, SetFlag
 
     for st in program.stmts:
         if isinstance(st, SetFlag):
@@ -82,7 +65,7 @@ def check_tree(program: Program, limits: Limits) -> None:
 
 
 def tree_depth(root) -> int:
-    from gradflow.language.graph import Call
+    from gradflow.language.syntax import Call
 
     best, stack = 0, [(root, 1)]
     while stack:
@@ -95,18 +78,3 @@ def tree_depth(root) -> int:
 
 def check_graph(graph: Graph, limits: Limits) -> None:
     check("nodes", len(graph.nodes), "the program has", limit=limits.nodes)
-
-
-def check_value_text(name: str, text: str) -> None:
-    """A JSON list value nests at most MAX_VALUE_DIMS brackets (json.loads would recurse)."""
-    depth = best = 0
-    for ch in text:
-        if ch == "[":
-            depth += 1
-            best = max(best, depth)
-        elif ch == "]":
-            depth -= 1
-    if best > MAX_VALUE_DIMS:
-        raise ValueInputError("bad_value", f"the value of '{name}' nests lists {best} deep; "
-                              f"at most {MAX_VALUE_DIMS} dimensions are supported",
-                              hint="give a number or a list like [[1,2],[3,4]]")

@@ -1,7 +1,6 @@
-"""Typed program nodes (the parser's output) and their lowering to a flat graph.
+"""Lowering a parsed Program (syntax.py) to a flat Graph.
 
-A `Program` is a list of statements over expression trees, each node carrying
-its source span. `lower()` turns it into a `Graph`: the nodes in evaluation
+`lower()` turns it into a `Graph`: the nodes in evaluation
 order (each expression occurrence is one node, each input variable one leaf),
 plus the requires_grad statements between them. The engine walks that list in
 order; nothing here imports torch.
@@ -11,61 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gradflow.errors import Span
-
-
-# ---- expression trees --------------------------------------------------------------
-
-@dataclass
-class Expr:
-    span: Span  # the node's own text
-    full: Span  # with any enclosing parentheses (what a parent's text spans)
-
-
-@dataclass
-class Num(Expr):
-    value: float
-
-
-@dataclass
-class Var(Expr):
-    name: str
-
-
-@dataclass
-class Call(Expr):
-    """An operator or function application; `op` names a registry row."""
-
-    op: str
-    args: list[Expr]
-
-
-@dataclass
-class Assign:
-    name: str
-    expr: Expr
-    span: Span
-
-
-@dataclass
-class SetFlag:
-    name: str
-    value: bool
-    span: Span
-
-
-@dataclass
-class ExprStmt:
-    expr: Expr
-    span: Span
-
-
-Stmt = Assign | SetFlag | ExprStmt
-
-
-@dataclass
-class Program:
-    source: str
-    stmts: list[Stmt]
+from gradflow.language.syntax import Assign, Expr, Num, Program, SetFlag, Var
 
 
 # ---- the lowered graph --------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from lark import Lark, Token
@@ -19,7 +18,7 @@ from gradflow.errors import ParseError, Span
 
 if TYPE_CHECKING:
     from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.graph import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+    from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
 
 _READABLE = {
     "NUMBER": "a number", "NAME": "a name", "LPAR": "'('", "RPAR": "')'", "MINUS": "'-'",
@@ -29,15 +28,14 @@ _READABLE = {
 }
 
 
-def _cache_file() -> str:
-    """Lark's parse tables, cached per user (keyed by a hash of the grammar): saves ~0.2 s per start."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "gradflow")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        return ""  # no writable cache: build the tables every time
-    return os.path.join(path, f"grammar-lark-py{sys.version_info[0]}{sys.version_info[1]}.cache")
+_TABLE_CACHE: str | None = None  # a file for lark's parse tables; the command line sets one (cli/startup.py)
+
+
+def use_table_cache(path: str | None) -> None:
+    """Cache lark's parse tables in `path` (None: build them in memory, ~0.2 s once per process)."""
+    global _TABLE_CACHE
+    _TABLE_CACHE = path
+    _lark.cache_clear()
 
 
 class _Continuation(PostLex):
@@ -62,7 +60,7 @@ class _Continuation(PostLex):
 def _lark() -> Lark:
     with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as fh:
         grammar = fh.read()  # not importlib.resources: its readers and zipfile cost ~6 ms of start-up
-    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_cache_file() or False,
+    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_TABLE_CACHE or False,
                 postlex=_Continuation())
 
 
@@ -189,7 +187,7 @@ def _load_nodes():
     error (the CLI's early exit) never pays for program.py's dataclasses."""
     global Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var, FUNCTIONS, suggest
     from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.graph import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+    from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
 
 
 def parse(source: str) -> Program:

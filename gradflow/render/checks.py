@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gradflow.render.table import DASH, format_tensor
+from gradflow.values.text import DASH, format_tensor
 from gradflow.values.text import format_number
 
 

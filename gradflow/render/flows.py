@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from gradflow.analysis.flows import Contribution
-from gradflow.render.table import SMALL, format_tensor
+from gradflow.values.text import SMALL, format_tensor
 from gradflow.analysis.explanation import Explanation
 from gradflow.values.text import format_number
 

@@ -11,12 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gradflow.errors import GradflowError
-from gradflow.analysis.explanation import Explanation, NodeResult, summary
-from gradflow.values.text import format_number
+from gradflow.analysis.explanation import Explanation, NodeResult
+from gradflow.values.text import DASH, format_tensor
 
-DASH = "—"
 ANOMALY = "⚠"
-SMALL = 6  # tensors with at most this many elements are shown in full
 _STATUS = {  # marker, style, legend text
     "live": ("●", "green", "on a live gradient path"),
     "cut": ("✂", "red", "cut off by detach/no_grad"),
@@ -24,30 +22,6 @@ _STATUS = {  # marker, style, legend text
     "unreached": ("◌", "yellow", "requires grad, got none"),
     "off": ("○", "dim", "never required grad"),
 }
-
-
-def format_tensor(t, sep: str = " ") -> str:
-    """Small tensors in full ([1, 2, 3]); large ones summarised by shape, dtype and statistics
-    (`sep` between the groups: shape+dtype, mean+norm, min+max)."""
-    if t is None:
-        return DASH
-    if t.dim() == 0:
-        return format_number(t.item())
-    if t.numel() <= SMALL:
-        return _nested(t.tolist())
-    s = summary(t)
-    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
-            f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
-
-
-def _short(v: float) -> str:
-    return format_number(float(f"{v:.4g}"))
-
-
-def _nested(v) -> str:
-    if isinstance(v, list):
-        return "[" + ", ".join(_nested(x) for x in v) + "]"
-    return format_number(v)
 
 
 def _flag(b: bool) -> Text:

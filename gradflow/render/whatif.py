@@ -5,7 +5,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from gradflow.render.table import DASH
+from gradflow.values.text import DASH
 from gradflow.render.flows import compact
 from gradflow.studies.compare import Comparison, Row
 from gradflow.values.text import format_number

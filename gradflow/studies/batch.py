@@ -127,7 +127,7 @@ class Defaults:
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
     """The line's own vars, plus those defaults whose names the program uses."""
-    from gradflow.engine.explain import compile_program
+    from gradflow.language.compile import compile_program
 
     inputs = compile_program(job.expr).inputs
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}

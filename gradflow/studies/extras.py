@@ -53,7 +53,7 @@ class Extras:
 
     def to_json(self, result) -> str:
         """The explanation's JSON document plus the requested fields."""
-        from gradflow.analysis.explanation import dumps
+        from gradflow.values.jsonable import dumps
 
         return dumps(self.add_to(result.to_dict()))
 
@@ -78,7 +78,9 @@ class Extras:
 
 
 def _check(result, values: dict):
-    from gradflow.engine.explain import check_values, compile_program, explain
+    from gradflow.engine.explain import explain
+    from gradflow.engine.prepare import check_values
+    from gradflow.language.compile import compile_program
     from gradflow.studies.numcheck import run_check
 
     graph = compile_program(result.source)

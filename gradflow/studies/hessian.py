@@ -15,7 +15,7 @@ import torch
 from gradflow.errors import EvalError, LimitError
 from gradflow.language.graph import Graph
 from gradflow.engine.replay import make_leaves, replay
-from gradflow.analysis.explanation import to_jsonable
+from gradflow.values.jsonable import to_jsonable
 
 MAX_ELEMENTS = 1024  # Hessian-vector products (one backward pass each) per call
 
@@ -105,9 +105,10 @@ def hessian(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
 
 def from_explanation(result, values: dict) -> HessianResult:
     """Second derivatives for the program, leaves, dtype and device of an earlier explain()."""
-    from gradflow.engine.explain import check_values, compile_program
+    from gradflow.engine.prepare import check_values
+    from gradflow.language.compile import compile_program
     from gradflow.engine.evaluate import resolve_device, resolve_dtype
-    from gradflow.values.specs import pin_values
+    from gradflow.engine.prepare import pin_values
 
     graph = compile_program(result.source)
     return second_derivatives(graph, check_values(graph, pin_values(result, values)), result.wrt,

@@ -7,7 +7,8 @@ Graph; the program text shown per row is only for reading.
 """
 from __future__ import annotations
 
-from gradflow.engine.explain import check_values, compile_program, resolve_wrt
+from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.language.compile import compile_program
 from gradflow.studies.compare import Comparison, Row
 from gradflow.errors import ValueInputError
 from gradflow.language.ops import CUT_OPS

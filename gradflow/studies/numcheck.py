@@ -17,7 +17,8 @@ from gradflow.analysis.status import depends_on
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph
 from gradflow.engine.replay import make_leaves, replay
-from gradflow.analysis.explanation import Explanation, to_jsonable
+from gradflow.analysis.explanation import Explanation
+from gradflow.values.jsonable import to_jsonable
 from gradflow.analysis.smooth import Note, notes
 
 MAX_ELEMENTS = 4096  # finite differences: two runs per element of the chosen leaves
@@ -126,8 +127,10 @@ def check(source: str, /, *, wrt: str | list[str] | None = None, eps: float = 1e
         >>> check("(x*y1 - detach(x*y2))^2", x=1, y1=2, y2=7).leaf("x").true.item()
         50.0
     """
-    from gradflow.engine.explain import check_values, compile_program, explain
-    from gradflow.values.specs import pin_values
+    from gradflow.engine.explain import explain
+    from gradflow.engine.prepare import check_values
+    from gradflow.language.compile import compile_program
+    from gradflow.engine.prepare import pin_values
 
     merged = {**(values or {}), **kw_values}
     result = explain(source, wrt=wrt, dtype="float64", values=merged)

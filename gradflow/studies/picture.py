@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from gradflow.analysis.status import reaches_output
 from gradflow.language.graph import Graph
-from gradflow.render.table import format_tensor
+from gradflow.values.text import format_tensor
 from gradflow.engine.replay import CUTS, make_leaves, replay
 from gradflow.analysis.explanation import Explanation
 
@@ -121,8 +121,9 @@ def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tu
 
 def picture(result: Explanation, values: dict) -> Picture:
     """Build the picture for an explain() result (same program, leaves, dtype, device)."""
-    from gradflow.engine.explain import check_values, compile_program
-    from gradflow.values.specs import pin_values
+    from gradflow.engine.prepare import check_values
+    from gradflow.language.compile import compile_program
+    from gradflow.engine.prepare import pin_values
     from gradflow.engine.evaluate import resolve_device, resolve_dtype
 
     graph = compile_program(result.source)

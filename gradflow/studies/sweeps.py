@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gradflow.engine.explain import check_values, compile_program, resolve_wrt
+from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.language.compile import compile_program
 from gradflow.errors import GradflowError, ValueInputError
-from gradflow.analysis.explanation import Explanation, to_jsonable
+from gradflow.analysis.explanation import Explanation
+from gradflow.values.jsonable import to_jsonable
 from gradflow.values.specs import SweepRange, parse_sweep
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradflow.engine.explain import check_values, compile_program, resolve_wrt
+from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.language.compile import compile_program
 from gradflow.errors import GradflowError, LimitError
 from gradflow.language.graph import Graph
-from gradflow.analysis.explanation import Explanation, dumps, to_jsonable
+from gradflow.analysis.explanation import Explanation
+from gradflow.values.jsonable import dumps, to_jsonable
 from gradflow.language.edits import Edit, cut_nodes, off_flags
 
 

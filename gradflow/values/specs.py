@@ -102,16 +102,6 @@ def parse_special(name: str, text: str):
     return None if m is None else _spec(name, text, m[1], m[2])
 
 
-def pin_values(result, values: dict) -> dict:
-    """Constructor and file texts replaced by the tensors `result` was computed with, so a later
-    run on the same values (e.g. a float64 check) sees the same numbers, whatever the seed."""
-    from gradflow.engine.explain import compile_program  # cached: no second parse
-
-    leaves = {name: result.nodes[i].value for name, i in compile_program(result.source).inputs.items()}
-    return {k: leaves[k] if isinstance(v, str) and k in leaves and parse_special(k, v) is not None else v
-            for k, v in values.items()}
-
-
 def _file(name: str, path: str) -> FileValue:
     if not path.lower().endswith((".npy", ".pt", ".pth")):
         raise ValueInputError("bad_value", f"cannot read the value of '{name}' from '{path}': "

@@ -5,7 +5,8 @@ import json
 import math
 
 from gradflow.errors import ValueInputError
-from gradflow.language.checks import check_value_text
+from gradflow.values.jsonable import summary
+from gradflow.limits import MAX_VALUE_DIMS
 from gradflow.values.specs import parse_special
 
 
@@ -25,6 +26,21 @@ def parse_value(name: str, text: str):
             "bad_value", f"cannot read the value of '{name}': {text!r}{detail}",
             hint="give a number (2, -1.5, 1e-3), a JSON list ([1,2,3], [[1,2],[3,4]]), a constructor "
                  "(randn(3,4), zeros(2), linspace(-1,1,5), ...) or a file (@x.npy, @x.pt)") from None
+
+
+def check_value_text(name: str, text: str) -> None:
+    """A JSON list value nests at most MAX_VALUE_DIMS brackets (json.loads would recurse)."""
+    depth = best = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+            best = max(best, depth)
+        elif ch == "]":
+            depth -= 1
+    if best > MAX_VALUE_DIMS:
+        raise ValueInputError("bad_value", f"the value of '{name}' nests lists {best} deep; "
+                              f"at most {MAX_VALUE_DIMS} dimensions are supported",
+                              hint="give a number or a list like [[1,2],[3,4]]")
 
 
 def _check_list(value):
@@ -56,3 +72,31 @@ def format_number(x: float) -> str:
     if x == 0:
         return "0"
     return f"{x:.6g}"
+
+
+DASH = "—"
+SMALL = 6  # tensors with at most this many elements are shown in full
+
+
+def format_tensor(t, sep: str = " ") -> str:
+    """Small tensors in full ([1, 2, 3]); large ones summarised by shape, dtype and statistics
+    (`sep` between the groups: shape+dtype, mean+norm, min+max)."""
+    if t is None:
+        return DASH
+    if t.dim() == 0:
+        return format_number(t.item())
+    if t.numel() <= SMALL:
+        return _nested(t.tolist())
+    s = summary(t)
+    return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
+            f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
+
+
+def _short(v: float) -> str:
+    return format_number(float(f"{v:.4g}"))
+
+
+def _nested(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_nested(x) for x in v) + "]"
+    return format_number(v)

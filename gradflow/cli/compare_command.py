@@ -1,15 +1,12 @@
-"""`gradflow whatif` and `gradflow compare`: why this gradient, and what else it could be.
-
-Registered on the main Typer app; torch is imported only when evaluating.
-"""
+"""`gradflow compare`: several programs side by side on the same values, or one program's cut mechanisms."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from gradflow.cli.app import (EXTRA, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option, app,
-                  check_shadowed, consoles, guarded, parse_values, read_program)
+from gradflow.cli.common import (DebugOpt, DeviceOpt, DtypeOpt, JsonOpt, VarOpt, WrtOpt, check_shadowed, emit, guarded,
+                                 parse_values, read_program)
 from gradflow.errors import GradflowError, ValueInputError
 
 ExprsArg = Annotated[Optional[list[str]], typer.Argument(
@@ -18,35 +15,6 @@ ModesOpt = Annotated[bool, typer.Option(
     "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
 
 
-def emit(result, as_json: bool, renderable: Callable[[], Any]):
-    """A result as one strict JSON document (plain print, never rich) or as rich output."""
-    if as_json:
-        print(result.to_json(), flush=True)
-    else:
-        consoles()[0].print(renderable())
-
-
-@app.command("whatif", context_settings=EXTRA)
-def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
-               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-               json_: JsonOpt = False, debug: DebugOpt = False):
-    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
-
-    Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
-    """
-    def body() -> int:
-        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
-        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
-        check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
-        from gradflow.studies.whatif import whatif
-
-        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
-        from gradflow.render.whatif import whatif_table
-
-        emit(result, json_, lambda: whatif_table(result))
-        return 0
-
-    guarded(debug, json_, body)
 
 
 def split_programs(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -67,7 +35,6 @@ def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
             raise
 
 
-@app.command("compare", context_settings=EXTRA)
 def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
                 var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
                 json_: JsonOpt = False, debug: DebugOpt = False):

@@ -1,0 +1,169 @@
+"""What the commands share: option declarations (declared once), reading programs and values, errors and exit codes.
+
+Imports no torch and no rich at module level: `--help` and early errors stay fast.
+"""
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+
+import typer
+
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
+
+if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
+    from rich.console import Console
+
+EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+# ---- options shared by the commands -------------------------------------------------------
+ExprArg = Annotated[Optional[str], typer.Argument(
+    help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False)]
+FileOpt = Annotated[Optional[Path], typer.Option("--file", help="Read the program from this file.")]
+WrtOpt = Annotated[Optional[str], typer.Option(
+    "--wrt", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every variable.")]
+VarOpt = Annotated[Optional[list[str]], typer.Option(
+    "--var", help="A value as NAME=VALUE (for names that clash with options). Repeatable.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values: same seed, same values.")]
+FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, "
+                                       "not summarised.")]
+PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
+                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
+OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
+GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
+LimitOpt = Annotated[Optional[list[str]], typer.Option(
+    "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
+                    "elements (1e6 per tensor), total (1e7). Repeatable.")]
+FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+
+
+def consoles() -> tuple[Console, Console]:
+    from rich.console import Console
+
+    return Console(), Console(stderr=True)
+
+
+def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
+    """Print an error the user can act on and return the Exit to raise."""
+    from gradflow.render.plain import print_error  # plain text: no rich on the early-error path
+    from gradflow.cli.streams import unread
+
+    with unread():  # if nobody reads the message any more, the exit code still tells
+        if as_json:
+            from gradflow.analysis.explanation import error_document
+            from gradflow.values.jsonable import dumps
+
+            print(dumps(error_document(error)), flush=True)
+        print_error(error)
+    return typer.Exit(int(error.exit_code))
+
+
+def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
+    """Run a command body: package errors -> message + exit code; bugs -> exit 1."""
+    try:
+        code = body()
+    except GradflowError as error:
+        if debug:
+            traceback.print_exc()
+        raise fail(error, as_json) from None
+    except typer.Exit:
+        raise
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        from gradflow.cli.streams import stdout_gone
+
+        raise typer.Exit(stdout_gone()) from None
+    except Exception as exc:  # a bug: say so, briefly, unless --debug
+        if debug:
+            raise
+        consoles()[1].print(f"internal error: {type(exc).__name__}: {exc}\n"
+                            "This is a bug in gradflow; rerun with --debug and report the traceback.",
+                            markup=False)
+        raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    raise typer.Exit(code)
+
+
+def _is_option(token: str | None) -> bool:
+    return token is not None and re.fullmatch(r"--[A-Za-z]\w*(=.*)?", token, flags=re.S) is not None
+
+
+def read_program(expr: str | None, file: Path | None) -> str:
+    if expr is not None and file is not None:
+        raise ValueInputError("usage", "give the program either as EXPR or with --file, not both")
+    if file is not None:
+        try:
+            return file.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            why = getattr(err, "strerror", None) or "not UTF-8 text"
+            raise ValueInputError("usage", f"cannot read --file {file}: {why}") from None
+    if expr == "-":
+        from gradflow.cli.streams import read_stdin
+
+        return read_stdin()
+    if expr is None:
+        raise ValueInputError("usage", "no program given",
+                              hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
+    if _is_option(expr):  # an option where EXPR should be
+        raise ValueInputError("usage", f"the program must come first, before the values (got '{expr}')",
+                              hint='gradflow eval "EXPR" --x 1 --y 2, or EXPR - to read the program from stdin')
+    return expr
+
+
+def option_names(ctx: typer.Context) -> set[str]:
+    """The command's own long options (without --): variables cannot be given as --NAME then."""
+    names = {o[2:] for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
+    return names | {"help"}
+
+
+def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
+    """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
+    from gradflow.language.compile import compile_program
+    from gradflow.limits import as_limits
+
+    given = {item.partition("=")[0].strip() for item in var or []}
+    options = option_names(ctx)
+    for name in compile_program(source, as_limits(limits)).inputs:
+        if name in options and name not in given:
+            raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
+                                  f"so --{name} VALUE cannot set it",
+                                  hint=f"give its value with --var {name}=VALUE")
+
+
+def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
+    """`--x 1 --y=2` leftovers and `--var NAME=VALUE` -> {name: text}."""
+    values: dict[str, str] = {}
+    tokens = list(extra)
+    while tokens:
+        tok = tokens.pop(0)
+        if not tok.startswith("--") or len(tok) < 3:
+            raise ValueInputError("usage", f"unexpected argument '{tok}'",
+                                  hint="quote the whole program as one argument; give values as --NAME VALUE")
+        name, eq, value = tok[2:].partition("=")
+        if not eq:
+            if not tokens:
+                raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
+            value = tokens.pop(0)
+        if name in values:
+            raise ValueInputError("usage", f"--{name} is given twice", hint="give each variable one value")
+        values[name] = value
+    for item in var or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueInputError("usage", f"--var takes NAME=VALUE, got '{item}'", hint="--var x=1.5")
+        values[name.strip()] = value
+    return values
+
+
+def emit(result, as_json: bool, renderable: Callable[[], Any]):
+    """A result as one strict JSON document (plain print, never rich) or as rich output."""
+    if as_json:
+        print(result.to_json(), flush=True)
+    else:
+        consoles()[0].print(renderable())

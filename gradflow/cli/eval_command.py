@@ -1,0 +1,72 @@
+"""`gradflow eval`: evaluate a program, run backward, show every node (sweeps: sweep_output.py)."""
+from __future__ import annotations
+
+import typer
+
+from gradflow.cli.common import (CheckOpt, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, FlowsOpt, FullOpt,
+                                 GraphOpt, JsonOpt, LimitOpt, OrderOpt, PlotOpt, SeedOpt, VarOpt, WrtOpt, _is_option,
+                                 check_shadowed, consoles, guarded, parse_values, read_program)
+
+
+def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+             var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
+             graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
+             plot: PlotOpt = False, flows: FlowsOpt = False):
+    """Evaluate a program, run backward and show every node's value and gradient.
+
+    Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
+
+    Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
+
+    Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
+    """
+    def body() -> int:
+        from gradflow.engine.explain import explain
+        from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
+
+        moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
+        program, rest = (None, [expr, *ctx.args]) if moved else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var, limit)
+        args, plot_file = split_plot_file(rest, plot)
+        values = parse_values(args, var)
+        swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
+        if swept:
+            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
+        from gradflow.studies.extras import Extras
+        from gradflow.limits import as_limits, using
+        from gradflow.engine.prepare import pin_values
+
+        with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
+            extra = Extras.compute(result, pin_values(result, values), check=check, order=order, graph=graph)
+        return show(result, extra, json_, full, flows)
+
+    guarded(debug, json_, body)
+
+
+def show(result, extra, as_json: bool, full: bool, flows: bool) -> int:
+    """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
+    if as_json:
+        from gradflow.values.jsonable import dumps
+
+        print(dumps(extra.add_to(result.to_dict(full))), flush=True)
+        from gradflow.render.table import print_warnings
+
+        print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
+    else:
+        from gradflow.render.table import print_explanation
+
+        print_explanation(result, *consoles())
+        if flows:
+            from gradflow.render.flows import print_flows
+
+            print_flows(result, consoles()[0])
+        extra.print(*consoles())
+    if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
+        from gradflow.render.table import print_error
+
+        print_error(result.error, consoles()[1])
+        return int(result.error.exit_code)
+    return 0

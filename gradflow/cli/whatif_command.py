@@ -1,0 +1,29 @@
+"""`gradflow whatif`: each live node detached, each existing cut removed: the new grads."""
+from __future__ import annotations
+
+import typer
+
+from gradflow.cli.common import (DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option,
+                                 check_shadowed, emit, guarded, parse_values, read_program)
+
+
+def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
+               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
+               json_: JsonOpt = False, debug: DebugOpt = False):
+    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
+
+    Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
+    """
+    def body() -> int:
+        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
+        from gradflow.studies.whatif import whatif
+
+        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
+        from gradflow.render.whatif import whatif_table
+
+        emit(result, json_, lambda: whatif_table(result))
+        return 0
+
+    guarded(debug, json_, body)
