@@ -48,25 +48,23 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
 
 def show(result, extra, as_json: bool, full: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
+    from gradflow.render import extras
+    from gradflow.render.table import print_error, print_explanation, print_warnings
+
+    out, err = consoles()
     if as_json:
         from gradflow.values.jsonable import dumps
 
-        print(dumps(extra.add_to(result.to_dict(full))), flush=True)
-        from gradflow.render.table import print_warnings
-
-        print_warnings(result, consoles()[1])  # stdout stays pure JSON; warnings are also in it
+        print(dumps(extras.add_to(extra, result.to_dict(full))), flush=True)
+        print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
     else:
-        from gradflow.render.table import print_explanation
-
-        print_explanation(result, *consoles())
+        print_explanation(result, out, err)
         if flows:
             from gradflow.render.flows import print_flows
 
-            print_flows(result, consoles()[0])
-        extra.print(*consoles())
+            print_flows(result, out)
+        extras.print_extras(extra, out)
     if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
-        from gradflow.render.table import print_error
-
-        print_error(result.error, consoles()[1])
+        print_error(result.error, err)
         return int(result.error.exit_code)
     return 0

@@ -7,10 +7,13 @@ node per op run outside any module, and the loss. Edges follow the data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gradflow.inspect.table import module_of, summary
 from gradflow.inspect.report import InspectReport
-from gradflow.inspect.tracer import OpRecord
+from gradflow.inspect.table import module_of, summary
+
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.inspect.tracer import OpRecord
 
 _FILL = {"cut": "#f8c8c8", "unused": "#fff2b3", "unreached": "#fff2b3", "zero": "#fff2b3",
          "frozen": "#e0e0e0", "live": "#c8ecc8"}

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gradflow.inspect.tracer import OpRecord, Trace, Use
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.inspect.tracer import OpRecord, Trace, Use
+
 
 SHOWN_CUTS = ("detach", "no_grad", "inference_mode")  # user-made cuts ("nondiff" ops are not)
 CUT_TEXT = {

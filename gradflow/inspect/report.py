@@ -7,15 +7,17 @@ that got nothing: frozen, not used, or cut (naming the op and source line).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
-from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.values.jsonable import dumps, to_jsonable
-from gradflow.inspect.tracer import Trace, TraceFailure
+
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.inspect.tracer import Trace, TraceFailure
 
 ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
                "(multiplied by 0? a dead ReLU? a mask?)")

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from gradflow.values.text import DASH
 from gradflow.render.flows import compact
-from gradflow.studies.compare import Comparison, Row
+from gradflow.studies.rows import Comparison, Row
 from gradflow.values.text import format_number
 from gradflow.studies.whatif import Scenario, WhatIf
 

@@ -6,69 +6,12 @@ modes=True)` rewrites every cut of one program to each mechanism (modes.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.engine.prepare import check_values, resolve_wrt
 from gradflow.language.compile import compile_program
-from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.analysis.explanation import Explanation
-from gradflow.values.jsonable import dumps, to_jsonable
-
-
-@dataclass
-class Row:
-    """One expression (or one mechanism) evaluated."""
-
-    label: str  # the expression, or the mechanism's name
-    program: str  # the program text that ran (for modes: as it would be written)
-    grads: dict[str, Any] = field(default_factory=dict)  # leaf -> tensor | None
-    output: Any = None
-    error: GradflowError | None = None
-    inner: dict[str, bool] = field(default_factory=dict)  # modes: node inside a cut -> requires_grad
-    note: str = ""
-    skipped: bool = False  # modes: the mechanism cannot express this program's cuts (not run)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def fill(self, result: Explanation):
-        self.output, self.error = result.output.value, result.error
-        self.grads.update(result.grads)
-        return self
-
-    def to_dict(self) -> dict:
-        return {"label": self.label, "program": self.program, "ok": self.ok,
-                "output": to_jsonable(self.output), "grads": {k: to_jsonable(v) for k, v in self.grads.items()},
-                "inner_requires_grad": dict(self.inner), "note": self.note,
-                "skipped": self.skipped,
-                "error": None if self.error is None else self.error.to_dict()}
-
-
-@dataclass
-class Comparison:
-    rows: list[Row]
-    leaves: list[str]  # every leaf shown (a column per leaf)
-    modes: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        """0 if every row ran; else the failing row's code if all failed, else PARTIAL (4).
-
-        With modes, failing mechanisms are findings, not failures: always 0.
-        """
-        failed = [r for r in self.rows if not r.ok]
-        if self.modes or not failed:
-            return int(ExitCode.OK)
-        return int(failed[0].error.exit_code if len(failed) == len(self.rows) else ExitCode.PARTIAL)
-
-    def to_dict(self) -> dict:
-        return {"modes": self.modes, "leaves": list(self.leaves), "rows": [r.to_dict() for r in self.rows],
-                "exit_code": self.exit_code}
-
-    def to_json(self, **kw) -> str:
-        return dumps(self.to_dict(), **kw)
+from gradflow.errors import GradflowError, ValueInputError
+from gradflow.studies.rows import Comparison, Row
 
 
 def _graphs(sources: list[str]) -> list:

@@ -1,8 +1,7 @@
 """The optional views `gradflow eval` adds on request: --check, --order 2, --graph FORMAT.
 
-Computed before anything is printed (so an error exits cleanly), then added to the
-table output or as extra top-level JSON fields ("check", "hessian", "graph"); the
-existing fields are never changed.
+Computed before anything is printed (so an error exits cleanly); render/extras.py adds them to the
+table output or as extra top-level JSON fields ("check", "hessian", "graph").
 """
 from __future__ import annotations
 
@@ -41,40 +40,6 @@ class Extras:
 
             extras.graph = picture(result, values)
         return extras
-
-    def add_to(self, doc: dict) -> dict:
-        if self.check is not None:
-            doc["check"] = self.check.to_dict()
-        if self.hessian is not None:
-            doc["hessian"] = self.hessian.to_dict()
-        if self.graph is not None:
-            doc["graph"] = {**self.graph.to_dict(), "format": self.graph_format, "text": self._text()}
-        return doc
-
-    def to_json(self, result) -> str:
-        """The explanation's JSON document plus the requested fields."""
-        from gradflow.values.jsonable import dumps
-
-        return dumps(self.add_to(result.to_dict()))
-
-    def _text(self) -> str | None:
-        from gradflow.render.graph import to_dot, to_mermaid
-
-        return {"dot": to_dot, "mermaid": to_mermaid}.get(self.graph_format, lambda p: None)(self.graph)
-
-    def print(self, out, err):
-        from gradflow.render.checks import check_table, hessian_view, note_lines
-
-        if self.check is not None:
-            out.print(check_table(self.check))
-            if self.check.notes:
-                out.print(note_lines(self.check.notes))
-        if self.hessian is not None:
-            out.print(hessian_view(self.hessian))
-        if self.graph is not None:
-            from gradflow.render.graph import print_picture
-
-            print_picture(self.graph, self.graph_format, out)
 
 
 def _check(result, values: dict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gradflow.engine.prepare import check_values, resolve_wrt
 from gradflow.language.compile import compile_program
-from gradflow.studies.compare import Comparison, Row
+from gradflow.studies.rows import Comparison, Row
 from gradflow.errors import ValueInputError
 from gradflow.language.ops import CUT_OPS
 from gradflow.language.graph import Graph
