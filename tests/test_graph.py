@@ -24,7 +24,7 @@ NAMED = ["x", "y1", "y2", "x*y1", "x*y2", "detach(x*y2)", "x*y1 - detach(x*y2)",
 
 def pic(expr=BLOG_EXPR, **values):
     values = values or BLOG
-    return picture(explain(expr, **values), values)
+    return picture(explain(expr, **values))
 
 
 def by_label(p):
@@ -40,9 +40,21 @@ def test_walk_names_torch_nodes():
     nodes = by_label(pic())
     assert nodes["x"].fn == "AccumulateGrad" and nodes["x"].in_torch
     assert nodes["x*y1"].fn == "MulBackward0" and nodes["x*y1 - detach(x*y2)"].fn == "SubBackward0"
-    assert nodes[BLOG_EXPR].fn == "PowBackward1"
+    assert nodes[BLOG_EXPR].fn == "PowBackward0"  # a number exponent, as torch code writes x**2
     assert not nodes["x*y2"].in_torch  # recorded by torch, but the detach hides it from the output
     assert nodes["detach(x*y2)"].fn is None and not nodes["detach(x*y2)"].requires_grad
+
+
+@pytest.mark.parametrize("expr,values", [
+    (BLOG_EXPR, BLOG), ("2^x + x^y", {"x": 1.5, "y": 2}), ("no_grad(x*y)*x + x^3", {"x": 2, "y": 3}),
+    ("sum(relu(w) @ w)^0.5", {"w": [[1, 2], [3, 4]]}), ("(x^2)^2 - detach(x)^2", {"x": 3})])
+def test_table_and_picture_name_every_torch_node_alike(expr, values):
+    """One evaluator: the table's grad_fn and the picture's torch node agree on every node both show."""
+    result = explain(expr, **values)
+    shown = {n.label: n.fn for n in picture(result).nodes}
+    compared = [(r.name, r.grad_fn, shown[r.name]) for r in result.nodes
+                if r.grad_fn is not None and r.name in shown and shown[r.name] is not None]
+    assert compared and all(table == pic for _, table, pic in compared), compared
 
 
 def test_flows_and_cuts_on_edges():
@@ -79,7 +91,7 @@ def test_dot_renders_with_graphviz():
     svg = subprocess.run(["dot", "-Tsvg"], input=to_dot(pic()).encode(), capture_output=True, check=True).stdout
     text = svg.decode()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
-    for name in NAMED + ["AccumulateGrad", "MulBackward0", "SubBackward0", "PowBackward1", "✂ cut"]:
+    for name in NAMED + ["AccumulateGrad", "MulBackward0", "SubBackward0", "PowBackward0", "✂ cut"]:
         assert f">{name}" in text.replace("&#45;", "-"), name
     assert "stroke-dasharray" in text  # the dashed cut edge
 
@@ -111,7 +123,7 @@ def test_cli_tree(cli):
     res = cli("graph", BLOG_EXPR, *BLOG_ARGS)
     assert res.exit_code == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0].startswith(BLOG_EXPR + "  PowBackward1  value 25  grad 1")
+    assert lines[0].startswith(BLOG_EXPR + "  PowBackward0  value 25  grad 1")
     assert any("x*y2  MulBackward0  value 7  ✂ cut here" in line for line in lines)
     assert any("x  AccumulateGrad  value 1  grad -20  ↑ flow -20" in line for line in lines)
 

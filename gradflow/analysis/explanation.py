@@ -6,10 +6,13 @@ as torch tensors (no copies into Python lists) until a renderer asks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradflow.errors import GradflowError
 from gradflow.values.jsonable import dumps, to_jsonable
+
+if TYPE_CHECKING:
+    from gradflow.language.graph import Graph
 
 SCHEMA_VERSION = 1
 
@@ -82,6 +85,8 @@ class Explanation:
     why: dict[str, str] = field(default_factory=dict)  # chosen leaf with no grad -> reason
     warnings: list[Warning] = field(default_factory=list)
     error: GradflowError | None = None
+    graph: Graph | None = field(default=None, repr=False)  # the compiled program: later views never re-parse
+    inputs: dict[str, Any] = field(default_factory=dict, repr=False)  # the values used (constructors as tensors)
 
     def node(self, name: str) -> NodeResult:
         """The node with this label (a variable, an assigned name or expression text)."""

@@ -37,10 +37,9 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
         from gradflow.studies.extras import Extras
         from gradflow.limits import as_limits, using
-        from gradflow.engine.prepare import pin_values
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
-            extra = Extras.compute(result, pin_values(result, values), check=check, order=order, graph=graph)
+            extra = Extras.compute(result, check=check, order=order, graph=graph)
         return show(result, extra, json_, full, flows)
 
     guarded(debug, json_, body)

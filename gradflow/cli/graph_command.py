@@ -83,7 +83,7 @@ def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wr
             raise ValueInputError("usage", f"unknown --format '{format_}'", hint="use " + ", ".join(FORMATS))
         values = parse_values(ctx.args, var)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
-        data = render(picture(result, values), format_, output)
+        data = render(picture(result), format_, output)
         if data is not None:
             _write(data, output)
         return 0

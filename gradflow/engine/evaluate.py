@@ -1,57 +1,73 @@
-"""Graph -> torch: evaluate every node, run backward, measure every edge's flow.
+"""The one evaluator: Graph -> torch -> backward -> Explanation.
 
-The only module (with its helpers) that imports torch. Each use of a node that
-requires grad is routed through its own identity view with retain_grad(), so
-the gradient carried by every edge is measured exactly, not inferred.
+Every view of a program builds its torch graph here, so grad_fn names, constants and errors are the same
+everywhere: the table (`evaluate`), the picture, the numeric check and second derivatives (`forward`).
+
+- `evaluate` measures every edge: each use of a node that requires grad is routed through its own
+  identity view with retain_grad(), so the gradient carried by every edge is measured exactly.
+- `forward` builds torch's graph exactly as the program writes it (no views), with two switches the
+  numeric check needs: cuts=False (detach / no_grad / inference_mode act as identity and requires_grad
+  flags are ignored: the derivative with the cuts removed) and `frozen` (node id -> a fixed value: a cut
+  held at its forward value).
+
+What an op means (plain, cut, region) comes from the op table (language/ops.py).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
 from gradflow.analysis.status import annotate
 from gradflow.engine.budget import account, precheck
+from gradflow.engine.hooks import torch_imported
+from gradflow.engine.nonfinite import find_nonfinite
+from gradflow.errors import EvalError, GradflowError, NoGradientError
+from gradflow.language.graph import FlagStep, Graph, Node
+from gradflow.language.ops import OPS, is_cut, is_region
+from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note
 from gradflow.values.tensors import TORCH_ERRORS, resolve_device, resolve_dtype, scalar, to_tensor
-from gradflow.errors import EvalError, GradflowError, NoGradientError
-from gradflow.limits import Limits, using
-from gradflow.engine.nonfinite import find_nonfinite
-from gradflow.language.ops import OPS
-from gradflow.language.graph import FlagStep, Graph, Node
-from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
-from gradflow.engine.hooks import torch_imported
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
-_IDENTITY = ("no_grad", "inference_mode")
 _RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
+# How each region op of the table enters torch (a test checks every region row has one).
+REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+
+
 def _context(mode: str | None):
-    if mode == "no_grad":
-        return torch.no_grad()
-    if mode == "inference_mode":
-        return torch.inference_mode()
-    return contextlib.nullcontext()
+    return contextlib.nullcontext() if mode is None else REGION_CONTEXTS[mode]()
 
 
 def _single_use(graph: Graph) -> list[bool]:
-    """Per node: used exactly once (and no flag, no identity wrapper), so that one edge carries
+    """Per node: used exactly once (and no flag, no region wrapper), so that one edge carries
     exactly the node's own grad and needs no alias of its own."""
     uses = [0] * len(graph.nodes)
     for n in graph.nodes:
         for a in n.args:
             uses[a] += 1
     flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
-    return [u == 1 and n.op not in _IDENTITY and n.id not in flagged for n, u in zip(graph.nodes, uses)]
+    return [u == 1 and not is_region(n.op) and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
 
 class _Run:
-    """One evaluation: tensors by node id, edge aliases, flags set, warnings."""
+    """One forward pass: tensors by node id, edges (with aliases when measuring), flags set, warnings.
 
-    def __init__(self, graph: Graph, wrt: list[str], dtype, device, measure_edges: bool = True):
-        self.g, self.wrt, self.dtype, self.device = graph, wrt, dtype, device
-        self.measure_edges = measure_edges
+    `leaf(node)` makes an input's tensor. `measure`: route uses through views that measure each edge's
+    flow and retain every grad (the table); without it torch's graph is exactly the program's.
+    """
+
+    def __init__(self, graph: Graph, leaf: Callable[[Node], torch.Tensor], dtype, device, *, measure: bool = True,
+                 measure_edges: bool = True, cuts: bool = True, frozen: dict[int, torch.Tensor] | None = None):
+        self.g, self.leaf, self.dtype, self.device = graph, leaf, dtype, device
+        self.measure, self.measure_edges, self.cuts, self.frozen = measure, measure and measure_edges, cuts, frozen or {}
         self.single = _single_use(graph)
         self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}
@@ -63,64 +79,62 @@ class _Run:
         self.warnings: list[Warning] = []
         self.total = 0  # elements over all values so far (limits.total)
 
-    def leaf(self, node: Node, values: dict) -> torch.Tensor:
-        value = values[node.names[0]]
-        t = to_tensor(node.label, value, self.dtype, self.device)
-        note = conversion_note(node.label, value, t)
-        if note:
-            self.warnings.append(Warning("value_converted", node.label, note, node.id))
-        return t.requires_grad_(node.names[0] in self.wrt)
+    def mode(self, node: Node) -> str | None:
+        return node.mode if self.cuts else None
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
-        # An identity wrapper runs no operation, so even inside a region it cuts nothing.
-        identity = node.op in _IDENTITY
-        tracked = identity or (node.mode is None and node.op != "detach" and torch.is_grad_enabled())
+        # A region wrapper runs no operation, so even inside a region it cuts nothing.
+        identity = is_region(node.op)
+        tracked = identity or not self.cuts or (node.mode is None and not is_cut(node.op) and torch.is_grad_enabled())
         out = []
         for pos, a in enumerate(node.args):
             src = self.t[a]
             edge = EdgeResult(a, node.id, pos)
-            if src.requires_grad and tracked and not identity:
+            if src.requires_grad and tracked and not identity and self.measure:
                 if self.single[a]:
                     self.same_as_src.add(len(self.edges))
-                elif self.measure_edges or self.g.nodes[a].op in _IDENTITY:
-                    src = src.view_as(src)  # this use's own tensor: its grad is exactly this edge's flow
-                    if src.numel() <= _RETAIN_MAX:
-                        src.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
-                    else:  # big: a hook keeps the flow as is (retain_grad would copy it)
-                        src.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
-                        self.hooked.add(len(self.edges))
-                    self.aliases[len(self.edges)] = src
+                elif self.measure_edges or is_region(self.g.nodes[a].op):
+                    src = self.alias(src)
             elif src.requires_grad and not tracked:
                 edge.cut = True
             self.edges.append(edge)
             out.append(src)
         return out
 
-    def compute(self, node: Node, values: dict) -> torch.Tensor:
+    def alias(self, src: torch.Tensor) -> torch.Tensor:
+        """This use's own tensor: its grad is exactly this edge's flow."""
+        view = src.view_as(src)
+        if view.numel() <= _RETAIN_MAX:
+            view.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
+        else:  # big: a hook keeps the flow as is (retain_grad would copy it)
+            view.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
+            self.hooked.add(len(self.edges))
+        self.aliases[len(self.edges)] = view
+        return view
+
+    def compute(self, node: Node) -> torch.Tensor:
         if node.op == "var":
-            return self.leaf(node, values)
+            return self.leaf(node)
         if node.op == "const":
-            with _context(node.mode):
+            with _context(self.mode(node)):
                 return scalar(node.value, self.dtype, self.device)
         args = self.inputs(node)
         exponent = self.g.nodes[node.args[-1]]
         if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
             args[1] = exponent.value
-        if node.op == "detach":
-            return args[0].detach()
-        if node.op in _IDENTITY:
-            self.check_identity(node)
+        if is_region(node.op):
+            if self.cuts:
+                self.check_identity(node)
+            return args[0]
+        if is_cut(node.op) and not self.cuts:
             return args[0]
         precheck(node, args, self.g.source)
         try:
-            if node.mode is None:
+            with _context(self.mode(node)):
                 out = OPS[node.op].fn(*args)
-            else:
-                with _context(node.mode):
-                    out = OPS[node.op].fn(*args)
         except TORCH_ERRORS as err:
             raise _torch_error(node, args, err, self.g.source) from None
-        if out.requires_grad:
+        if self.measure and out.requires_grad:
             out.retain_grad()
         return out
 
@@ -147,13 +161,15 @@ class _Run:
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
 
-    def run(self, values: dict):
+    def run(self) -> dict[int, torch.Tensor]:
         for step in self.g.steps:
             if isinstance(step, FlagStep):
-                self.set_flag(step)
+                if self.cuts:
+                    self.set_flag(step)
             else:
-                self.t[step.id] = self.compute(step, values)
+                self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
                 self.total = account(self.total, step, self.t[step.id], self.g.source)
+        return self.t
 
 
 def _torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
@@ -207,22 +223,22 @@ def _results(run: _Run) -> list[NodeResult]:
     for n in run.g.nodes:
         t = run.t[n.id]
         nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if n.op in _IDENTITY else t.grad, args=n.args))
+                                _grad_fn_name(t), None if is_region(n.op) else t.grad, args=n.args))
     for i, e in enumerate(run.edges):
         if i in run.aliases:
             e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
         else:
             e.flow = nodes[e.src].grad if i in run.same_as_src else None
-    # Identity wrappers share their argument's tensor: their grad is the sum of their own out-flows,
+    # Region wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
     by_src: dict[int, list[EdgeResult]] = {}
-    into: dict[int, EdgeResult] = {}  # an identity wrapper's one in-edge
+    into: dict[int, EdgeResult] = {}  # a region wrapper's one in-edge
     for e in run.edges:
         by_src.setdefault(e.src, []).append(e)
-        if nodes[e.dst].op in _IDENTITY:
+        if is_region(nodes[e.dst].op):
             into[e.dst] = e
     for n in reversed(nodes):
-        if n.op in _IDENTITY:
+        if is_region(n.op):
             n.grad = _sum([e.flow for e in by_src.get(n.id, [])])
             e = into[n.id]
             if e.flow is None and not e.cut:
@@ -235,19 +251,53 @@ def _sum(flows):
     return None if not flows else sum(flows[1:], flows[0])
 
 
+def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.device,
+               warnings: list[Warning] | None = None) -> Callable[[Node], torch.Tensor]:
+    """Makes each input's fresh leaf from its value; the chosen ones (`wrt`) require grad.
+    Conversions worth knowing about (rounding, integer input, ...) become warnings."""
+    def leaf(node: Node) -> torch.Tensor:
+        value = values[node.names[0]]
+        t = to_tensor(node.label, value, dtype, device)
+        note = conversion_note(node.label, value, t) if warnings is not None else None
+        if note:
+            warnings.append(Warning("value_converted", node.label, note, node.id))
+        return t.requires_grad_(node.names[0] in wrt)
+    return leaf
+
+
 def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
              device: str = "cpu", measure_edges: bool = True, limits: Limits | None = None) -> Explanation:
     """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
     a program whose output cannot be differentiated returns with `.error` set."""
-    run = _Run(graph, wrt, resolve_dtype(dtype), resolve_device(device), measure_edges)
-    with using(limits or Limits()):
-        run.run(values)
+    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    warnings: list[Warning] = []
+    run = _Run(graph, leaf_maker(values, wrt, torch_dtype, torch_device, warnings), torch_dtype, torch_device,
+               measure_edges=measure_edges)
+    run.warnings = warnings
+    with using(limits or current()):
+        run.run()
     out = _check_output(run)
     error = _backward(out, graph)
     nodes = _results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None)
     grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
     result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads,
-                         run.edges, warnings=run.warnings, error=error)
+                         run.edges, warnings=run.warnings, error=error, graph=graph, inputs=dict(values))
     annotate(result, graph, run.flags)
     return result
+
+
+def make_leaves(graph: Graph, values: dict, wrt: list[str], dtype: torch.dtype = torch.float64,
+                device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Fresh leaf tensors for every input (by name); the chosen ones require grad."""
+    leaf = leaf_maker(values, wrt, dtype, torch.device(device))
+    return {name: leaf(graph.nodes[i]) for name, i in graph.inputs.items()}
+
+
+def forward(graph: Graph, leaves: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device | str = "cpu",
+            *, cuts: bool = True, frozen: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
+    """Every node's tensor, torch's graph exactly as the program writes it (no measuring views).
+    `leaves` maps each input name to its prepared tensor; see the module docstring for `cuts` and `frozen`."""
+    run = _Run(graph, lambda node: leaves[node.names[0]], dtype, torch.device(device), measure=False, cuts=cuts,
+               frozen=frozen)
+    return run.run()

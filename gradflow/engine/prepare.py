@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gradflow.errors import ValueInputError
-from gradflow.language.compile import compile_program
-from gradflow.values.specs import parse_special
 
 if TYPE_CHECKING:
     from gradflow.language.graph import Graph
@@ -60,11 +58,3 @@ def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
     from gradflow.values.text import parse_value
 
     return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}
-
-
-def pin_values(result, values: dict) -> dict:
-    """Constructor and file texts replaced by the tensors `result` was computed with, so a later
-    run on the same values (e.g. a float64 check) sees the same numbers, whatever the seed."""
-    leaves = {name: result.nodes[i].value for name, i in compile_program(result.source).inputs.items()}
-    return {k: leaves[k] if isinstance(v, str) and k in leaves and parse_special(k, v) is not None else v
-            for k, v in values.items()}

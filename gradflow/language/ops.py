@@ -1,9 +1,15 @@
-"""The one registry of operations.
+"""The one registry of operations: the single source of what an op means.
 
 Each row names an operation, how many arguments it takes, the tensor code that
-computes it and a one-line doc. The parser checks calls against it, the engine
-evaluates through it, error messages suggest from it and `gradflow ops` lists it.
-Adding an operation is adding a row here; the grammar does not change.
+computes it, a one-line doc, and its autograd role:
+  plain   an ordinary op: gradient flows back through it;
+  cut     its result carries no path back (detach);
+  region  its argument is computed under a torch context that records nothing
+          (no_grad, inference_mode); the op itself returns that argument.
+The parser checks calls against it, the engine evaluates through it, the analysis,
+flows, edits, graph text and inspect ask it what is a cut, error messages suggest
+from it and `gradflow ops` lists it. Adding an operation is adding a row here; the
+grammar does not change.
 
 Torch-free: the callables only use tensor methods, so importing this module
 does not import torch.
@@ -11,10 +17,9 @@ does not import torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-# Operations that cut the gradient path; the engine gives them their semantics.
-CUT_OPS = ("detach", "no_grad", "inference_mode")
+Role = Literal["plain", "cut", "region"]
 
 
 @dataclass(frozen=True)
@@ -22,10 +27,12 @@ class Op:
     name: str
     min_args: int
     max_args: int
-    fn: Callable[..., Any] | None  # None for the cut ops (handled by the engine)
+    fn: Callable[..., Any]  # the torch call (a region op returns its argument: the engine enters the context)
     doc: str
     symbol: str | None = None  # operator spelling, e.g. "*" (None: call syntax only)
-    kind: str = "function"  # operator | function | reduction | cut
+    kind: str = "function"  # how `gradflow ops` groups it: operator | function | reduction | cut
+    role: Role = "plain"
+    torch_names: tuple[str, ...] = ()  # cuts: the tensor methods / torch contexts that do this in real code
 
     @property
     def arity(self) -> str:
@@ -52,9 +59,12 @@ _ROWS = [
     Op("neg", 1, 1, lambda a: -a, "-a", "-", "operator"),
     Op("pow", 2, 2, lambda a, b: a ** b, "a ^ b (also a ** b, pow(a, b)); right-associative", "^", "function"),
     # cuts
-    Op("detach", 1, 1, None, "a's value with no gradient path back (tensor.detach())", kind="cut"),
-    Op("no_grad", 1, 1, None, "evaluate a under torch.no_grad(): operations inside are not tracked", kind="cut"),
-    Op("inference_mode", 1, 1, None, "evaluate a under torch.inference_mode(): like no_grad, stricter", kind="cut"),
+    Op("detach", 1, 1, lambda a: a.detach(), "a's value with no gradient path back (tensor.detach())", kind="cut",
+       role="cut", torch_names=("detach", "detach_", "data")),
+    Op("no_grad", 1, 1, lambda a: a, "evaluate a under torch.no_grad(): operations inside are not tracked",
+       kind="cut", role="region", torch_names=("no_grad",)),
+    Op("inference_mode", 1, 1, lambda a: a, "evaluate a under torch.inference_mode(): like no_grad, stricter",
+       kind="cut", role="region", torch_names=("inference_mode",)),
     # elementwise functions
     Op("exp", 1, 1, lambda a: a.exp(), "e^a"),
     Op("log", 1, 1, lambda a: a.log(), "natural logarithm"),
@@ -74,6 +84,8 @@ _ROWS = [
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
+CUT_OPS = tuple(op.name for op in _ROWS if op.role != "plain")  # every way the language cuts a gradient path
+REGION_OPS = tuple(op.name for op in _ROWS if op.role == "region")
 # Names callable as f(...): everything but the operator-only rows.
 FUNCTIONS: dict[str, Op] = {op.name: op for op in _ROWS if op.kind != "operator"}
 BINARY_SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "^": "pow", "**": "pow"}
@@ -85,3 +97,19 @@ def suggest(name: str) -> str | None:
 
     close = difflib.get_close_matches(name, list(FUNCTIONS), n=1, cutoff=0.6)
     return close[0] if close else None
+
+
+def role(name: str) -> Role:
+    """An op's autograd role; graph nodes that are not ops (var, const) are plain."""
+    op = OPS.get(name)
+    return "plain" if op is None else op.role
+
+
+def is_cut(name: str) -> bool:
+    """Does this op cut the gradient path (detach, or a no_grad / inference_mode region)?"""
+    return role(name) != "plain"
+
+
+def is_region(name: str) -> bool:
+    """Is this op a region (no_grad, inference_mode): its argument computed under a context, returned as is?"""
+    return role(name) == "region"

@@ -21,7 +21,7 @@ class Extras:
     graph_format: str | None = None
 
     @classmethod
-    def compute(cls, result, values: dict, *, check: bool = False, order: int = 1,
+    def compute(cls, result, *, check: bool = False, order: int = 1,
                 graph: str | None = None) -> "Extras":
         if graph is not None and graph not in EVAL_GRAPH_FORMATS:
             raise ValueInputError("usage", f"eval --graph takes tree, dot or mermaid, not '{graph}'",
@@ -30,24 +30,21 @@ class Extras:
             raise ValueInputError("usage", f"--order must be 1 or 2, not {order}")
         extras = cls(graph_format=graph)
         if check:
-            extras.check = _check(result, values)
+            extras.check = _check(result)
         if order == 2:
             from gradflow.studies.hessian import from_explanation
 
-            extras.hessian = from_explanation(result, values)
+            extras.hessian = from_explanation(result)
         if graph is not None:
             from gradflow.studies.picture import picture
 
-            extras.graph = picture(result, values)
+            extras.graph = picture(result)
         return extras
 
 
-def _check(result, values: dict):
-    from gradflow.engine.explain import explain
-    from gradflow.engine.prepare import check_values
-    from gradflow.language.compile import compile_program
+def _check(result):
+    """The numeric check runs in float64: the same program and values, evaluated again in float64."""
+    from gradflow.engine.evaluate import evaluate
     from gradflow.studies.numcheck import run_check
 
-    graph = compile_program(result.source)
-    exact = explain(result.source, wrt=result.wrt, dtype="float64", values=values)
-    return run_check(exact, graph, check_values(graph, values))
+    return run_check(evaluate(result.graph, result.inputs, result.wrt, dtype="float64"))

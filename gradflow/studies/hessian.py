@@ -3,7 +3,7 @@
 Several scalar leaves give the full Hessian matrix H[i][j] = d/d(leaf j) of dL/d(leaf i)
 (computed entry by entry: with detach in the program it need not be symmetric).
 A tensor leaf gives the Hessian diagonal, one Hessian-vector product per element.
-Runs its own evaluation without the engine's alias views (see replay.py).
+Runs its own forward pass without the engine's measuring views (engine.forward).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import torch
 
 from gradflow.errors import EvalError, LimitError
 from gradflow.language.graph import Graph
-from gradflow.engine.replay import make_leaves, replay
+from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.values.tensors import resolve_device, resolve_dtype
 from gradflow.values.jsonable import to_jsonable
 
 MAX_ELEMENTS = 1024  # Hessian-vector products (one backward pass each) per call
@@ -43,9 +44,9 @@ def _grad(y, x, zero: bool = True, **kw):
 
 
 def first_grads(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tuple[dict, dict]:
-    """(leaf tensors, dL/dleaf with create_graph) from a fresh alias-free run with the program's cuts."""
+    """(leaf tensors, dL/dleaf with create_graph) from a fresh forward pass with the program's cuts."""
     leaves = make_leaves(graph, values, wrt, dtype, device)
-    out = replay(graph, leaves)[graph.output]
+    out = forward(graph, leaves, dtype, device)[graph.output]
     grads = {}
     for w in wrt:
         tracked = leaves[w].requires_grad and out.requires_grad
@@ -99,17 +100,10 @@ def hessian(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     """
     from gradflow.engine.explain import explain
 
-    result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values, **kw_values)
-    return from_explanation(result, {**(values or {}), **kw_values})
+    return from_explanation(explain(source, wrt=wrt, dtype=dtype, device=device, values=values, **kw_values))
 
 
-def from_explanation(result, values: dict) -> HessianResult:
-    """Second derivatives for the program, leaves, dtype and device of an earlier explain()."""
-    from gradflow.engine.prepare import check_values
-    from gradflow.language.compile import compile_program
-    from gradflow.engine.evaluate import resolve_device, resolve_dtype
-    from gradflow.engine.prepare import pin_values
-
-    graph = compile_program(result.source)
-    return second_derivatives(graph, check_values(graph, pin_values(result, values)), result.wrt,
-                              resolve_dtype(result.dtype), resolve_device(result.device))
+def from_explanation(result) -> HessianResult:
+    """Second derivatives for the program, values, leaves, dtype and device of an earlier explain()."""
+    return second_derivatives(result.graph, result.inputs, result.wrt, resolve_dtype(result.dtype),
+                              resolve_device(result.device))

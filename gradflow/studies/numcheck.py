@@ -16,7 +16,7 @@ import torch
 from gradflow.analysis.status import depends_on
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph
-from gradflow.engine.replay import make_leaves, replay
+from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.analysis.explanation import Explanation
 from gradflow.values.jsonable import to_jsonable
 from gradflow.analysis.smooth import Note, notes
@@ -82,8 +82,8 @@ def numeric_grad(graph: Graph, leaves: dict, name: str, frozen: dict, eps: float
         for sign in (1.0, -1.0):
             moved = flat.clone()
             moved[k] += sign * h
-            side.append(replay(graph, {**leaves, name: moved.reshape(base.shape)}, cuts=False,
-                               frozen=frozen)[graph.output])
+            side.append(forward(graph, {**leaves, name: moved.reshape(base.shape)}, torch.float64, cuts=False,
+                                frozen=frozen)[graph.output])
         grad[k] = (side[0] - side[1]).reshape(()) / (2 * h)
     return grad.reshape(base.shape)
 
@@ -91,7 +91,7 @@ def numeric_grad(graph: Graph, leaves: dict, name: str, frozen: dict, eps: float
 def true_grads(graph: Graph, values: dict, wrt: list[str]) -> dict[str, torch.Tensor]:
     """Autograd of the program with every cut removed (identity), in float64."""
     leaves = make_leaves(graph, values, wrt)
-    out = replay(graph, leaves, cuts=False)[graph.output]
+    out = forward(graph, leaves, torch.float64, cuts=False)[graph.output]
     chosen = [leaves[w] for w in wrt]
     grads = torch.autograd.grad(out, chosen, allow_unused=True) if out.requires_grad else [None] * len(wrt)
     return {w: torch.zeros_like(t) if g is None else g for w, t, g in zip(wrt, chosen, grads)}
@@ -104,9 +104,9 @@ def _compare(leaf: str, auto, num, true, rtol: float, atol: float) -> LeafCheck:
     return LeafCheck(leaf, auto, num, true, err, ok)
 
 
-def run_check(result: Explanation, graph: Graph, values: dict, *, eps: float = 1e-6,
-              rtol: float = 1e-5, atol: float = 1e-6) -> CheckResult:
-    """`result` must come from a float64 evaluation of `graph` at `values`."""
+def run_check(result: Explanation, *, eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-6) -> CheckResult:
+    """`result` must come from a float64 evaluation (its graph and values are used again)."""
+    graph, values = result.graph, result.inputs
     leaves = make_leaves(graph, values, [])
     size = sum(leaves[w].numel() for w in result.wrt)
     if size > MAX_ELEMENTS:
@@ -128,12 +128,6 @@ def check(source: str, /, *, wrt: str | list[str] | None = None, eps: float = 1e
         50.0
     """
     from gradflow.engine.explain import explain
-    from gradflow.engine.prepare import check_values
-    from gradflow.language.compile import compile_program
-    from gradflow.engine.prepare import pin_values
 
-    merged = {**(values or {}), **kw_values}
-    result = explain(source, wrt=wrt, dtype="float64", values=merged)
-    graph = compile_program(source)
-    pinned = pin_values(result, merged)  # constructor/file values: the tensors explain() used
-    return run_check(result, graph, check_values(graph, pinned), eps=eps, rtol=rtol, atol=atol)
+    result = explain(source, wrt=wrt, dtype="float64", values={**(values or {}), **kw_values})
+    return run_check(result, eps=eps, rtol=rtol, atol=atol)

@@ -1,6 +1,6 @@
 """The autograd graph as torch records it, named from the expression, with flows and cuts.
 
-`picture()` re-runs the program without the engine's alias views (replay.py), walks
+`picture()` re-runs the program without the engine's measuring views (engine.forward), walks
 torch's graph from the output (grad_fn -> next_functions, AccumulateGrad for leaves)
 and maps every torch node back to the program node that made it (torch's own inner
 steps of one op, like matmul's Unsqueeze and Mm, are folded into that op). What torch does
@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from gradflow.analysis.status import reaches_output
 from gradflow.language.graph import Graph
 from gradflow.values.text import format_tensor
-from gradflow.engine.replay import CUTS, make_leaves, replay
+from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.values.tensors import resolve_device, resolve_dtype
+from gradflow.language.ops import is_cut, is_region
 from gradflow.analysis.explanation import Explanation
-
-IDENTITY = ("no_grad", "inference_mode")
 
 
 @dataclass
@@ -93,16 +93,16 @@ def _owners(graph: Graph, t: dict) -> dict:
 
 def _resolve(graph: Graph, nid: int) -> int:
     """Through identity wrappers (no_grad(x) on an outside x returns x itself)."""
-    while graph.nodes[nid].op in IDENTITY and graph.nodes[graph.nodes[nid].args[0]].region != nid:
+    while is_region(graph.nodes[nid].op) and graph.nodes[graph.nodes[nid].args[0]].region != nid:
         nid = graph.nodes[nid].args[0]
     return nid
 
 
 def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tuple[dict, dict, set]:
-    """Walk torch's graph from the output of an alias-free run. Returns (program node key -> torch
+    """Walk torch's graph from the output of a run without measuring views. Returns (program node key -> torch
     class name, key -> torch's own inner steps no program node made (e.g. matmul's Unsqueeze/Mm),
     {(src key, dst key, input position)} between program nodes)."""
-    t = replay(graph, make_leaves(graph, values, wrt, dtype, device))
+    t = forward(graph, make_leaves(graph, values, wrt, dtype, device), dtype, device)
     owner = _owners(graph, t)
     seen, raw = _walk(t[graph.output])
 
@@ -119,16 +119,11 @@ def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tu
     return {key(fn): type(fn).__name__ for fn in seen if key(fn)}, inner, {e for e in edges if e[0] != e[1]}
 
 
-def picture(result: Explanation, values: dict) -> Picture:
-    """Build the picture for an explain() result (same program, leaves, dtype, device)."""
-    from gradflow.engine.prepare import check_values
-    from gradflow.language.compile import compile_program
-    from gradflow.engine.prepare import pin_values
-    from gradflow.engine.evaluate import resolve_device, resolve_dtype
-
-    graph = compile_program(result.source)
-    fns, inner, tedges = torch_graph(graph, check_values(graph, pin_values(result, values)), result.wrt,
-                                 resolve_dtype(result.dtype), resolve_device(result.device))
+def picture(result: Explanation) -> Picture:
+    """Build the picture for an explain() result (same program, values, leaves, dtype, device)."""
+    graph = result.graph
+    fns, inner, tedges = torch_graph(graph, result.inputs, result.wrt, resolve_dtype(result.dtype),
+                                     resolve_device(result.device))
     pic = Picture(result.source, f"n{graph.output}")
     reach = reaches_output(graph)
     _add_nodes(pic, graph, result, fns, reach)
@@ -143,16 +138,16 @@ def _add_nodes(pic: Picture, graph: Graph, result: Explanation, fns: dict, reach
         if not reach[n.id]:
             continue
         r = result.nodes[n.id]
-        fn = fns.get(f"n{n.id}") if n.op not in IDENTITY else None
+        fn = fns.get(f"n{n.id}") if not is_region(n.op) else None
         if fn is None and r.requires_grad and r.is_leaf and n.op == "var":
             fn = "AccumulateGrad"
-        elif fn is None and r.grad_fn and n.op not in CUTS:
+        elif fn is None and r.grad_fn and not is_cut(n.op):
             fn = r.grad_fn  # recorded by torch, but cut off from the output
-        region = n.id if n.op in IDENTITY else n.region
+        region = n.id if is_region(n.op) else n.region
         pic.nodes.append(PNode(f"n{n.id}", r.name, n.op, fn, r.requires_grad, f"n{n.id}" in fns, r.status,
                                format_tensor(r.value), None if r.grad is None else format_tensor(r.grad),
                                None if region is None else f"r{region}"))
-        if n.op in IDENTITY:
+        if is_region(n.op):
             pic.clusters.append(Cluster(f"r{n.id}", n.text, n.op))
 
 
@@ -163,7 +158,7 @@ def _add_edges(pic: Picture, graph: Graph, result: Explanation, tedges: set, rea
         dst = graph.nodes[e.dst]
         if e.cut:
             kind = "cut"
-        elif dst.op in IDENTITY and result.nodes[e.src].requires_grad:
+        elif is_region(dst.op) and result.nodes[e.src].requires_grad:
             kind = "same"
         else:
             walked = (f"n{_resolve(graph, e.src)}", f"n{e.dst}", e.pos) in tedges
