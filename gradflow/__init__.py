@@ -8,7 +8,15 @@ Importing gradflow does not import torch; evaluating does.
 """
 from __future__ import annotations
 
-from gradflow.errors import EvalError, ExitCode, GradflowError, LimitError, NoGradientError, ParseError, ValueInputError
+from gradflow.errors import (
+    EvalError,
+    ExitCode,
+    GradflowError,
+    LimitError,
+    NoGradientError,
+    ParseError,
+    ValueInputError,
+)
 
 __all__ = ["explain", "sweep", "check", "hessian", "trace", "whatif", "compare", "parse", "GradflowError",
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]

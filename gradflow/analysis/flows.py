@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gradflow.language.ops import is_region
 from gradflow.values.jsonable import to_jsonable
 
 if TYPE_CHECKING:
     from gradflow.analysis.explanation import Explanation
-
-_IDENTITY = ("no_grad", "inference_mode")
 
 
 @dataclass
@@ -60,9 +59,9 @@ def _use(result: Explanation, edge, zeros: _Zeros) -> Contribution:
 
 
 def _is_output(result: Explanation, leaf_id: int) -> bool:
-    """Is the output this leaf's own tensor (the leaf, or identity wrappers of it)?"""
+    """Is the output this leaf's own tensor (the leaf, or region wrappers of it)?"""
     n = result.output
-    while n.op in _IDENTITY:
+    while is_region(n.op):
         n = result.nodes[n.args[0]]
     return n.id == leaf_id
 

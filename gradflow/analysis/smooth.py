@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gradflow.analysis.explanation import Explanation
 from gradflow.analysis.status import depends_on
 from gradflow.language.graph import Graph
-from gradflow.analysis.explanation import Explanation
 
 
 @dataclass

@@ -5,8 +5,9 @@ grads, cut edges); imports no torch itself.
 """
 from __future__ import annotations
 
-from gradflow.language.graph import FlagStep, Graph
 from gradflow.analysis.explanation import Explanation, Warning
+from gradflow.language.graph import FlagStep, Graph
+from gradflow.language.ops import role
 
 
 def depends_on(graph: Graph, leaves: list[str]) -> list[int]:
@@ -35,7 +36,7 @@ def reaches_output(graph: Graph) -> list[bool]:
 def _cutter(graph: Graph, node_id: int) -> str:
     """The label of the construct that cut edges into this node."""
     n = graph.nodes[node_id]
-    if n.op == "detach" or n.region is None:
+    if role(n.op) == "cut" or n.region is None:
         return n.label
     return graph.nodes[n.region].label
 

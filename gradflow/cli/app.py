@@ -13,8 +13,15 @@ from typing import Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
-from gradflow.cli import (batch_command, compare_command, eval_command, graph_command,  # noqa: E402
-                          inspect_command, ops_command, whatif_command)
+from gradflow.cli import (  # noqa: E402
+    batch_command,
+    compare_command,
+    eval_command,
+    graph_command,
+    inspect_command,
+    ops_command,
+    whatif_command,
+)
 from gradflow.cli.common import EXTRA  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,

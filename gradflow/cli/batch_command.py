@@ -10,7 +10,16 @@ from typing import Annotated, Iterable, Iterator, Optional
 
 import typer
 
-from gradflow.cli.common import DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, consoles, guarded, parse_values
+from gradflow.cli.common import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    VarOpt,
+    WrtOpt,
+    consoles,
+    guarded,
+    parse_values,
+)
 from gradflow.errors import ExitCode, ValueInputError
 
 InputArg = Annotated[Optional[str], typer.Argument(

@@ -53,8 +53,10 @@ def consoles() -> tuple[Console, Console]:
 
 def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     """Print an error the user can act on and return the Exit to raise."""
-    from gradflow.render.plain import print_error  # plain text: no rich on the early-error path
     from gradflow.cli.streams import unread
+    from gradflow.render.plain import (
+        print_error,  # plain text: no rich on the early-error path
+    )
 
     with unread():  # if nobody reads the message any more, the exit code still tells
         if as_json:

@@ -5,8 +5,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from gradflow.cli.common import (DebugOpt, DeviceOpt, DtypeOpt, JsonOpt, VarOpt, WrtOpt, check_shadowed, emit, guarded,
-                                 parse_values, read_program)
+from gradflow.cli.common import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    JsonOpt,
+    VarOpt,
+    WrtOpt,
+    check_shadowed,
+    emit,
+    guarded,
+    parse_values,
+    read_program,
+)
 from gradflow.errors import GradflowError, ValueInputError
 
 ExprsArg = Annotated[Optional[list[str]], typer.Argument(

@@ -3,9 +3,30 @@ from __future__ import annotations
 
 import typer
 
-from gradflow.cli.common import (CheckOpt, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, FlowsOpt, FullOpt,
-                                 GraphOpt, JsonOpt, LimitOpt, OrderOpt, PlotOpt, SeedOpt, VarOpt, WrtOpt, _is_option,
-                                 check_shadowed, consoles, guarded, parse_values, read_program)
+from gradflow.cli.common import (
+    CheckOpt,
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ExprArg,
+    FileOpt,
+    FlowsOpt,
+    FullOpt,
+    GraphOpt,
+    JsonOpt,
+    LimitOpt,
+    OrderOpt,
+    PlotOpt,
+    SeedOpt,
+    VarOpt,
+    WrtOpt,
+    _is_option,
+    check_shadowed,
+    consoles,
+    guarded,
+    parse_values,
+    read_program,
+)
 
 
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
@@ -22,8 +43,13 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
+        from gradflow.cli.sweep_output import (
+            SweepRequest,
+            find_sweep,
+            run,
+            split_plot_file,
+        )
         from gradflow.engine.explain import explain
-        from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
 
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved else (expr, ctx.args)
@@ -35,8 +61,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         if swept:
             return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
-        from gradflow.studies.extras import Extras
         from gradflow.limits import as_limits, using
+        from gradflow.studies.extras import Extras
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
             extra = Extras.compute(result, check=check, order=order, graph=graph)

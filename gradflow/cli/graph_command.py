@@ -9,8 +9,21 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (OutOpt, DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, VarOpt, WrtOpt, consoles, guarded,
-                  check_shadowed, parse_values, read_program)
+from gradflow.cli.common import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ExprArg,
+    FileOpt,
+    OutOpt,
+    VarOpt,
+    WrtOpt,
+    check_shadowed,
+    consoles,
+    guarded,
+    parse_values,
+    read_program,
+)
 from gradflow.errors import GradflowError, ValueInputError
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")

@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gradflow.cli.common import OutOpt, DebugOpt, JsonOpt, consoles, guarded
+from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, consoles, guarded
 from gradflow.errors import GradflowError, ValueInputError
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
@@ -169,8 +169,8 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
 
 
 def _json_error(err: GradflowError) -> int:
-    from gradflow.render.table import print_error
     from gradflow.analysis.explanation import SCHEMA_VERSION
+    from gradflow.render.table import print_error
     from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)

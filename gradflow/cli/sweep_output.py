@@ -9,11 +9,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, NamedTuple
 
-if TYPE_CHECKING:
-    from gradflow.values.specs import SweepRange
-
 from gradflow.cli.common import consoles
 from gradflow.errors import ValueInputError
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from gradflow.values.specs import SweepRange
 
 
 class SweepRequest(NamedTuple):
@@ -97,8 +99,8 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
     from rich.progress import Progress
 
-    from gradflow.values.jsonable import dumps
     from gradflow.studies.sweeps import record, run_sweep
+    from gradflow.values.jsonable import dumps
 
     point_values, first = rng.points(), []
     values = {k: v for k, v in req.values.items() if k != var}
@@ -126,8 +128,7 @@ def sweep_table(result, first=None) -> Group:
     from rich.text import Text
 
     from gradflow.render.table import cut_lines
-    from gradflow.values.text import format_tensor
-    from gradflow.values.text import format_number
+    from gradflow.values.text import format_number, format_tensor
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in [result.var, "L", *(f"dL/d{leaf}" for leaf in result.wrt)]:

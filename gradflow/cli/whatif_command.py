@@ -3,8 +3,22 @@ from __future__ import annotations
 
 import typer
 
-from gradflow.cli.common import (DebugOpt, DeviceOpt, DtypeOpt, ExprArg, FileOpt, JsonOpt, VarOpt, WrtOpt, _is_option,
-                                 check_shadowed, emit, guarded, parse_values, read_program)
+from gradflow.cli.common import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ExprArg,
+    FileOpt,
+    JsonOpt,
+    VarOpt,
+    WrtOpt,
+    _is_option,
+    check_shadowed,
+    emit,
+    guarded,
+    parse_values,
+    read_program,
+)
 
 
 def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from gradflow.limits import check, check_elements, current
 from gradflow.language.graph import Node
+from gradflow.limits import check, check_elements, current
 
 
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:

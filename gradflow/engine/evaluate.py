@@ -30,7 +30,13 @@ from gradflow.language.graph import FlagStep, Graph, Node
 from gradflow.language.ops import OPS, is_cut, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note
-from gradflow.values.tensors import TORCH_ERRORS, resolve_device, resolve_dtype, scalar, to_tensor
+from gradflow.values.tensors import (
+    TORCH_ERRORS,
+    resolve_device,
+    resolve_dtype,
+    scalar,
+    to_tensor,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable

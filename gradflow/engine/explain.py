@@ -33,9 +33,8 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     vals = check_values(graph, {**(values or {}), **kw_values})
     leaves = resolve_wrt(graph, wrt)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
-    from gradflow.values.tensors import materialize
-
     from gradflow.limits import using
+    from gradflow.values.tensors import materialize
 
     with using(limits):  # constructor sizes are checked against these limits before allocating
         tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws

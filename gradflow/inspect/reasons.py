@@ -10,11 +10,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gradflow.language.ops import CUT_OPS
+
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import OpRecord, Trace, Use
 
 
-SHOWN_CUTS = ("detach", "no_grad", "inference_mode")  # user-made cuts ("nondiff" ops are not)
+SHOWN_CUTS = CUT_OPS  # user-made cuts, named as the op table names them ("nondiff" ops are not)
 CUT_TEXT = {
     "detach": "cut by `{op}`",
     "no_grad": "cut: `{op}` ran under torch.no_grad()",

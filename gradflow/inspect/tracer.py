@@ -23,8 +23,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from gradflow.inspect.source import in_custom_function, user_line
+from gradflow.language.ops import OPS
 
-_DETACH = {"detach", "detach_", "data"}
+_DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradflow.language.ops import CUT_OPS
 from gradflow.language.graph import FlagStep, Graph, Node
-
-REGION_OPS = ("no_grad", "inference_mode")
+from gradflow.language.ops import CUT_OPS, REGION_OPS
 
 
 def _inner(text: str) -> str:

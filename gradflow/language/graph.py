@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gradflow.errors import Span
+from gradflow.language.ops import is_region
 from gradflow.language.syntax import Assign, Expr, Num, Program, SetFlag, Var
-
 
 # ---- the lowered graph --------------------------------------------------------------
 
@@ -91,7 +91,7 @@ class _Lowering:
             elif not done:
                 stack.append((e, True, reg))
                 inner = reg
-                if e.op in ("no_grad", "inference_mode"):
+                if is_region(e.op):
                     inner = (e, e.op)
                 for a in reversed(e.args):
                     stack.append((a, False, inner))

@@ -10,15 +10,30 @@ import os
 from typing import TYPE_CHECKING
 
 from lark import Lark, Token
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
 from lark.lark import PostLex
 from lark.visitors import Transformer_NonRecursive
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from gradflow.errors import ParseError, Span
 
 if TYPE_CHECKING:
     from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+    from gradflow.language.syntax import (
+        Assign,
+        Call,
+        Expr,
+        ExprStmt,
+        Num,
+        Program,
+        SetFlag,
+        Var,
+    )
 
 _READABLE = {
     "NUMBER": "a number", "NAME": "a name", "LPAR": "'('", "RPAR": "')'", "MINUS": "'-'",
@@ -187,7 +202,16 @@ def _load_nodes():
     error (the CLI's early exit) never pays for program.py's dataclasses."""
     global Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var, FUNCTIONS, suggest
     from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var
+    from gradflow.language.syntax import (
+        Assign,
+        Call,
+        Expr,
+        ExprStmt,
+        Num,
+        Program,
+        SetFlag,
+        Var,
+    )
 
 
 def parse(source: str) -> Program:

@@ -6,8 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gradflow.values.text import DASH, format_tensor
-from gradflow.values.text import format_number
+from gradflow.values.text import DASH, format_number, format_tensor
 
 
 def check_table(result) -> Group:

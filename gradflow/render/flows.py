@@ -8,10 +8,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from gradflow.analysis.flows import Contribution
-from gradflow.values.text import SMALL, format_tensor
 from gradflow.analysis.explanation import Explanation
-from gradflow.values.text import format_number
+from gradflow.analysis.flows import Contribution
+from gradflow.values.text import SMALL, format_number, format_tensor
 
 
 def compact(t) -> str:

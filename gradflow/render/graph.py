@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from rich.tree import Tree
 
+from gradflow.language.ops import is_cut, is_region
 from gradflow.studies.picture import Picture, PNode
 
 GREEN, GREY, RED = "#2e7d32", "#9e9e9e", "#c62828"
@@ -17,9 +18,9 @@ GREEN, GREY, RED = "#2e7d32", "#9e9e9e", "#c62828"
 def _kind(n: PNode) -> str:
     if n.fn:
         return n.fn + (f" (+ {', '.join(n.inner)})" if n.inner else "")
-    if n.op in ("no_grad", "inference_mode") and n.requires_grad:
+    if is_region(n.op) and n.requires_grad:
         return f"{n.op}: passes its argument through, nothing cut"
-    return f"{n.op}: cut" if n.op in ("detach", "no_grad", "inference_mode") else "no grad"
+    return f"{n.op}: cut" if is_cut(n.op) else "no grad"
 
 
 def _sub(n: PNode) -> str:
@@ -124,7 +125,7 @@ def _tree_label(n: PNode, edge, repeat: bool) -> Text:
         label.append("  ✂ cut here", style="bold red")
     elif edge is not None and edge.flow is not None:
         label.append(f"  ↑ flow {edge.flow}", style="yellow")
-    if n.cluster is not None and n.op not in ("no_grad", "inference_mode"):
+    if n.cluster is not None and not is_region(n.op):
         label.append("  (inside a no-grad region)", style="red")
     if repeat:
         label.append("  ↺ shared, shown above", style="dim italic")

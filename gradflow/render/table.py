@@ -10,8 +10,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradflow.errors import GradflowError
 from gradflow.analysis.explanation import Explanation, NodeResult
+from gradflow.errors import GradflowError
 from gradflow.values.text import DASH, format_tensor
 
 ANOMALY = "⚠"

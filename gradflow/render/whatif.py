@@ -5,11 +5,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from gradflow.values.text import DASH
 from gradflow.render.flows import compact
 from gradflow.studies.rows import Comparison, Row
-from gradflow.values.text import format_number
 from gradflow.studies.whatif import Scenario, WhatIf
+from gradflow.values.text import DASH, format_number
 
 NO_GRAD_TEXT = "no gradient"
 

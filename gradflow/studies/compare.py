@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gradflow.engine.prepare import check_values, resolve_wrt
-from gradflow.language.compile import compile_program
 from gradflow.errors import GradflowError, ValueInputError
+from gradflow.language.compile import compile_program
 from gradflow.studies.rows import Comparison, Row
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.errors import EvalError, LimitError
 from gradflow.language.graph import Graph
-from gradflow.engine.evaluate import forward, make_leaves
-from gradflow.values.tensors import resolve_device, resolve_dtype
 from gradflow.values.jsonable import to_jsonable
+from gradflow.values.tensors import resolve_device, resolve_dtype
 
 MAX_ELEMENTS = 1024  # Hessian-vector products (one backward pass each) per call
 

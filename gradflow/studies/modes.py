@@ -8,15 +8,15 @@ Graph; the program text shown per row is only for reading.
 from __future__ import annotations
 
 from gradflow.engine.prepare import check_values, resolve_wrt
-from gradflow.language.compile import compile_program
-from gradflow.studies.rows import Comparison, Row
 from gradflow.errors import ValueInputError
-from gradflow.language.ops import CUT_OPS
-from gradflow.language.graph import Graph
+from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, ancestors, cut_nodes, off_flags
+from gradflow.language.graph import Graph
+from gradflow.language.ops import CUT_OPS
+from gradflow.studies.rows import Comparison, Row
 from gradflow.studies.whatif import run_graph
 
-MECHANISMS = ("detach", "no_grad", "inference_mode", "no cut", "requires_grad = false")
+MECHANISMS = (*CUT_OPS, "no cut", "requires_grad = false")
 NOTES = {
     "detach": "inner nodes are recorded (require grad); detach() hands on their value with no path back",
     "no_grad": "nothing inside is recorded, so inner nodes do not require grad",

@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
+from gradflow.analysis.explanation import Explanation
+from gradflow.analysis.smooth import Note, notes
 from gradflow.analysis.status import depends_on
+from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph
-from gradflow.engine.evaluate import forward, make_leaves
-from gradflow.analysis.explanation import Explanation
 from gradflow.values.jsonable import to_jsonable
-from gradflow.analysis.smooth import Note, notes
 
 MAX_ELEMENTS = 4096  # finite differences: two runs per element of the chosen leaves
 

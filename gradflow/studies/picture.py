@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from gradflow.analysis.status import reaches_output
-from gradflow.language.graph import Graph
-from gradflow.values.text import format_tensor
-from gradflow.engine.evaluate import forward, make_leaves
-from gradflow.values.tensors import resolve_device, resolve_dtype
-from gradflow.language.ops import is_cut, is_region
 from gradflow.analysis.explanation import Explanation
+from gradflow.analysis.status import reaches_output
+from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.language.graph import Graph
+from gradflow.language.ops import is_cut, is_region
+from gradflow.values.tensors import resolve_device, resolve_dtype
+from gradflow.values.text import format_tensor
 
 
 @dataclass

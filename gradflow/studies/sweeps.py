@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gradflow.engine.prepare import check_values, resolve_wrt
-from gradflow.language.compile import compile_program
-from gradflow.errors import GradflowError, ValueInputError
 from gradflow.analysis.explanation import Explanation
+from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.errors import GradflowError, ValueInputError
+from gradflow.language.compile import compile_program
 from gradflow.values.jsonable import to_jsonable
 from gradflow.values.specs import SweepRange, parse_sweep
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradflow.engine.prepare import check_values, resolve_wrt
-from gradflow.language.compile import compile_program
-from gradflow.errors import GradflowError, LimitError
-from gradflow.language.graph import Graph
 from gradflow.analysis.explanation import Explanation
-from gradflow.values.jsonable import dumps, to_jsonable
+from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.errors import GradflowError, LimitError
+from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, cut_nodes, off_flags
-
+from gradflow.language.graph import Graph
+from gradflow.values.jsonable import dumps, to_jsonable
 
 MAX_SCENARIOS = 300  # each scenario is a full evaluation: keep the quadratic cost bounded
 

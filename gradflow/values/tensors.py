@@ -22,7 +22,6 @@ from gradflow.limits import check_elements
 from gradflow.values.coerce import check_value
 from gradflow.values.specs import HINT, FileValue, TensorSpec
 
-
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # what torch raises for bad input besides RuntimeError (all become package errors)
 TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)

@@ -5,8 +5,8 @@ import json
 import math
 
 from gradflow.errors import ValueInputError
-from gradflow.values.jsonable import summary
 from gradflow.limits import MAX_VALUE_DIMS
+from gradflow.values.jsonable import summary
 from gradflow.values.specs import parse_special
 
 
