@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.engine.prepare import prepare
 from gradflow.errors import ValueInputError
-from gradflow.language.compile import compile_program
 from gradflow.limits import as_limits
 
 if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error needs none of them
@@ -29,16 +28,10 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
-    graph = compile_program(source, limits)
-    vals = check_values(graph, {**(values or {}), **kw_values})
-    leaves = resolve_wrt(graph, wrt)
+    graph, vals, leaves = prepare(source, {**(values or {}), **kw_values}, wrt, dtype=dtype, seed=seed, limits=limits)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
-    from gradflow.limits import using
-    from gradflow.values.tensors import materialize
 
-    with using(limits):  # constructor sizes are checked against these limits before allocating
-        tensors = materialize({n: vals[n] for n in graph.inputs}, dtype, seed)  # program order: seeded draws
-    return evaluate(graph, tensors, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
+    return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
 
 
 def check_arguments(source, wrt, dtype, device, values) -> None:

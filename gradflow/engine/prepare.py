@@ -1,15 +1,43 @@
-"""The preamble every evaluation shares: values checked against the program, leaves chosen, values pinned.
+"""The preamble every evaluation shares, once: compile -> check values -> resolve wrt -> build the values.
 
-Torch-free.
+`checked()` is the torch-free part (its errors come before any work); `prepare()` also builds constructor
+and file values as tensors (seeded, in program order), so every later run sees the same numbers.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gradflow.errors import ValueInputError
+from gradflow.language.compile import compile_program
+from gradflow.limits import Limits, current, using
 
 if TYPE_CHECKING:
     from gradflow.language.graph import Graph
+
+
+class Prepared(NamedTuple):
+    graph: Graph
+    values: dict[str, Any]  # one per input, in program order
+    wrt: list[str]  # the chosen leaves
+
+
+def checked(program: str | Graph, values: dict[str, Any], wrt: str | list[str] | None,
+            limits: Limits | None = None) -> Prepared:
+    """The program compiled (text) or as given (Graph), its values parsed and checked, the leaves chosen."""
+    graph = compile_program(program, limits) if isinstance(program, str) else program
+    vals = check_values(graph, values)
+    return Prepared(graph, {n: vals[n] for n in graph.inputs}, resolve_wrt(graph, wrt))
+
+
+def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] | None, *, dtype: str = "float32",
+            seed: int = 0, limits: Limits | None = None) -> Prepared:
+    """`checked()`, then constructor and file values built (sizes checked against `limits` first)."""
+    limits = limits or current()
+    ready = checked(program, values, wrt, limits)
+    from gradflow.values.tensors import materialize  # torch from here on
+
+    with using(limits):
+        return ready._replace(values=materialize(ready.values, dtype, seed))  # program order: seeded draws
 
 
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.engine.prepare import prepare, resolve_wrt
 from gradflow.errors import GradflowError, ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.studies.rows import Comparison, Row
@@ -53,8 +53,8 @@ def _row(src: str, graph, values: dict, wrt, dtype: str, device: str) -> Row:
     from gradflow.studies.whatif import run_graph
 
     try:
-        vals = check_values(graph, {k: v for k, v in values.items() if k in graph.inputs})
-        result, row.error = run_graph(graph, vals, _leaves(graph, wrt), dtype, device)
+        ready = prepare(graph, {k: v for k, v in values.items() if k in graph.inputs}, _leaves(graph, wrt), dtype=dtype)
+        result, row.error = run_graph(*ready, dtype, device)
     except GradflowError as err:
         result, row.error = None, err
     if result is not None:

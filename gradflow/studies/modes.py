@@ -7,7 +7,7 @@ Graph; the program text shown per row is only for reading.
 """
 from __future__ import annotations
 
-from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.engine.prepare import prepare
 from gradflow.errors import ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, ancestors, cut_nodes, off_flags
@@ -121,8 +121,7 @@ def compare_modes(source: str, values: dict, wrt, dtype: str, device: str) -> Co
         raise ValueInputError("no_cut", "--modes rewrites the program's detach/no_grad/inference_mode cuts, "
                               "and it has none", hint='e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
                               "--x 1 --y1 2 --y2 7")
-    vals = check_values(graph, values)
-    leaves = resolve_wrt(graph, wrt)
+    graph, vals, leaves = prepare(graph, values, wrt, dtype=dtype)
     ctx = (vals, leaves, dtype, device)
     rows = [_run(graph, m, [], ctx) for m in MECHANISMS[:4]]
     flagged = _cut_off(graph, leaves)

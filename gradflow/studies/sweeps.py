@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gradflow.analysis.explanation import Explanation
-from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.engine.prepare import checked
 from gradflow.errors import GradflowError, ValueInputError
-from gradflow.language.compile import compile_program
 from gradflow.values.jsonable import to_jsonable
 from gradflow.values.specs import SweepRange, parse_sweep
 
@@ -93,8 +92,7 @@ def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0
 
 def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None):
     """The torch-free part (program, values, leaves): its errors come before any work."""
-    graph = compile_program(source)
-    return graph, check_values(graph, {**values, var: 0.0}), resolve_wrt(graph, wrt)
+    return checked(source, {**values, var: 0.0}, wrt)
 
 
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
@@ -105,7 +103,7 @@ def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *,
     from gradflow.engine.evaluate import evaluate  # torch from here on
     from gradflow.values.tensors import materialize
 
-    fixed = materialize({n: fixed[n] for n in graph.inputs}, dtype, seed)
+    fixed = materialize(fixed, dtype, seed)
     result = SweepResult(graph.source, var, rng.points(), leaves)
     for i, x in enumerate(result.values):
         point = evaluate(graph, {**fixed, var: x}, leaves, dtype=dtype, device=device)

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import Explanation
-from gradflow.engine.prepare import check_values, resolve_wrt
+from gradflow.engine.prepare import prepare
 from gradflow.errors import GradflowError, LimitError
-from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, cut_nodes, off_flags
 from gradflow.language.graph import Graph
 from gradflow.values.jsonable import dumps, to_jsonable
@@ -121,13 +120,12 @@ def whatif_graph(graph: Graph, values: dict, leaves: list[str], dtype: str = "fl
 
 
 def whatif(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-           device: str = "cpu", values: dict[str, Any] | None = None, **kw_values: Any) -> WhatIf:
+           device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, **kw_values: Any) -> WhatIf:
     """For every live node, the grads if it were detached; for every cut, the grads without it.
 
     Takes the same arguments as `explain()`. Raises GradflowError if the program
     as written cannot be evaluated.
     """
-    graph = compile_program(source)
-    vals = check_values(graph, {**(values or {}), **kw_values})
-    return whatif_graph(graph, vals, resolve_wrt(graph, wrt), dtype=dtype, device=device)
+    graph, vals, leaves = prepare(source, {**(values or {}), **kw_values}, wrt, dtype=dtype, seed=seed)
+    return whatif_graph(graph, vals, leaves, dtype=dtype, device=device)
 
