@@ -5,8 +5,9 @@ import gc
 import os
 import stat
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Iterable, Iterator, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,7 +23,7 @@ from gradflow.cli.common import (
 )
 from gradflow.errors import ExitCode, ValueInputError
 
-InputArg = Annotated[Optional[str], typer.Argument(
+InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False)]
 TextOpt = Annotated[bool, typer.Option(
     "--text", help="Each line is a plain program; values come from the command line (--x 1).")]

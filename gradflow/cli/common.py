@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,12 +20,12 @@ if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 # ---- options shared by the commands -------------------------------------------------------
-ExprArg = Annotated[Optional[str], typer.Argument(
+ExprArg = Annotated[str | None, typer.Argument(
     help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False)]
-FileOpt = Annotated[Optional[Path], typer.Option("--file", help="Read the program from this file.")]
-WrtOpt = Annotated[Optional[str], typer.Option(
+FileOpt = Annotated[Path | None, typer.Option("--file", help="Read the program from this file.")]
+WrtOpt = Annotated[str | None, typer.Option(
     "--wrt", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every variable.")]
-VarOpt = Annotated[Optional[list[str]], typer.Option(
+VarOpt = Annotated[list[str] | None, typer.Option(
     "--var", help="A value as NAME=VALUE (for names that clash with options). Repeatable.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
@@ -37,12 +38,12 @@ PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx 
                                        "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
 OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
-GraphOpt = Annotated[Optional[str], typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
-LimitOpt = Annotated[Optional[list[str]], typer.Option(
+GraphOpt = Annotated[str | None, typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
+LimitOpt = Annotated[list[str] | None, typer.Option(
     "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
                     "elements (1e6 per tensor), total (1e7). Repeatable.")]
 FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
-OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+OutOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
 
 def consoles() -> tuple[Console, Console]:

@@ -1,7 +1,7 @@
 """`gradflow compare`: several programs side by side on the same values, or one program's cut mechanisms."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,7 +20,7 @@ from gradflow.cli.common import (
 )
 from gradflow.errors import GradflowError, ValueInputError
 
-ExprsArg = Annotated[Optional[list[str]], typer.Argument(
+ExprsArg = Annotated[list[str] | None, typer.Argument(
     help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False, metavar="EXPR")]
 ModesOpt = Annotated[bool, typer.Option(
     "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]

@@ -15,7 +15,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show onl
                                                                        "(or an exactly zero) gradient.")]
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
 DepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Fold parameters by module path up to this depth.")]
-GraphOpt = Annotated[Optional[str], typer.Option(
+GraphOpt = Annotated[str | None, typer.Option(
     "--graph", help="A picture instead of the table: tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
 
 

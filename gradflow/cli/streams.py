@@ -14,7 +14,8 @@ import contextlib
 import io
 import os
 import sys
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from gradflow.errors import ExitCode, ValueInputError
 

@@ -73,7 +73,8 @@ class _Run:
     def __init__(self, graph: Graph, leaf: Callable[[Node], torch.Tensor], dtype, device, *, measure: bool = True,
                  measure_edges: bool = True, cuts: bool = True, frozen: dict[int, torch.Tensor] | None = None):
         self.g, self.leaf, self.dtype, self.device = graph, leaf, dtype, device
-        self.measure, self.measure_edges, self.cuts, self.frozen = measure, measure and measure_edges, cuts, frozen or {}
+        self.measure, self.measure_edges = measure, measure and measure_edges
+        self.cuts, self.frozen = cuts, frozen or {}
         self.single = _single_use(graph)
         self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}

@@ -5,7 +5,7 @@ garbage-collector freeze here (cli/startup.py), so the engine never imports proc
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 AFTER_TORCH_IMPORT: list[Callable[[], None]] = []
 

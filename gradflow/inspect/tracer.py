@@ -116,7 +116,7 @@ class TraceState:
 
 
 class _Mode(TorchFunctionMode):
-    def __init__(self, trace: "Trace"):
+    def __init__(self, trace: Trace):
         super().__init__()
         self.t = trace
 
@@ -150,7 +150,7 @@ class Trace:
         self._failed_with: BaseException | None = None
 
     # ---- context manager -------------------------------------------------------------
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         from torch.nn.modules import module as m
 
         self._hooks = [m.register_module_forward_pre_hook(self._enter_module),

@@ -16,8 +16,9 @@ does not import torch.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 Role = Literal["plain", "cut", "region"]
 

@@ -1,1 +1,2 @@
-"""Questions answered with several evaluations: whatif, compare, modes, numeric check, Hessian, sweeps, batch, the graph picture."""
+"""Questions answered with several evaluations: whatif, compare, modes, numeric check, Hessian, sweeps,
+batch, the graph picture."""

@@ -22,7 +22,7 @@ class Extras:
 
     @classmethod
     def compute(cls, result, *, check: bool = False, order: int = 1,
-                graph: str | None = None) -> "Extras":
+                graph: str | None = None) -> Extras:
         if graph is not None and graph not in EVAL_GRAPH_FORMATS:
             raise ValueInputError("usage", f"eval --graph takes tree, dot or mermaid, not '{graph}'",
                                   hint='for svg/png use: gradflow graph "EXPR" --format svg -o graph.svg')

@@ -7,8 +7,9 @@ are kept only when asked (`keep=True`, the API default; the CLI streams instead)
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from gradflow.analysis.explanation import Explanation
 from gradflow.engine.prepare import checked

@@ -27,7 +27,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
 
 
-@functools.lru_cache(maxsize=None)  # probing cuda/mps costs ~50 us: once per process (batch)
+@functools.cache  # probing cuda/mps costs ~50 us: once per process (batch)
 def resolve_device(device: str) -> torch.device:
     available = {"cpu": True, "cuda": torch.cuda.is_available(),
                  "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
