@@ -224,7 +224,7 @@ class Workspace:
         rest = words[len("gradflow"):]
         if "$(" in rest or "$'" in rest or "`" in rest:
             res = self.bash("printf '%s\\0' " + rest)
-            assert res.returncode == 0, res.stderr.decode()
+            assert res.returncode == 0 and not res.stderr, f"bash could not expand {rest}: {res.stderr.decode()}"
             args = res.stdout.decode().split("\0")[:-1]
         else:
             args = shlex.split(rest)
