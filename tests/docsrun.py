@@ -38,8 +38,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 # The only imports of gradflow's internals in the docs tests (change here when the package moves).
-from gradflow.cli import app  # noqa: E402
-from gradflow.ops import OPS  # noqa: E402,F401
+from gradflow.cli import app
+from gradflow.ops import OPS  # noqa: F401 (tests/test_docs.py uses it)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
