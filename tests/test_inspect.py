@@ -481,15 +481,15 @@ def test_sparse_embedding_gradient():
     assert p.status == "live" and p.grad_norm == pytest.approx(15 ** 0.5) and p.routes[0].share == 1.0
 
 
-def test_readme_inspect_example_is_real_output(monkeypatch):
+def test_docs_inspect_example_is_real_output(monkeypatch):
     from typer.testing import CliRunner
 
     from gradflow.cli.app import app
 
     root = HERE.parent.parent
-    readme = (root / "README.md").read_text()
-    section = readme[readme.index("\n## Inspect real PyTorch code"):]
-    block = section.split("```\n$ COLUMNS=100 gradflow inspect examples/frozen_encoder.py:main\n")[1].split("```")[0]
+    page = (root / "docs" / "inspect.md").read_text()
+    section = page[page.index("\n## An example"):]
+    block = section.split("```\n$ gradflow inspect examples/frozen_encoder.py:main\n")[1].split("```")[0]
     monkeypatch.chdir(root)
     res = CliRunner().invoke(app, ["inspect", "examples/frozen_encoder.py:main"], env={"COLUMNS": "100"})
     strip = lambda text: [line.rstrip() for line in text.splitlines()]  # noqa: E731
