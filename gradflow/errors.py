@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     INTERNAL = 1  # a bug in gradflow: please report it with --debug output
     INPUT = 2  # the program, a value or an option is wrong
     NO_GRADIENT = 3  # the output does not require grad: nothing can flow back
-    PARTIAL = 4  # batch: at least one record failed (the others were written)
+    PARTIAL = 4  # batch: at least one record failed (the others were written); compare: some programs failed
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -112,7 +112,7 @@ def cli_commands() -> list[str]:
 
     res = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"})
     assert res.exit_code == 0
-    section = res.stdout.split("Commands:")[1]
+    section = res.stdout.split("Commands:")[1].split("\n\n")[0]  # the list, not the examples after it
     return [m.group(1) for m in re.finditer(r"^\s{2}(\w+)\s", section, flags=re.M)]
 
 

@@ -23,8 +23,18 @@ from gradflow.cli import (  # noqa: E402
     whatif_command,
 )
 from gradflow.cli.common import EXTRA  # noqa: E402
+from gradflow.cli.help import Command, help_end  # noqa: E402
+from gradflow.errors import ExitCode  # noqa: E402
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+HELP_END = help_end([
+    'gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
+    'gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7',
+    'gradflow ops',
+    'gradflow eval --help',
+], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, compare)",
+                    ExitCode.PARTIAL: "partial: some lines (batch) or programs (compare) failed"})
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, epilog=HELP_END,
                   help="Show how gradients flow through a PyTorch computation.")
 
 
@@ -42,17 +52,20 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
     """Show how gradients flow through a PyTorch computation.
 
     Values are given as --NAME VALUE for each variable (--x 1, --x=-2, --w "[1,2]").
+    Each command's --help lists its options, examples and exit codes.
     """
 
 
 # One module per command; `gradflow --help` lists them in this order.
-app.command("eval", context_settings=EXTRA)(eval_command.eval_cmd)
-app.command("ops")(ops_command.ops_cmd)
-app.command("graph", context_settings=EXTRA)(graph_command.graph_cmd)
-app.command("inspect")(inspect_command.inspect_cmd)
-app.command("batch", context_settings=EXTRA)(batch_command.batch_cmd)
-app.command("whatif", context_settings=EXTRA)(whatif_command.whatif_cmd)
-app.command("compare", context_settings=EXTRA)(compare_command.compare_cmd)
+_COMMANDS = [("eval", eval_command.eval_cmd, eval_command.HELP_END, EXTRA),
+             ("ops", ops_command.ops_cmd, ops_command.HELP_END, None),
+             ("graph", graph_command.graph_cmd, graph_command.HELP_END, EXTRA),
+             ("inspect", inspect_command.inspect_cmd, inspect_command.HELP_END, None),
+             ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
+             ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
+             ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA)]
+for _name, _function, _help_end, _settings in _COMMANDS:
+    app.command(_name, cls=Command, epilog=_help_end, context_settings=_settings)(_function)
 
 
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py

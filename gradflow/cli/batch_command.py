@@ -11,22 +11,22 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    VarOpt,
-    WrtOpt,
-    consoles,
-    guarded,
-    parse_values,
-)
+from gradflow.cli.common import DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, consoles, guarded, parse_values
+from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, ValueInputError
 
 InputArg = Annotated[str | None, typer.Argument(
-    help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False)]
+    help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]
 TextOpt = Annotated[bool, typer.Option(
     "--text", help="Each line is a plain program; values come from the command line (--x 1).")]
+HELP_END = help_end([
+    """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
+    """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
+    """printf 'x^2\\nx^\\n' | gradflow batch --text --x 3    # exit 4: line 2 failed""",
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "every line succeeded",
+     ExitCode.INPUT: "bad input: an option, or the input cannot be read",
+     ExitCode.PARTIAL: "partial: some lines failed (each gets an error record)"})
 
 
 def _open(source: str) -> tuple[Iterable[str], int | None]:
@@ -94,8 +94,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
 
     Values on the command line (--x 1) are defaults for every line that uses them. Blank lines are skipped.
-
-    Exit 0 if every line succeeded, 4 if any failed (each failure is an error record; the count goes to stderr).
+    The number of failed lines goes to stderr.
     """
     def body() -> int:
         from gradflow.studies.batch import run_batch

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
+from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS
+from gradflow.studies.extras import EVAL_GRAPH_FORMATS
+from gradflow.values.jsonable import JSON_FULL_MAX
 
 if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
     from rich.console import Console
@@ -20,30 +23,53 @@ if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 # ---- options shared by the commands -------------------------------------------------------
+# Each option that takes a value names it with a metavar (Typer's default is a type, like <list[str]>).
+# Options with fixed values list them in the metavar; the commands still check them (their own messages).
+DTYPES = ("float32", "float64")  # as gradflow.values.tensors.DTYPES (which imports torch)
+DEVICES = ("cpu", "cuda", "mps")  # as gradflow.values.tensors.resolve_device
+
+
+def choices(values) -> str:
+    """The metavar of an option with fixed values: [a|b|c]."""
+    return "[" + "|".join(str(v) for v in values) + "]"
+
+
+def _limit_help() -> str:
+    """Built from gradflow.limits, so the defaults it quotes cannot go stale."""
+    return (f"Change a resource limit: length ({MAX_LENGTH:,} characters), depth ({MAX_DEPTH:,} levels), "
+            f"nodes ({MAX_NODES:,}), elements ({MAX_ELEMENTS:,} per tensor), total ({MAX_TOTAL_ELEMENTS:,} "
+            "elements over all values). Repeatable.")
+
+
 ExprArg = Annotated[str | None, typer.Argument(
-    help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False)]
-FileOpt = Annotated[Path | None, typer.Option("--file", help="Read the program from this file.")]
+    help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False,
+    metavar="EXPR")]
+FileOpt = Annotated[Path | None, typer.Option("--file", metavar="PATH", help="Read the program from this file.")]
 WrtOpt = Annotated[str | None, typer.Option(
-    "--wrt", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every variable.")]
+    "--wrt", metavar="NAMES", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every "
+                                   "variable.")]
 VarOpt = Annotated[list[str] | None, typer.Option(
-    "--var", help="A value as NAME=VALUE (for names that clash with options). Repeatable.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64.")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or mps.")]
+    "--var", metavar="NAME=VALUE", help="A variable's value; needed when its name is an option's (--var json=1). "
+                                        "Repeatable.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", metavar=choices(DTYPES), help="Floating-point type of the values.")]
+DeviceOpt = Annotated[str, typer.Option("--device", metavar=choices(DEVICES), help="Where torch computes.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for randn()/rand() values: same seed, same values.")]
-FullOpt = Annotated[bool, typer.Option("--full", help="With --json: tensors over 1000 elements in full, "
+SeedOpt = Annotated[int, typer.Option("--seed", metavar="INTEGER",
+                                      help="Seed for randn()/rand() values: same seed, same values.")]
+FullOpt = Annotated[bool, typer.Option("--full", help=f"With --json: tensors over {JSON_FULL_MAX:,} elements in full, "
                                        "not summarised.")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
                                        "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
-OrderOpt = Annotated[int, typer.Option("--order", help="2: also show second derivatives (the Hessian).")]
-GraphOpt = Annotated[str | None, typer.Option("--graph", help="Also draw the autograd graph: tree, dot, mermaid.")]
-LimitOpt = Annotated[list[str] | None, typer.Option(
-    "--limit", help="Change a resource limit, NAME=N: length (10000 chars), depth (500), nodes (2000), "
-                    "elements (1e6 per tensor), total (1e7). Repeatable.")]
+OrderOpt = Annotated[int, typer.Option("--order", metavar=choices((1, 2)),
+                                       help="2: also show second derivatives (the Hessian).")]
+GraphOpt = Annotated[str | None, typer.Option("--graph", metavar=choices(EVAL_GRAPH_FORMATS),
+                                                 help="Also draw the autograd graph.")]
+LimitOpt = Annotated[list[str] | None, typer.Option("--limit", metavar="NAME=N", help=_limit_help())]
 FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
-OutOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+OutOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
+                                                help="Write to this file instead of stdout.")]
 
 
 def consoles() -> tuple[Console, Console]:
@@ -55,9 +81,7 @@ def consoles() -> tuple[Console, Console]:
 def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     """Print an error the user can act on and return the Exit to raise."""
     from gradflow.cli.streams import unread
-    from gradflow.render.plain import (
-        print_error,  # plain text: no rich on the early-error path
-    )
+    from gradflow.render.plain import print_error  # plain text: no rich on the early-error path
 
     with unread():  # if nobody reads the message any more, the exit code still tells
         if as_json:

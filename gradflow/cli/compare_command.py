@@ -18,14 +18,22 @@ from gradflow.cli.common import (
     parse_values,
     read_program,
 )
-from gradflow.errors import GradflowError, ValueInputError
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 ExprsArg = Annotated[list[str] | None, typer.Argument(
     help="Programs to compare (each quoted), then the values: --x 1 --y 2.", show_default=False, metavar="EXPR")]
 ModesOpt = Annotated[bool, typer.Option(
     "--modes", help="Rewrite ONE program's cuts to detach, no_grad, inference_mode, no cut, requires_grad = false.")]
-
-
+HELP_END = help_end([
+    'gradflow compare "(x*y - x*z)^2" "(detach(x*y) - x*z)^2" --x 1 --y 2 --z 7',
+    'gradflow compare "(x*y1 - detach(x*y2))^2" --modes --x 1 --y1 2 --y2 7',
+    'gradflow compare "x*y" "detach(x)*y" --x 1 --y 2    # exit 4: one gets no grad',
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "every program ran (with --modes, a failing mechanism is a finding)",
+     ExitCode.INPUT: "bad input; or every program failed, the first with bad input",
+     ExitCode.NO_GRADIENT: "every program failed, the first with no gradient",
+     ExitCode.PARTIAL: "partial: some programs failed (each has an error row)"})
 
 
 def split_programs(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -51,10 +59,7 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
                 json_: JsonOpt = False, debug: DebugOpt = False):
     """Several programs side by side on the same values: output and each leaf's grad.
 
-    Exit code: 0 if every program ran, the failing program's code if all failed, else 4 (partial).
-    With --modes, one program's cuts are rewritten to each mechanism (failures there are findings: exit 0).
-
-    Example: gradflow compare "(x*y1 - x*y2)^2" "(detach(x*y1) - x*y2)^2" --x 1 --y1 2 --y2 7
+    With --modes, one program's cuts are rewritten to each mechanism.
     """
     def body() -> int:
         from gradflow.studies.compare import compare

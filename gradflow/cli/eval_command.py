@@ -27,6 +27,20 @@ from gradflow.cli.common import (
     parse_values,
     read_program,
 )
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode
+
+HELP_END = help_end([
+    'gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
+    'gradflow eval "sum(w*x)" --w "[1,2]" --x "[3,4]" --wrt all --json',
+    'gradflow eval "x^3 - 3*x" --x=-2:2:41 --plot',
+    'gradflow eval "x^3*y" --x 2 --y 1 --check --order 2 --flows',
+    'gradflow eval "sum(x^2)" --x "randn(3,4)" --seed 1 --graph mermaid',
+    'gradflow eval "x^2" --x 3 --dtype float64 --limit depth=1000',
+    'echo "x^2" | gradflow eval - --x 3',
+    'gradflow eval "2*detach(x)" --x 1    # exit 3: detach cuts x off',
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "done (a leaf may still get grad None: the reason is printed)"})
 
 
 def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
@@ -38,17 +52,10 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
-    Example: gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7
-
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
-        from gradflow.cli.sweep_output import (
-            SweepRequest,
-            find_sweep,
-            run,
-            split_plot_file,
-        )
+        from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain
 
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too

@@ -19,15 +19,24 @@ from gradflow.cli.common import (
     VarOpt,
     WrtOpt,
     check_shadowed,
+    choices,
     consoles,
     guarded,
     parse_values,
     read_program,
 )
-from gradflow.errors import GradflowError, ValueInputError
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")
-FormatOpt = Annotated[str, typer.Option("--format", help="tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
+FormatOpt = Annotated[str, typer.Option("--format", metavar=choices(FORMATS),
+                                        help="The picture's format (svg and png need Graphviz).")]
+HELP_END = help_end([
+    'gradflow graph "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
+    'gradflow graph "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7 --format dot',
+    'gradflow graph "sum(w*x)" --w "[1,2]" --x "[3,4]" --format mermaid -o g.mmd',
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "done (also when no gradient flows: the graph shows why)"})
 
 
 def graphviz(dot_text: str, fmt: str) -> bytes:
@@ -82,10 +91,7 @@ def _write(data: str | bytes, output: Path | None):
 def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False):
-    """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked.
-
-    Example: gradflow graph "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7 --format dot
-    """
+    """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked."""
     def body() -> int:
         from gradflow.engine.explain import explain
         from gradflow.studies.picture import picture

@@ -19,19 +19,29 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, consoles, guarded
-from gradflow.errors import GradflowError, ValueInputError
+from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
-TargetArg = Annotated[str, typer.Argument(help="FILE.py:FUNCTION — FUNCTION takes no arguments and returns "
+TargetArg = Annotated[str, typer.Argument(help="FUNCTION takes no arguments and returns "
                                                "a loss, (loss, model) or (loss, {name: tensor}).",
-                                          show_default=False)]
+                                          show_default=False, metavar="FILE.py:FUNCTION")]
 OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show only parameters that got no "
                                                                        "(or an exactly zero) gradient.")]
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
-DepthOpt = Annotated[int, typer.Option("--depth", min=1, help="Fold parameters by module path up to this depth.")]
+DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
+                                       help="Fold parameters by module path up to this depth.")]
 GraphOpt = Annotated[str | None, typer.Option(
-    "--graph", help="A picture instead of the table: tree, dot, mermaid, svg or png (svg/png need Graphviz).")]
+    "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
+HELP_END = help_end([
+    "gradflow inspect examples/frozen_encoder.py:main",
+    "gradflow inspect examples/frozen_encoder.py:main --only-problems",
+    "gradflow inspect examples/transformer_block.py:main --expand --json",
+    "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
+    {ExitCode.INPUT: "bad input: no such file or function, or your code raised",
+     ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad"})
 
 
 def split_target(target: str) -> tuple[Path, str]:
@@ -151,10 +161,7 @@ def _emit_to_stdout(report, o: Opts):
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
                 debug: DebugOpt = False):
-    """Run your own PyTorch code and show which parameters get gradient — and why not.
-
-    Example: gradflow inspect examples/frozen_encoder.py:main
-    """
+    """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth, graph, output)
 
     def body() -> int:

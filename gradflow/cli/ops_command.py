@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 from gradflow.cli.common import JsonOpt, consoles
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode
+
+HELP_END = help_end(["gradflow ops", "gradflow ops --json"],
+                    [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.INTERRUPTED],
+                    {ExitCode.INPUT: "bad input: an unknown option"})
 
 
 def ops_cmd(json_: JsonOpt = False):

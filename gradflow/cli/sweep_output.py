@@ -1,6 +1,6 @@
 """`gradflow eval ... --x START:STOP:COUNT`: sweeps as a table, JSON Lines or plots.
 
-Called from `eval` (cli.py) when a value is a sweep or --plot is given. Torch is
+Called from `eval` (eval_command.py) when a value is a sweep or --plot is given. Torch is
 imported only when the sweep runs, rich only when something is printed (early errors stay light).
 """
 from __future__ import annotations
@@ -9,13 +9,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, NamedTuple
 
-from gradflow.cli.common import consoles
-from gradflow.errors import ValueInputError
-
 if TYPE_CHECKING:
     from rich.console import Group
 
     from gradflow.values.specs import SweepRange
+
+from gradflow.cli.common import consoles
+from gradflow.errors import ValueInputError
 
 
 class SweepRequest(NamedTuple):

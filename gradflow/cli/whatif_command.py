@@ -19,15 +19,20 @@ from gradflow.cli.common import (
     parse_values,
     read_program,
 )
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode
+
+HELP_END = help_end([
+    'gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7',
+    'gradflow whatif "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7 --json',
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "done (a scenario that fails is a row, not an error)"})
 
 
 def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
                json_: JsonOpt = False, debug: DebugOpt = False):
-    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
-
-    Example: gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7
-    """
+    """What if I cut here? Each live node detached, each existing cut removed: the new grads."""
     def body() -> int:
         program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back

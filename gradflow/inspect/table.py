@@ -1,6 +1,6 @@
 """InspectReport -> a rich table (parameters folded by module) or a module tree.
 
-Pictures in dot / mermaid text live in inspect_graph.py. Never prints JSON.
+Pictures in dot / mermaid text live in inspect/picture.py. Never prints JSON.
 """
 from __future__ import annotations
 

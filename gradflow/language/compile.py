@@ -24,7 +24,7 @@ def compile_program(source: str, limits: Limits | None = None) -> Graph:
 @functools.lru_cache(maxsize=1024)
 def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
-    program = parse(source)  # first: a syntax error never loads program.py
+    program = parse(source)  # first: a syntax error never loads syntax.py
     check_tree(program, limits)
     from gradflow.language.graph import lower
 

@@ -199,7 +199,7 @@ def _where(source: str, pos: int) -> str:
 
 def _load_nodes():
     """Bind the op table and typed-node classes _Build uses, on the first parse that gets that far: a syntax
-    error (the CLI's early exit) never pays for program.py's dataclasses."""
+    error (the CLI's early exit) never pays for syntax.py's dataclasses."""
     global Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var, FUNCTIONS, suggest
     from gradflow.language.ops import FUNCTIONS, suggest
     from gradflow.language.syntax import (

@@ -3,7 +3,7 @@
 For every node on a live gradient path: the chosen leaves' grads if that node
 were detached. For every existing detach / no_grad / inference_mode /
 `requires_grad = false`: the grads if it were removed. Each scenario is a
-rewritten Graph (rewrite.py), evaluated afresh; nothing edits program text.
+rewritten Graph (language/edits.py), evaluated afresh; nothing edits program text.
 """
 from __future__ import annotations
 
