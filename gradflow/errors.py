@@ -50,7 +50,7 @@ class GradflowError(Exception):
         return None if self.span is None else self.span.start
 
     def to_dict(self) -> dict:
-        d = {"kind": self.kind, "message": self.message, "hint": self.hint}
+        d: dict[str, object] = {"kind": self.kind, "message": self.message, "hint": self.hint}
         if self.span is not None:
             d["position"] = self.span.start
         return d

@@ -81,12 +81,12 @@ class Explanation:
     nodes: list[NodeResult]
     output: NodeResult
     grads: dict[str, Any]  # chosen leaf -> grad tensor or None
+    graph: Graph = field(repr=False)  # the compiled program: later views (picture, check, Hessian) never re-parse
+    inputs: dict[str, Any] = field(repr=False)  # the values it ran on (constructors and files as tensors)
     edges: list[EdgeResult] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)  # chosen leaf with no grad -> reason
     warnings: list[Warning] = field(default_factory=list)
     error: GradflowError | None = None
-    graph: Graph | None = field(default=None, repr=False)  # the compiled program: later views never re-parse
-    inputs: dict[str, Any] = field(default_factory=dict, repr=False)  # the values used (constructors as tensors)
 
     def node(self, name: str) -> NodeResult:
         """The node with this label (a variable, an assigned name or expression text)."""

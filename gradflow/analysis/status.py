@@ -13,7 +13,7 @@ from gradflow.language.ops import role
 def depends_on(graph: Graph, leaves: list[str]) -> list[int]:
     """Per node, a bitmask of the chosen leaves it is computed from (ignoring cuts)."""
     bits = {graph.inputs[name]: 1 << i for i, name in enumerate(leaves)}
-    deps = []
+    deps: list[int] = []
     for n in graph.nodes:
         mask = bits.get(n.id, 0)
         for a in n.args:
@@ -64,7 +64,7 @@ def _status(result: Explanation, graph: Graph, deps: list[int], reach: list[bool
         if r.id in cut_into:
             r.cut_by = _cutter(graph, r.id)
         elif not r.requires_grad:
-            ups = [result.nodes[a].cut_by for a in r.args if result.nodes[a].cut_by]
+            ups = [c for a in r.args if (c := result.nodes[a].cut_by)]
             r.cut_by = " and ".join(dict.fromkeys(ups)) or None
         if r.requires_grad and r.grad is not None:
             r.status = "live"

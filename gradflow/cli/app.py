@@ -9,7 +9,8 @@ from gradflow.cli import startup
 
 startup.begin()  # before the imports below: see startup.py
 
-from typing import Annotated  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Annotated, Any  # noqa: E402
 
 import typer  # noqa: E402
 
@@ -57,13 +58,15 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
 
 
 # One module per command; `gradflow --help` lists them in this order.
-_COMMANDS = [("eval", eval_command.eval_cmd, eval_command.HELP_END, EXTRA),
-             ("ops", ops_command.ops_cmd, ops_command.HELP_END, None),
-             ("graph", graph_command.graph_cmd, graph_command.HELP_END, EXTRA),
-             ("inspect", inspect_command.inspect_cmd, inspect_command.HELP_END, None),
-             ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
-             ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
-             ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA)]
+_COMMANDS: list[tuple[str, Callable[..., Any], str, dict | None]] = [
+    ("eval", eval_command.eval_cmd, eval_command.HELP_END, EXTRA),
+    ("ops", ops_command.ops_cmd, ops_command.HELP_END, None),
+    ("graph", graph_command.graph_cmd, graph_command.HELP_END, EXTRA),
+    ("inspect", inspect_command.inspect_cmd, inspect_command.HELP_END, None),
+    ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
+    ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
+    ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA),
+]
 for _name, _function, _help_end, _settings in _COMMANDS:
     app.command(_name, cls=Command, epilog=_help_end, context_settings=_settings)(_function)
 

@@ -59,7 +59,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         from gradflow.engine.explain import explain
 
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
-        program, rest = (None, [expr, *ctx.args]) if moved else (expr, ctx.args)
+        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
         check_shadowed(source, ctx, var, limit)
         args, plot_file = split_plot_file(rest, plot)

@@ -103,8 +103,9 @@ def run_function(func, name: str):
         with t, contextlib.redirect_stdout(sys.stderr):
             value = func()
     except Exception as err:
-        if t.failure_of(err) is not None:
-            raise failure_error(t.failure) from None
+        failure = t.failure_of(err)
+        if failure is not None:
+            raise failure_error(failure) from None
         raise _raised(f"{name}()", err) from None
     loss, params = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
     return t, loss, params

@@ -70,7 +70,7 @@ def _lazy_typer_coercion() -> bool:
     if getattr(original, "_gradflow", False):
         return False
 
-    class LazyRuntimeParam(base):
+    class LazyRuntimeParam(base):  # type: ignore[valid-type,misc]  # Typer's own class, found at run time
         def _coerce_value(self, value, param, ctx):
             if self.annotation in (str, bool, int, float) and type(value) is self.annotation:
                 return value
@@ -82,6 +82,6 @@ def _lazy_typer_coercion() -> bool:
             return original(descriptor)
         return LazyRuntimeParam(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation)
 
-    build_runtime_param._gradflow = True
+    build_runtime_param._gradflow = True  # type: ignore[attr-defined]
     core.build_runtime_param = build_runtime_param
     return True

@@ -108,7 +108,7 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     was_devnull = _stdout_is_devnull()
     try:
         main()
-        code: object = 0
+        code: str | int | None = 0
     except SystemExit as done:
         code = stdout_gone() if done.code == 1 and _library_saw_broken_pipe(was_devnull) else done.code
     except KeyboardInterrupt:

@@ -34,7 +34,8 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
                json_: JsonOpt = False, debug: DebugOpt = False):
     """What if I cut here? Each live node detached, each existing cut removed: the new grads."""
     def body() -> int:
-        program, rest = (None, [expr, *ctx.args]) if file and _is_option(expr) else (expr, ctx.args)
+        moved = file is not None and expr is not None and _is_option(expr)
+        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
         check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
         from gradflow.studies.whatif import whatif

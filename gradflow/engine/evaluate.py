@@ -125,7 +125,7 @@ class _Run:
         if node.op == "const":
             with _context(self.mode(node)):
                 return scalar(node.value, self.dtype, self.device)
-        args = self.inputs(node)
+        args: list[Any] = self.inputs(node)
         exponent = self.g.nodes[node.args[-1]]
         if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
             args[1] = exponent.value
@@ -227,10 +227,10 @@ def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
 
 def _results(run: _Run) -> list[NodeResult]:
     nodes = []
-    for n in run.g.nodes:
-        t = run.t[n.id]
-        nodes.append(NodeResult(n.id, n.label, n.text, n.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if is_region(n.op) else t.grad, args=n.args))
+    for node in run.g.nodes:
+        t = run.t[node.id]
+        nodes.append(NodeResult(node.id, node.label, node.text, node.op, t.detach(), t.requires_grad, t.is_leaf,
+                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args))
     for i, e in enumerate(run.edges):
         if i in run.aliases:
             e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
@@ -266,7 +266,7 @@ def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.d
         value = values[node.names[0]]
         t = to_tensor(node.label, value, dtype, device)
         note = conversion_note(node.label, value, t) if warnings is not None else None
-        if note:
+        if note and warnings is not None:
             warnings.append(Warning("value_converted", node.label, note, node.id))
         return t.requires_grad_(node.names[0] in wrt)
     return leaf
@@ -288,8 +288,8 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     nodes = _results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None)
     grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
-    result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads,
-                         run.edges, warnings=run.warnings, error=error, graph=graph, inputs=dict(values))
+    result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads, graph,
+                         dict(values), run.edges, warnings=run.warnings, error=error)
     annotate(result, graph, run.flags)
     return result
 

@@ -36,10 +36,11 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
 
 def check_arguments(source, wrt, dtype, device, values) -> None:
     """explain()'s arguments have usable types (the CLI always passes text)."""
-    for name, given, ok, example in [("the program", source, str, 'explain("x^2", x=3)'),
+    checks: list[tuple[str, object, Any, str]] = [("the program", source, str, 'explain("x^2", x=3)'),
                                      ("wrt", wrt, (str, list, tuple, type(None)), 'wrt="x,y"'),
                                      ("dtype", dtype, str, 'dtype="float64"'), ("device", device, str, 'device="cpu"'),
-                                     ("values", values, (dict, type(None)), 'values={"x": 1}')]:
+                                     ("values", values, (dict, type(None)), 'values={"x": 1}')]
+    for name, given, ok, example in checks:
         if not isinstance(given, ok):
             raise ValueInputError("bad_argument", f"{name} must be {_kind(ok)}, got {type(given).__name__}",
                                   hint=f"e.g. {example}")

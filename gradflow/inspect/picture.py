@@ -57,9 +57,12 @@ def _label(rec: OpRecord, key: str) -> str:
 
 def build_picture(report: InspectReport, depth: int = 2) -> Picture:
     pic, graph = Picture(), report.graph
-    pic.param_keys = {p.serial: f"m:{module_of(p.name, depth) or p.name}" for p in report.params}
+    pic.param_keys = {p.serial: f"m:{module_of(p.name, depth) or p.name}" for p in report.params
+                      if p.serial is not None}
     _module_nodes(report, pic, depth)
-    keep = set() if graph is None else {r.index for r in graph.relevant_ops()} | report.use_ops
+    if graph is None:  # backward never ran: the modules alone
+        return pic
+    keep = {r.index for r in graph.relevant_ops()} | report.use_ops
     pic.keep = {i for i in keep if graph.ops[i].ins}  # factories (randn…) left out
     ops = [graph.ops[i] for i in sorted(pic.keep)]
     for rec in ops:
@@ -68,7 +71,7 @@ def build_picture(report: InspectReport, depth: int = 2) -> Picture:
             pic.labels[key], pic.kinds[key] = (_label(rec, key), "cutop" if _shown_cut(rec) else "op")
         for s in rec.ins:
             _edge(report, pic, s, rec, key, depth)
-    if graph is not None and graph.loss is not None:
+    if graph.loss is not None:
         pic.labels["loss"], pic.kinds["loss"] = "loss", "loss"
         last = _last_producer(report, pic, graph.loss, len(graph.ops))
         if last is not None:
@@ -89,6 +92,7 @@ def _module_nodes(report: InspectReport, pic: Picture, depth: int):
 def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int) -> OpRecord | None:
     """The last op shown in the picture that wrote this tensor before op `before`."""
     graph = report.graph
+    assert graph is not None  # build_picture stops early without one
     found = [i for i in graph.producers.get(serial, ()) if i < before and i in pic.keep]
     return graph.ops[found[-1]] if found else None
 
@@ -96,7 +100,7 @@ def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int
 def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: str, depth: int):
     src = _last_producer(report, pic, serial, rec.index)
     if src is None:
-        if serial in report.graph.leaves:
+        if report.graph is not None and serial in report.graph.leaves:
             name = pic.param_keys.get(serial)
             if name and name != key:
                 pic.edges[(name, key)] = False

@@ -127,10 +127,10 @@ class FlowGraph:
 
 
 def cut_of(rec: OpRecord, module_name) -> Cut:
-    return Cut(rec.cut, rec.name, rec.line, module_name(rec.module))
+    return Cut(rec.cut or "nondiff", rec.name, rec.line, module_name(rec.module))
 
 
-def why_none(graph: FlowGraph, trace: Trace, serial: int | None, module_name) -> tuple[str, str, list[Cut]]:
+def why_none(graph: FlowGraph, trace: Trace, serial: int, module_name) -> tuple[str, str, list[Cut]]:
     """(status, reason, cuts) for a parameter that requires grad but received None."""
     uses = graph.uses.get(serial, [])
     if not uses:

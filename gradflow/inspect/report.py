@@ -198,7 +198,7 @@ def _dot(a, b) -> float:
     return float(torch.dot(a.reshape(-1), b.reshape(-1)))
 
 
-def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_name) -> list[Route]:
+def _routes(trace: Trace, graph: FlowGraph, serial: int, grad, module_name) -> list[Route]:
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out)."""
     out = []
     gg = _dot(grad, grad) if grad is not None else 0.0
@@ -216,7 +216,7 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int | None, grad, module_nam
 
 def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> ParamReport:
     t = tensors[0]
-    serial = trace.serial(t, create=False)
+    serial = trace.known(t)
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
                     aliases=list(tensors[1:]), serial=serial)
     if not t.requires_grad:
@@ -235,7 +235,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> Pa
 
 def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False) -> InspectReport:
     check_loss(loss)
-    if trace.serial(loss, create=False) is None:
+    if trace.known(loss) is None:
         raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
                             hint="compute it inside the block: with gradflow.trace() as t: loss = model(x).mean()")
     named, module_names = resolve_params(trace, params)
@@ -243,8 +243,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
         use.flow = None
     tensors = [v[0] for v in named.values()]
     grads = _backward(loss, tensors, retain_graph)
-    leaf_serials = {s for s in (trace.serial(t, create=False) for t in tensors) if s is not None}
-    graph = FlowGraph(trace, trace.serial(loss, create=False), leaf_serials)
+    leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
+    graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
     params_out = [_param_report(trace, graph, name, vals, g, module_name, partial)

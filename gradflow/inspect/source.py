@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import os
 import sys
+from types import FrameType
 
 
 def _torch_dir() -> str:
@@ -26,7 +27,7 @@ def user_code(filename: str) -> bool:
 
 def user_line(start: int = 1) -> str | None:
     """`file:line` of the innermost frame outside torch and gradflow (the user's code)."""
-    frame = sys._getframe(start)
+    frame: FrameType | None = sys._getframe(start)
     while frame is not None:
         if user_code(frame.f_code.co_filename):
             return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
@@ -36,7 +37,7 @@ def user_line(start: int = 1) -> str | None:
 
 def in_custom_function() -> bool:
     """Is a custom torch.autograd.Function's forward running? (It runs with grad off, but is no cut.)"""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_PY):
             return True

@@ -191,12 +191,17 @@ class Trace:
                 break
 
     # ---- bookkeeping -----------------------------------------------------------------
-    def serial(self, t: torch.Tensor, create: bool = True) -> int | None:
+    def serial(self, t: torch.Tensor) -> int:
+        """This tensor's serial number (a new one for a tensor seen the first time)."""
         s = self._ids.get(t)
-        if s is None and create:
+        if s is None:
             s = self._ids[t] = self._next
             self._next += 1
         return s
+
+    def known(self, t: torch.Tensor) -> int | None:
+        """This tensor's serial number, if the trace has seen it."""
+        return self._ids.get(t)
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
@@ -236,7 +241,7 @@ class Trace:
         if not bad or torch.is_inference_mode_enabled() or self.state.failure is not None:
             return
         self._failed_with = err
-        origin = self.producer(self.serial(bad[0], create=False))
+        origin = self.producer(self.known(bad[0]))
         self.state.failure = TraceFailure(str(err).split("\n")[0], name, user_line(),
                                           origin.name if origin else None, origin.line if origin else None)
 
@@ -269,7 +274,8 @@ class Trace:
 
 def _consumers(outs: list, leaf_ids: set[int], stop: set):
     """(autograd node, input index, id(leaf)) for every edge from this op's new nodes into a leaf."""
-    found, seen = [], set()
+    found: list = []
+    seen: set = set()
     todo = [o.grad_fn for o in outs if o.grad_fn is not None]
     while todo and len(seen) < _CONSUMER_SEARCH_LIMIT:
         node = todo.pop()

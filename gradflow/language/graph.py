@@ -8,6 +8,7 @@ order; nothing here imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gradflow.errors import Span
 from gradflow.language.ops import is_region
@@ -23,7 +24,7 @@ class Node:
     text: str  # source text of the expression
     span: Span
     names: list[str] = field(default_factory=list)
-    value: float | None = None  # for const
+    value: float = 0.0  # for const
     region: int | None = None  # id of the innermost enclosing no_grad/inference_mode call
     mode: str | None = None  # that region's op ("no_grad" / "inference_mode")
 
@@ -64,7 +65,7 @@ class _Lowering:
         self.env: dict[str, int] = {}
         self.inputs: dict[str, int] = {}
 
-    def new(self, op, args, span, value=None, region=None, mode=None) -> int:
+    def new(self, op, args, span, value=0.0, region=None, mode=None) -> int:
         node = Node(len(self.nodes), op, tuple(args), self.source[span.start:span.end], span,
                     value=value, region=region, mode=mode)
         self.nodes.append(node)
@@ -81,7 +82,7 @@ class _Lowering:
     def expr(self, root: Expr) -> int:
         """Post-order walk with an explicit stack (deep nesting must not recurse)."""
         results: dict[int, int] = {}
-        stack: list[tuple[Expr, bool, tuple | None]] = [(root, False, None)]
+        stack: list[tuple[Any, bool, tuple | None]] = [(root, False, None)]  # Num | Var | Call
         while stack:
             e, done, reg = stack.pop()
             if isinstance(e, Num):
@@ -101,7 +102,7 @@ class _Lowering:
         return results[id(root)]
 
     def run(self, program: Program) -> Graph:
-        last = None
+        last = -1
         for st in program.stmts:
             if isinstance(st, SetFlag):
                 name_span = Span(st.span.start, st.span.start + len(st.name))

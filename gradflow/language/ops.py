@@ -89,7 +89,6 @@ CUT_OPS = tuple(op.name for op in _ROWS if op.role != "plain")  # every way the 
 REGION_OPS = tuple(op.name for op in _ROWS if op.role == "region")
 # Names callable as f(...): everything but the operator-only rows.
 FUNCTIONS: dict[str, Op] = {op.name: op for op in _ROWS if op.kind != "operator"}
-BINARY_SYMBOLS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "^": "pow", "**": "pow"}
 
 
 def suggest(name: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lark import Lark, Token
 from lark.exceptions import (
@@ -80,7 +80,7 @@ def _lark() -> Lark:
 
 
 def _span_of(tok: Token) -> Span:
-    return Span(tok.start_pos, tok.end_pos)
+    return Span(tok.start_pos or 0, tok.end_pos or 0)
 
 
 def _join(a: Span, b: Span) -> Span:
@@ -182,7 +182,7 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
 def _accepted(err: UnexpectedInput, fallback) -> set[str]:
     """The terminals the parser accepts where it stopped. The lexer's own set (lark's default) also holds the
     new line, which `_Continuation` has lexed everywhere, whether or not a statement may end there."""
-    state = getattr(err, "state", None)
+    state: Any = getattr(err, "state", None)
     try:
         return {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}  # no rules
     except (AttributeError, KeyError, TypeError):

@@ -20,7 +20,8 @@ def add_to(extras: Extras, doc: dict) -> dict:
 
 
 def _text(extras: Extras) -> str | None:
-    return {"dot": to_dot, "mermaid": to_mermaid}.get(extras.graph_format, lambda p: None)(extras.graph)
+    render = {"dot": to_dot, "mermaid": to_mermaid}.get(extras.graph_format or "")
+    return None if render is None else render(extras.graph)
 
 
 def print_extras(extras: Extras, out) -> None:
@@ -31,4 +32,4 @@ def print_extras(extras: Extras, out) -> None:
     if extras.hessian is not None:
         out.print(hessian_view(extras.hessian))
     if extras.graph is not None:
-        print_picture(extras.graph, extras.graph_format, out)
+        print_picture(extras.graph, extras.graph_format or "tree", out)

@@ -4,6 +4,8 @@ Never prints JSON (that goes out through result.dumps and plain print).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -63,7 +65,7 @@ def _out_label(result: Explanation) -> str:
 
 
 # Only the node column wraps; a console too narrow for the rest gets node_blocks() instead (see nodes_view)
-_COLUMNS = [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
+_COLUMNS: list[tuple[str, dict[str, Any]]] = [("node", {"overflow": "fold", "min_width": 8}), ("op", {"no_wrap": True}),
             ("value", {"justify": "right", "min_width": 5, "no_wrap": True}),
             ("requires_grad", {"no_wrap": True}), ("is_leaf", {"no_wrap": True}),
             ("grad_fn", {"no_wrap": True}), ("grad", {"justify": "right", "min_width": 5, "no_wrap": True})]

@@ -15,7 +15,7 @@ from gradflow.studies.rows import Comparison, Row
 
 
 def _graphs(sources: list[str]) -> list:
-    out = []
+    out: list = []  # a Graph, or the error compiling it
     for src in sources:
         try:
             out.append(compile_program(src))

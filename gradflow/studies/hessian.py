@@ -29,6 +29,8 @@ class HessianResult:
     diagonal: dict[str, Any] = field(default_factory=dict)  # leaf -> tensor of d2L/dw_k^2, or None
 
     def entry(self, i: str, j: str) -> float | None:
+        if self.matrix is None:
+            raise KeyError("the Hessian of tensor leaves is a diagonal: see .diagonal")
         return self.matrix[self.wrt.index(i)][self.wrt.index(j)]
 
     def to_dict(self) -> dict:

@@ -84,7 +84,7 @@ def _walk(out):
 
 def _owners(graph: Graph, t: dict) -> dict:
     """torch node -> program node id (the first node holding that tensor; leaves via AccumulateGrad)."""
-    owner = {}
+    owner: dict = {}
     for n in graph.nodes:
         key = t[n.id].grad_fn if t[n.id].grad_fn is not None else ("leaf", id(t[n.id]))
         owner.setdefault(key, n.id)
@@ -110,7 +110,8 @@ def torch_graph(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tu
         k = ("leaf", id(fn.variable)) if type(fn).__name__ == "AccumulateGrad" else fn
         return f"n{owner[k]}" if k in owner else None
 
-    absorbed, inner = {}, {}
+    absorbed: dict = {}
+    inner: dict[str, list[str]] = {}
     for c, p, _ in raw:  # discovery order: a parent is placed before its children
         if key(c) is None and c not in absorbed:
             absorbed[c] = key(p) or absorbed[p]

@@ -54,7 +54,8 @@ class Comparison:
         failed = [r for r in self.rows if not r.ok]
         if self.modes or not failed:
             return int(ExitCode.OK)
-        return int(failed[0].error.exit_code if len(failed) == len(self.rows) else ExitCode.PARTIAL)
+        first = failed[0].error
+        return int(first.exit_code if first is not None and len(failed) == len(self.rows) else ExitCode.PARTIAL)
 
     def to_dict(self) -> dict:
         return {"modes": self.modes, "leaves": list(self.leaves), "rows": [r.to_dict() for r in self.rows],

@@ -76,14 +76,14 @@ def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -
     """Replace every TensorSpec / FileValue in `values` (in order) by a tensor of `dtype`."""
     if not any(isinstance(v, (TensorSpec, FileValue)) for v in values.values()):
         return values  # plain numbers and lists: nothing to build
-    dtype = resolve_dtype(dtype)
+    torch_dtype = resolve_dtype(dtype)
     gen = torch.Generator().manual_seed(int(seed))
     out = {}
     for name, v in values.items():
         if isinstance(v, TensorSpec):
             check_elements(v.numel, f"the value of '{name}', {v}, would have")  # before allocating
             try:
-                v = build(v, dtype, gen)
+                v = build(v, torch_dtype, gen)
             except RuntimeError as err:  # e.g. more dimensions than torch allows
                 raise ValueInputError("bad_value", f"cannot build the value of '{name}', {v}: "
                                       f"{str(err).splitlines()[0]}", hint=HINT) from None
