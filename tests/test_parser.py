@@ -89,7 +89,7 @@ def test_setflag_statement():
 def test_spans_point_into_the_source():
     g = lower(parse("a = x * y; (a + 1)"))
     assert [n.text for n in g.nodes] == ["x", "y", "x * y", "1", "a + 1"]
-    assert g.nodes[2].names == ["a"]
+    assert g.nodes[2].names == ("a",)
 
 
 def err(text: str) -> ParseError:

@@ -6,15 +6,18 @@ as torch tensors (no copies into Python lists) until a renderer asks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gradflow.errors import GradflowError
 from gradflow.values.jsonable import dumps, to_jsonable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: the analysis never imports torch
+    from torch import Tensor
+
     from gradflow.language.graph import Graph
 
 SCHEMA_VERSION = 1
+Status = Literal["live", "cut", "unused", "unreached", "off"]  # what the table's marker says (docs/eval.md)
 
 
 @dataclass
@@ -23,12 +26,12 @@ class NodeResult:
     name: str  # display label: the assigned name, or the expression text
     expr: str  # the expression text as written
     op: str
-    value: Any  # torch.Tensor
+    value: Tensor
     requires_grad: bool
     is_leaf: bool
     grad_fn: str | None
-    grad: Any = None  # torch.Tensor | None
-    status: str = "off"  # live | cut | unused | unreached | off (see README)
+    grad: Tensor | None = None
+    status: Status = "off"
     cut_by: str | None = None  # label of the detach / no_grad / inference_mode that cut it
     args: tuple[int, ...] = ()
 
@@ -51,7 +54,7 @@ class EdgeResult:
     src: int
     dst: int
     pos: int
-    flow: Any = None  # gradient carried back along this edge (tensor), None if nothing
+    flow: Tensor | None = None  # gradient carried back along this edge, None if nothing
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
 
     def to_dict(self, nodes: list[NodeResult], full: bool = False) -> dict:
@@ -80,7 +83,7 @@ class Explanation:
     device: str
     nodes: list[NodeResult]
     output: NodeResult
-    grads: dict[str, Any]  # chosen leaf -> grad tensor or None
+    grads: dict[str, Tensor | None]  # chosen leaf -> its grad
     graph: Graph = field(repr=False)  # the compiled program: later views (picture, check, Hessian) never re-parse
     inputs: dict[str, Any] = field(repr=False)  # the values it ran on (constructors and files as tensors)
     edges: list[EdgeResult] = field(default_factory=list)

@@ -7,6 +7,7 @@ renumber once, so ids stay list positions in evaluation order. Torch-free.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from gradflow.language.graph import FlagStep, Graph, Node
 from gradflow.language.ops import CUT_OPS, REGION_OPS
@@ -18,29 +19,34 @@ def _inner(text: str) -> str:
 
 
 class Edit:
-    """A copy of a graph being rewritten; `graph()` returns the finished Graph."""
+    """A graph being rewritten (nodes are immutable: each change makes a new one); `graph()` returns the
+    finished Graph."""
 
     def __init__(self, graph: Graph):
         self.source = graph.source
-        self.steps = [replace(s, names=list(s.names)) if isinstance(s, Node) else replace(s) for s in graph.steps]
-        self.nodes = {s.id: s for s in self.steps if isinstance(s, Node)}
+        self.steps: list[int | FlagStep] = [s.id if isinstance(s, Node) else s for s in graph.steps]
+        self.nodes: dict[int, Node] = {n.id: n for n in graph.nodes}
         self.inputs = dict(graph.inputs)
         self.output = graph.output
         self._fresh = 0
 
+    def _change(self, nid: int, **fields) -> Node:
+        self.nodes[nid] = replace(self.nodes[nid], **fields)
+        return self.nodes[nid]
+
     def _redirect(self, old: int, new: int, skip: int | None = None):
-        for n in self.nodes.values():
-            if n.id != skip:
-                n.args = tuple(new if a == old else a for a in n.args)
+        for n in list(self.nodes.values()):
+            if n.id != skip and old in n.args:
+                self._change(n.id, args=tuple(new if a == old else a for a in n.args))
         if self.output == old:
             self.output = new
 
     def _unwrap(self, cid: int):
         """Nodes directly inside region `cid` move to the enclosing region."""
         c = self.nodes[cid]
-        for n in self.nodes.values():
+        for n in list(self.nodes.values()):
             if n.region == cid:
-                n.region, n.mode = c.region, c.mode
+                self._change(n.id, region=c.region, mode=c.mode)
 
     def detach_at(self, nid: int) -> int:
         """Every use of node `nid` reads detach(nid) instead."""
@@ -49,7 +55,7 @@ class Edit:
         d = Node(self._fresh, "detach", (nid,), f"detach({n.label})", n.span, region=n.region, mode=n.mode)
         self._redirect(nid, d.id, skip=d.id)
         self.nodes[d.id] = d
-        self.steps.insert(self.steps.index(n) + 1, d)
+        self.steps.insert(self.steps.index(nid) + 1, d.id)
         return d.id
 
     def remove_cut(self, cid: int):
@@ -57,21 +63,19 @@ class Edit:
         c = self.nodes[cid]
         self._unwrap(cid)
         arg = self.nodes[c.args[0]]
-        arg.names += [name for name in c.names if name not in arg.names]
+        self._change(arg.id, names=(*arg.names, *(name for name in c.names if name not in arg.names)))
         self._redirect(cid, c.args[0])
-        self.steps.remove(c)
+        self.steps.remove(cid)
         del self.nodes[cid]
 
     def set_cut(self, cid: int, op: str):
         """Make cut `cid` use mechanism `op` (detach, no_grad or inference_mode)."""
-        c = self.nodes[cid]
         self._unwrap(cid)
-        c.text = f"{op}({_inner(c.text)})"
-        c.op = op
+        c = self._change(cid, text=f"{op}({_inner(self.nodes[cid].text)})", op=op)
         if op in REGION_OPS:
             for n in self.inside(cid):
                 if n.region == c.region:
-                    n.region, n.mode = cid, op
+                    self._change(n.id, region=cid, mode=op)
 
     def inside(self, cid: int) -> list[Node]:
         """The nodes computed inside a cut call's parentheses (not the leaves it reads)."""
@@ -83,20 +87,23 @@ class Edit:
         """Add `leaf.requires_grad = false` right after the leaf is made."""
         n = self.nodes[self.inputs[leaf]]
         step = FlagStep(n.id, False, n.span, f"{leaf}.requires_grad = false")
-        self.steps.insert(self.steps.index(n) + 1, step)
+        self.steps.insert(self.steps.index(n.id) + 1, step)
 
     def drop_flag(self, step: FlagStep):
         self.steps = [s for s in self.steps if not (isinstance(s, FlagStep) and s.span == step.span)]
 
+    @staticmethod
+    def _renumbered(n: Node, ids: dict[int, int]) -> Node:
+        region = None if n.region is None else ids[n.region]
+        return replace(n, id=ids[n.id], args=tuple(ids[a] for a in n.args), region=region)
+
     def graph(self) -> Graph:
-        order = [s for s in self.steps if isinstance(s, Node)]
-        ids = {n.id: i for i, n in enumerate(order)}
-        for n in order:
-            n.id, n.args = ids[n.id], tuple(ids[a] for a in n.args)
-            n.region = None if n.region is None else ids[n.region]
-        steps = [s if isinstance(s, Node) else replace(s, node=ids[s.node]) for s in self.steps]
-        inputs = {k: ids[v] for k, v in self.inputs.items()}
-        return Graph(self.source, order, steps, inputs, ids[self.output])
+        order = [s for s in self.steps if isinstance(s, int)]
+        ids = {old: new for new, old in enumerate(order)}
+        nodes = tuple(self._renumbered(self.nodes[old], ids) for old in order)
+        steps = tuple(nodes[ids[s]] if isinstance(s, int) else replace(s, node=ids[s.node]) for s in self.steps)
+        inputs = MappingProxyType({k: ids[v] for k, v in self.inputs.items()})
+        return Graph(self.source, nodes, steps, inputs, ids[self.output])
 
 
 def cut_nodes(graph: Graph) -> list[Node]:

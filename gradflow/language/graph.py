@@ -7,23 +7,25 @@ order; nothing here imports torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from gradflow.errors import Span
 from gradflow.language.ops import is_region
-from gradflow.language.syntax import Assign, Expr, Num, Program, SetFlag, Var
+from gradflow.language.syntax import Assign, Call, Expr, Num, Program, SetFlag, Var
 
 # ---- the lowered graph --------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class Node:
     id: int
     op: str  # a registry name, or "var" (input leaf) / "const"
     args: tuple[int, ...]
     text: str  # source text of the expression
     span: Span
-    names: list[str] = field(default_factory=list)
+    names: tuple[str, ...] = ()
     value: float = 0.0  # for const
     region: int | None = None  # id of the innermost enclosing no_grad/inference_mode call
     mode: str | None = None  # that region's op ("no_grad" / "inference_mode")
@@ -33,7 +35,7 @@ class Node:
         return self.names[0] if self.names else self.text
 
 
-@dataclass
+@dataclass(frozen=True)
 class FlagStep:
     node: int
     value: bool
@@ -41,12 +43,14 @@ class FlagStep:
     text: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Graph:
+    """Immutable: compile_program caches it and every evaluation shares it (edits.py makes new ones)."""
+
     source: str
-    nodes: list[Node]
-    steps: list[Node | FlagStep]  # evaluation order, flags interleaved
-    inputs: dict[str, int]  # input variable name -> leaf node id
+    nodes: tuple[Node, ...]
+    steps: tuple[Node | FlagStep, ...]  # evaluation order, flags interleaved
+    inputs: Mapping[str, int]  # input variable name -> leaf node id (read-only)
     output: int
 
     def consumers(self) -> dict[int, list[int]]:
@@ -61,21 +65,28 @@ class _Lowering:
     def __init__(self, source: str):
         self.source = source
         self.nodes: list[Node] = []
-        self.steps: list[Node | FlagStep] = []
+        self.steps: list[int | FlagStep] = []  # node ids and flags, in evaluation order
         self.env: dict[str, int] = {}
         self.inputs: dict[str, int] = {}
+        self.regions: dict[int, Call] = {}  # node id -> its enclosing no_grad/inference_mode call
 
     def new(self, op, args, span, value=0.0, region=None, mode=None) -> int:
-        node = Node(len(self.nodes), op, tuple(args), self.source[span.start:span.end], span,
-                    value=value, region=region, mode=mode)
-        self.nodes.append(node)
-        self.steps.append(node)
-        return node.id
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, mode=mode))
+        if region is not None:
+            self.regions[nid] = region
+        self.steps.append(nid)
+        return nid
+
+    def name(self, nid: int, name: str) -> None:
+        node = self.nodes[nid]
+        if name not in node.names:
+            self.nodes[nid] = replace(node, names=(*node.names, name))
 
     def lookup(self, var: Var) -> int:
         if var.name not in self.env:
             nid = self.new("var", (), var.span)
-            self.nodes[nid].names.append(var.name)
+            self.name(nid, var.name)
             self.env[var.name] = self.inputs[var.name] = nid
         return self.env[var.name]
 
@@ -113,19 +124,18 @@ class _Lowering:
             nid = self.expr(st.expr)
             if isinstance(st, Assign):
                 self.env[st.name] = nid
-                if st.name not in self.nodes[nid].names:
-                    self.nodes[nid].names.append(st.name)
+                self.name(nid, st.name)
             last = nid
         self._fix_regions()
-        return Graph(self.source, self.nodes, self.steps, self.inputs, last)
+        nodes = tuple(self.nodes)
+        steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
+        return Graph(self.source, nodes, steps, MappingProxyType(self.inputs), last)
 
     def _fix_regions(self):
         # regions were recorded as the enclosing Call expression; map them to its node id
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
-        for n in self.nodes:
-            if n.region is not None:
-                call = n.region
-                n.region = by_span[(call.span.start, call.span.end, call.op)]
+        for nid, call in self.regions.items():
+            self.nodes[nid] = replace(self.nodes[nid], region=by_span[(call.span.start, call.span.end, call.op)])
 
 
 def _region(reg):

@@ -12,8 +12,9 @@ An engine helper: imports torch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
-from gradflow.analysis.explanation import Explanation
+from gradflow.analysis.explanation import Explanation, Status
 from gradflow.analysis.status import reaches_output
 from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.language.graph import Graph
@@ -30,7 +31,7 @@ class PNode:
     fn: str | None  # torch's node: MulBackward0, AccumulateGrad, ...; None if torch recorded none
     requires_grad: bool
     in_torch: bool  # reached by walking torch's graph from the output
-    status: str = "off"  # live | cut | unused | unreached | off (as in the table)
+    status: Status = "off"  # as in the table
     value: str = ""
     grad: str | None = None
     cluster: str | None = None  # key of the no_grad/inference_mode box it sits in
@@ -42,7 +43,7 @@ class PEdge:
     src: str
     dst: str
     pos: int
-    kind: str  # torch (in torch's graph) | cut | same (identity wrapper: the same tensor) | off (no grad)
+    kind: Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | the same tensor (a region wrapper) | no grad
     flow: str | None = None  # the gradient carried back along it
 
 

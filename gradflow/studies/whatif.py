@@ -8,7 +8,7 @@ rewritten Graph (language/edits.py), evaluated afresh; nothing edits program tex
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gradflow.analysis.explanation import Explanation
 from gradflow.engine.prepare import prepare
@@ -25,7 +25,7 @@ class Scenario:
     """One what-if: the program with a single cut added or removed."""
 
     node: str  # label of the node detached, or the cut removed
-    action: str  # "detach" | "remove cut"
+    action: Literal["detach", "remove cut"]
     program: str  # what changed, e.g. "detach(x*y1)" or "x*y1 instead of detach(x*y1)"
     grads: dict[str, Any] = field(default_factory=dict)  # leaf -> tensor | None
     change: dict[str, Any] = field(default_factory=dict)  # leaf -> new - current (None if either is None)
