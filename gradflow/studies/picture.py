@@ -43,7 +43,7 @@ class PEdge:
     src: str
     dst: str
     pos: int
-    kind: Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | the same tensor (a region wrapper) | no grad
+    kind: Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | same tensor (region wrapper) | no grad
     flow: str | None = None  # the gradient carried back along it
 
 
