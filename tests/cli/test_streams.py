@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(ROOT)}
 GRADFLOW = [sys.executable, "-m", "gradflow"]
 BIG = ["eval", "sum(x*2)", "--x", "[" + ",".join(["1.5"] * 5000) + "]", "--json"]  # ~200 KB of JSON

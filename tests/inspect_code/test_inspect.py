@@ -21,6 +21,7 @@ import gradflow
 from gradflow.errors import NoGradientError
 
 HERE = Path(__file__)
+ROOT = HERE.resolve().parents[2]
 
 
 def line_of(marker: str) -> str:
@@ -306,7 +307,7 @@ def test_non_scalar_or_untraced_loss_is_a_clear_error():
 
 
 def test_transformer_block_tied_embedding_routes_add_up():
-    sys.path.insert(0, str(HERE.parent.parent / "examples"))
+    sys.path.insert(0, str(ROOT / "examples"))
     from transformer_block import TinyLM, lm_loss
 
     torch.manual_seed(0)
@@ -430,11 +431,11 @@ def test_cli_errors(cli, user_file, target, code, text):
 
 def test_cli_inspect_help_does_not_import_torch():
     code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE.parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_example_file_gives_the_documented_answer(cli):
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    example = ROOT / "examples" / "frozen_encoder.py"
     d = json.loads(cli("inspect", f"{example}:main", "--json").stdout)
     status = {p["name"]: p["status"] for p in d["params"]}
     assert status == {"encoder.layer1.weight": "frozen", "encoder.layer1.bias": "frozen",
@@ -446,18 +447,18 @@ def test_example_file_gives_the_documented_answer(cli):
 
 
 def test_cli_picture_into_a_closed_pipe_ends_quietly():
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    example = ROOT / "examples" / "frozen_encoder.py"
     cmd = f"'{sys.executable}' -m gradflow inspect '{example}:main' --graph dot | head -1"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env,
-                       cwd=HERE.parent.parent)
+                       cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "digraph gradflow {\n", "")
 
 
 def test_table_folds_by_module_depth_and_filters_problems(cli):
     from gradflow.inspect.table import rows
 
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    example = ROOT / "examples" / "frozen_encoder.py"
     sys.path.insert(0, str(example.parent))
     from frozen_encoder import main
 
@@ -486,7 +487,7 @@ def test_readme_inspect_example_is_real_output(monkeypatch):
 
     from gradflow.cli.app import app
 
-    root = HERE.parent.parent
+    root = ROOT
     readme = (root / "README.md").read_text()
     section = readme[readme.index("\n## Inspect real PyTorch code"):]
     block = section.split("```\n$ COLUMNS=100 gradflow inspect examples/frozen_encoder.py:main\n")[1].split("```")[0]

@@ -15,7 +15,7 @@ from gradflow import explain
 from gradflow.render.graph import to_dot, to_mermaid, to_tree
 from gradflow.studies.picture import picture
 
-from .conftest import BLOG
+from ..conftest import BLOG
 
 BLOG_EXPR = "(x*y1 - detach(x*y2))^2"
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]

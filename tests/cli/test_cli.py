@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from gradflow.cli.app import app
 from gradflow.language.ops import OPS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 
 
