@@ -1,18 +1,14 @@
 """Start-up work kept off the common paths: no torch or pydantic for --help and syntax errors,
 Typer's coercion still right for the values that need it, the parse-table cache robust."""
-import os
-import subprocess
-import sys
-
 import pytest
 
 from gradflow.cli import startup
 
+from ..processes import GRADFLOW, PYTHON, run
+
 
 def _run(*args, env=None):
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), **(env or {})}
-    return subprocess.run([sys.executable, "-X", "importtime", "-m", "gradflow", *args],
-                          capture_output=True, text=True, env=env)
+    return run([GRADFLOW[0], "-X", "importtime", *GRADFLOW[1:], *args], text=True, env=env)
 
 
 def _imported(stderr: str) -> set[str]:
@@ -60,8 +56,7 @@ _FROZEN = ("import atexit, gc, sys\n"
 
 
 def _frozen(code: str) -> int:
-    res = subprocess.run([sys.executable, "-c", _FROZEN + code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    res = run(PYTHON + ["-c", _FROZEN + code], text=True)
     assert res.returncode == 0, res.stderr
     return int(res.stderr.split("frozen")[-1])
 

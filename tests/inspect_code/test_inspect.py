@@ -5,9 +5,8 @@ check the exact file:line the report names. Gradients are checked against numpy
 finite differences in float64 or hand-derived values.
 """
 import json
-import os
+import shlex
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,8 +19,10 @@ from torch import nn
 import gradflow
 from gradflow.errors import NoGradientError
 
+from ..processes import GRADFLOW, PYTHON, ROOT
+from ..processes import run as run_process
+
 HERE = Path(__file__)
-ROOT = HERE.resolve().parents[2]
 
 
 def line_of(marker: str) -> str:
@@ -431,7 +432,8 @@ def test_cli_errors(cli, user_file, target, code, text):
 
 def test_cli_inspect_help_does_not_import_torch():
     code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    res = run_process(PYTHON + ["-c", code], text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
 
 
 def test_example_file_gives_the_documented_answer(cli):
@@ -448,10 +450,8 @@ def test_example_file_gives_the_documented_answer(cli):
 
 def test_cli_picture_into_a_closed_pipe_ends_quietly():
     example = ROOT / "examples" / "frozen_encoder.py"
-    cmd = f"'{sys.executable}' -m gradflow inspect '{example}:main' --graph dot | head -1"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env,
-                       cwd=ROOT)
+    cmd = f"{shlex.join(GRADFLOW)} inspect {shlex.quote(f'{example}:main')} --graph dot | head -1"
+    r = run_process(["bash", "-o", "pipefail", "-c", cmd], text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "digraph gradflow {\n", "")
 
 
