@@ -197,6 +197,7 @@ print("torch-free")
     assert res.stdout.strip().endswith("torch-free")
 
 
+@pytest.mark.slow
 def test_python_dash_m():
     res = _python("", "-m", "gradflow", "eval", "(x*y1 - detach(x*y2))^2", *BLOG_ARGS, "--json")
     assert res.returncode == 0, res.stderr

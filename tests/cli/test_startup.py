@@ -41,6 +41,7 @@ def test_install_is_idempotent():
     assert startup._lazy_typer_coercion() is False  # already installed (or not applicable)
 
 
+@pytest.mark.slow
 def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path)}
     assert _run("eval", "x*3", "--x", "1", env=env).returncode == 0
@@ -61,6 +62,7 @@ def _frozen(code: str) -> int:
     return int(res.stderr.split("frozen")[-1])
 
 
+@pytest.mark.slow
 def test_commands_freeze_torch_out_of_the_collector_and_the_library_does_not():
     """A command freezes torch's objects once it has imported them (full collections and the shutdown's walk
     them otherwise); explain() in a user's process leaves the collector as it was."""

@@ -36,6 +36,7 @@ def test_children_run_this_trees_gradflow_with_sigint_at_its_default():
     assert handler == "default_int_handler"
 
 
+@pytest.mark.slow
 def test_json_into_head_c_10_exits_quietly():
     with start(BIG) as proc:
         assert proc.stdout.read(10) == b'{"schema":'
@@ -59,7 +60,7 @@ def test_ops_head_1_through_the_shell():
 
 
 @pytest.mark.parametrize("args,redirect,code,message", [
-    ("eval x*2 --x 1", ">&-", 0, b""),  # closed stdout: the table goes nowhere, no traceback
+    pytest.param("eval x*2 --x 1", ">&-", 0, b"", marks=pytest.mark.slow),  # closed stdout: no table, no traceback
     ("eval - --x 1", "<&-", 2, b"stdin is closed"),  # closed stdin with '-'
     ("batch -", "<&-", 2, b"stdin is closed"),  # the same stand-in serves every command
 ])
@@ -89,6 +90,7 @@ def interrupt_while_reading(proc):
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc to see the read")
 def test_ctrl_c_while_reading_stdin_exits_130_without_traceback():
     with start(["eval", "-", "--x", "1"], stdin=subprocess.PIPE, timeout=90) as proc:
@@ -101,6 +103,7 @@ def test_binary_stdin_is_a_clean_error():
     assert b"error:" in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc to see the read")
 def test_ctrl_c_during_batch_keeps_finished_records():
     with start(["batch", "-"], stdin=subprocess.PIPE, timeout=90) as proc:
@@ -118,6 +121,7 @@ def test_error_whose_reader_is_gone_keeps_its_exit_code():
         assert proc.wait(timeout=60) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_batch_reads_a_fifo_once_and_streams_it(tmp_path):
     """`gradflow batch <(producer)` / a FIFO: counting its lines first would consume it (0 records came out)."""
@@ -135,6 +139,7 @@ def test_batch_reads_a_fifo_once_and_streams_it(tmp_path):
     assert [json.loads(r)["grads"] for r in rest] == [{"x": 2.0}]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_file_batch_writes_whole_records_only(tmp_path):
     """From a file, records are written in blocks; on Ctrl-C the ones still buffered are flushed, and no line
     is cut in half."""

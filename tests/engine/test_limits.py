@@ -154,6 +154,7 @@ def test_result_shapes_agree_with_numpy(a, b, matmul):
     assert result_shape(op, [a, b]) == want
 
 
+@pytest.mark.slow
 def test_big_elementwise_values_do_not_run_anything_to_find_the_shape():
     """4,000,000 * 4,000,000 elements of inputs used to send tanh(x)*x through meta tensors, whose first use
     imports torch._dynamo (~2 s)."""

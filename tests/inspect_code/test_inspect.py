@@ -448,6 +448,7 @@ def test_example_file_gives_the_documented_answer(cli):
     assert [w.split(" is frozen")[0] for w in d["warnings"]] == ["encoder.norm"]
 
 
+@pytest.mark.slow
 def test_cli_picture_into_a_closed_pipe_ends_quietly():
     example = ROOT / "examples" / "frozen_encoder.py"
     cmd = f"{shlex.join(GRADFLOW)} inspect {shlex.quote(f'{example}:main')} --graph dot | head -1"

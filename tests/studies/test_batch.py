@@ -111,6 +111,7 @@ def test_cli_stdin_default_and_missing_file(cli):
     assert res.exit_code == 2 and "cannot read" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_broken_pipe_is_quiet(tmp_path):
     f = tmp_path / "many.txt"
     f.write_text("x*y\n" * 400)  # ~400 KB of records: far more than a pipe buffer
@@ -132,6 +133,7 @@ def test_bad_lines_only_do_not_import_torch():
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.slow
 def test_progress_bar_on_a_terminal_keeps_records_on_stdout(tmp_path):
     pty = pytest.importorskip("pty")
 

@@ -199,6 +199,7 @@ def test_errors_before_evaluating_stay_torch_free():
     assert out.split() == ["2", "2", "2", "False", "False"], err
 
 
+@pytest.mark.slow
 def test_json_lines_into_a_closed_pipe():
     """`gradflow eval ... --json | head -1`: the sweep stops quietly, no 'Exception ignored'."""
     with _run("from gradflow.cli.app import run; import sys\n"
