@@ -8,7 +8,7 @@ text, pathological nesting/towers/broadcasts, values from 0 to inf/nan and bad
 text, random --wrt and tiny limits), so any failure is reproducible from its
 index alone. Every input goes through explain() + table + strict JSON, every
 `--cli-every`-th also through `gradflow eval` in-process; the same property as
-the Hypothesis tests in tests/test_fuzz.py. Prints the count, the outcome kinds,
+the Hypothesis tests in tests/system/test_fuzz.py. Prints the count, the outcome kinds,
 the failures (and exits 1 if there are any).
 """
 from __future__ import annotations

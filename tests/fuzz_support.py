@@ -1,4 +1,4 @@
-"""Fuzzing shared by tests/test_fuzz.py (small, in CI) and bench/fuzz.py (100,000+ inputs).
+"""Fuzzing shared by tests/system/test_fuzz.py (small, in CI) and bench/fuzz.py (100,000+ inputs).
 
 Strategies make random text, grammar-shaped programs (with near-misses), values
 (0, negatives, huge, tiny, inf, nan, vectors, matrices, bad text) and --wrt; the

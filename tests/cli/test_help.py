@@ -1,6 +1,5 @@
 """Every --help ends with examples that run and the exit codes the command can return; options name their
 values (NAME=VALUE, [float32|float64]), never a type like <list[str]>; the limits it quotes are the real ones."""
-import os
 import re
 import shlex
 import shutil
@@ -16,7 +15,9 @@ from gradflow.cli.app import app
 from gradflow.errors import ExitCode
 from gradflow.values.jsonable import JSON_FULL_MAX
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..processes import run
+
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["eval", "ops", "graph", "inspect", "batch", "whatif", "compare"]
 HELPS = [[], *([c] for c in COMMANDS)]  # [] is `gradflow --help`
 
@@ -166,7 +167,6 @@ for command in {HELPS!r}:
     assert "torch" not in sys.modules and "rich.console" not in sys.modules, command
 print("torch-free")
 """
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = run([sys.executable, "-c", code], text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().endswith("torch-free")

@@ -1,7 +1,5 @@
 """Every resource limit: refused with LimitError (exit 2), a clear message, and adjustable."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +9,8 @@ from hypothesis import strategies as st
 from gradflow import LimitError, explain
 from gradflow.engine.budget import result_shape
 from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS, as_limits
+
+from ..processes import PYTHON, run
 
 BIG = {"length": 10**6, "depth": 10**6, "nodes": 10**6}
 
@@ -154,12 +154,13 @@ def test_result_shapes_agree_with_numpy(a, b, matmul):
     assert result_shape(op, [a, b]) == want
 
 
+@pytest.mark.slow
 def test_big_elementwise_values_do_not_run_anything_to_find_the_shape():
     """4,000,000 * 4,000,000 elements of inputs used to send tanh(x)*x through meta tensors, whose first use
     imports torch._dynamo (~2 s)."""
     code = ("import sys, torch; from gradflow import explain; "
             "explain('sum(tanh(x)*x + x@x)', x=torch.ones(4_000_000)); print('torch._dynamo' in sys.modules)")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = run(PYTHON + ["-c", code], text=True)
     assert res.stdout.strip() == "False", res.stderr
 
 

@@ -6,7 +6,7 @@ import sympy as sp
 
 from gradflow import hessian
 
-from .conftest import BLOG
+from ..conftest import BLOG
 
 x, y1, y2, c = sp.symbols("x y1 y2 c")
 AT = {x: 1, y1: 2, y2: 7}

@@ -6,8 +6,6 @@ d = -5, dL/dd = -10, flow x*y1 -> d is -10, flow x -> x*y1 is -10*y1 = -20; x*y2
 import io
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +13,8 @@ from gradflow import explain
 from gradflow.render.graph import to_dot, to_mermaid, to_tree
 from gradflow.studies.picture import picture
 
-from .conftest import BLOG
+from ..conftest import BLOG
+from ..processes import PYTHON, run
 
 BLOG_EXPR = "(x*y1 - detach(x*y2))^2"
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
@@ -88,7 +87,9 @@ def test_dot_text():
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
 def test_dot_renders_with_graphviz():
-    svg = subprocess.run(["dot", "-Tsvg"], input=to_dot(pic()).encode(), capture_output=True, check=True).stdout
+    res = run(["dot", "-Tsvg"], input=to_dot(pic()).encode())
+    assert res.returncode == 0, res.stderr
+    svg = res.stdout
     text = svg.decode()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
     for name in NAMED + ["AccumulateGrad", "MulBackward0", "SubBackward0", "PowBackward0", "✂ cut"]:
@@ -176,7 +177,8 @@ def test_eval_graph_svg_points_to_graph_command(cli):
 
 def test_cli_import_stays_torch_free():
     code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    res = run(PYTHON + ["-c", code], text=True)
+    assert res.returncode == 0, res.stderr
 
 
 def test_torch_inner_steps_fold_into_their_op():

@@ -251,6 +251,7 @@ def test_other_views_take_constructor_values(cli):
     assert res.exit_code == 0 and res.stdout.startswith("digraph")
 
 
+@pytest.mark.slow
 def test_four_million_elements_within_the_default_limits(tmp_path, cli):
     """The issue's big case: a 4,000,000-element x through sum(tanh(x)*x + sigmoid(x)), with the default limits.
     Oracle: the hand-derived derivative tanh(x) + x*(1 - tanh(x)^2) + s*(1 - s), s = sigmoid(x), numpy float64."""

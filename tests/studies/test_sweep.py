@@ -9,6 +9,8 @@ from gradflow import sweep
 from gradflow.errors import LimitError, ValueInputError
 from gradflow.values.specs import parse_sweep
 
+from ..processes import PYTHON, child
+
 X, Y1, Y2, CUT = sp.symbols("x y1 y2 cut")
 BLOG_Y = {"y1": 2, "y2": 7}
 # detach(x*y2) is a constant to differentiation: differentiate with a stand-in symbol, then substitute.
@@ -184,34 +186,29 @@ def test_records_and_to_dict_are_strict_json():
 
 
 def _run(code: str, **kw):
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return child(PYTHON + ["-c", code], text=True, **kw)
 
 
 def test_errors_before_evaluating_stay_torch_free():
-    proc = _run("import sys\nfrom gradflow.cli.app import app\n"
-                "for args in (['x*', '--x', '0:1:3'], ['x*y', '--x', '0:1:3', '--y', 'randm(3)'],\n"
-                "             ['x*y', '--x', '0:1:3', '--y', 'ones(-1)']):\n"
-                "    try:\n        app(['eval', *args])\n    except SystemExit as e:\n        print(e.code)\n"
-                "print('torch' in sys.modules, 'rich.console' in sys.modules)")
-    out, err = proc.communicate(timeout=60)
+    with _run("import sys\nfrom gradflow.cli.app import app\n"
+              "for args in (['x*', '--x', '0:1:3'], ['x*y', '--x', '0:1:3', '--y', 'randm(3)'],\n"
+              "             ['x*y', '--x', '0:1:3', '--y', 'ones(-1)']):\n"
+              "    try:\n        app(['eval', *args])\n    except SystemExit as e:\n        print(e.code)\n"
+              "print('torch' in sys.modules, 'rich.console' in sys.modules)") as proc:
+        out, err = proc.communicate(timeout=60)
     assert out.split() == ["2", "2", "2", "False", "False"], err
 
 
+@pytest.mark.slow
 def test_json_lines_into_a_closed_pipe():
     """`gradflow eval ... --json | head -1`: the sweep stops quietly, no 'Exception ignored'."""
-    proc = _run("from gradflow.cli.app import run; import sys\n"
-                "sys.argv = ['gradflow', 'eval', 'x^2', '--x=0:1:100000', '--json']\nrun()")
-    first = proc.stdout.readline()
-    proc.stdout.close()
-    assert _strict(first)["sweep"]["index"] == 0
-    assert proc.wait(timeout=120) == 0
-    err = proc.stderr.read()
+    with _run("from gradflow.cli.app import run; import sys\n"
+              "sys.argv = ['gradflow', 'eval', 'x^2', '--x=0:1:100000', '--json']\nrun()") as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        assert _strict(first)["sweep"]["index"] == 0
+        assert proc.wait(timeout=120) == 0
+        err = proc.stderr.read()
     assert "Exception ignored" not in err and "Traceback" not in err and "internal error" not in err
 
 

@@ -1,9 +1,6 @@
 """The command line: exit codes, stdout/stderr split, values, options, torch-free paths."""
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,7 +8,8 @@ from typer.testing import CliRunner
 from gradflow.cli.app import app
 from gradflow.language.ops import OPS
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..processes import PYTHON, run
+
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 
 
@@ -177,9 +175,7 @@ def test_help_version_ops(cli):
 
 
 def _python(code: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, *args] if not code else [sys.executable, "-c", code],
-                          capture_output=True, text=True, env=env, input=stdin, timeout=120)
+    return run(PYTHON + list(args) if not code else PYTHON + ["-c", code], text=True, input=stdin)
 
 
 def test_torch_free_paths():
@@ -201,6 +197,7 @@ print("torch-free")
     assert res.stdout.strip().endswith("torch-free")
 
 
+@pytest.mark.slow
 def test_python_dash_m():
     res = _python("", "-m", "gradflow", "eval", "(x*y1 - detach(x*y2))^2", *BLOG_ARGS, "--json")
     assert res.returncode == 0, res.stderr

@@ -7,8 +7,8 @@ import sympy as sp
 
 from gradflow import explain
 
-from .conftest import BLOG
-from .exprgen import generate
+from ..conftest import BLOG
+from ..exprgen import generate
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 

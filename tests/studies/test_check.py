@@ -10,7 +10,7 @@ import sympy as sp
 
 from gradflow import check
 
-from .conftest import BLOG
+from ..conftest import BLOG
 
 x, y, c = sp.symbols("x y c")
 AT = {x: sp.Rational(3, 2), y: sp.Rational(-1, 2)}

@@ -9,8 +9,8 @@ import sympy as sp
 
 from gradflow import compare
 
-from .conftest import BLOG
-from .exprgen import generate
+from ..conftest import BLOG
+from ..exprgen import generate
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 THREE = ["(x*y1 - x*y2)^2", "(detach(x*y1) - x*y2)^2", "(x*y1 - detach(x*y2))^2"]

@@ -5,9 +5,8 @@ check the exact file:line the report names. Gradients are checked against numpy
 finite differences in float64 or hand-derived values.
 """
 import json
-import os
+import shlex
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +18,9 @@ from torch import nn
 
 import gradflow
 from gradflow.errors import NoGradientError
+
+from ..processes import GRADFLOW, PYTHON, ROOT
+from ..processes import run as run_process
 
 HERE = Path(__file__)
 
@@ -306,7 +308,7 @@ def test_non_scalar_or_untraced_loss_is_a_clear_error():
 
 
 def test_transformer_block_tied_embedding_routes_add_up():
-    sys.path.insert(0, str(HERE.parent.parent / "examples"))
+    sys.path.insert(0, str(ROOT / "examples"))
     from transformer_block import TinyLM, lm_loss
 
     torch.manual_seed(0)
@@ -430,11 +432,12 @@ def test_cli_errors(cli, user_file, target, code, text):
 
 def test_cli_inspect_help_does_not_import_torch():
     code = "import sys, gradflow.cli.app; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE.parent.parent)
+    res = run_process(PYTHON + ["-c", code], text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
 
 
 def test_example_file_gives_the_documented_answer(cli):
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    example = ROOT / "examples" / "frozen_encoder.py"
     d = json.loads(cli("inspect", f"{example}:main", "--json").stdout)
     status = {p["name"]: p["status"] for p in d["params"]}
     assert status == {"encoder.layer1.weight": "frozen", "encoder.layer1.bias": "frozen",
@@ -445,19 +448,18 @@ def test_example_file_gives_the_documented_answer(cli):
     assert [w.split(" is frozen")[0] for w in d["warnings"]] == ["encoder.norm"]
 
 
+@pytest.mark.slow
 def test_cli_picture_into_a_closed_pipe_ends_quietly():
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
-    cmd = f"'{sys.executable}' -m gradflow inspect '{example}:main' --graph dot | head -1"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env,
-                       cwd=HERE.parent.parent)
+    example = ROOT / "examples" / "frozen_encoder.py"
+    cmd = f"{shlex.join(GRADFLOW)} inspect {shlex.quote(f'{example}:main')} --graph dot | head -1"
+    r = run_process(["bash", "-o", "pipefail", "-c", cmd], text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "digraph gradflow {\n", "")
 
 
 def test_table_folds_by_module_depth_and_filters_problems(cli):
     from gradflow.inspect.table import rows
 
-    example = HERE.parent.parent / "examples" / "frozen_encoder.py"
+    example = ROOT / "examples" / "frozen_encoder.py"
     sys.path.insert(0, str(example.parent))
     from frozen_encoder import main
 
@@ -486,7 +488,7 @@ def test_docs_inspect_example_is_real_output(monkeypatch):
 
     from gradflow.cli.app import app
 
-    root = HERE.parent.parent
+    root = ROOT
     page = (root / "docs" / "inspect.md").read_text()
     section = page[page.index("\n## An example"):]
     block = section.split("```\n$ gradflow inspect examples/frozen_encoder.py:main\n")[1].split("```")[0]

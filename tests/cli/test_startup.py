@@ -1,18 +1,14 @@
 """Start-up work kept off the common paths: no torch or pydantic for --help and syntax errors,
 Typer's coercion still right for the values that need it, the parse-table cache robust."""
-import os
-import subprocess
-import sys
-
 import pytest
 
 from gradflow.cli import startup
 
+from ..processes import GRADFLOW, PYTHON, run
+
 
 def _run(*args, env=None):
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), **(env or {})}
-    return subprocess.run([sys.executable, "-X", "importtime", "-m", "gradflow", *args],
-                          capture_output=True, text=True, env=env)
+    return run([GRADFLOW[0], "-X", "importtime", *GRADFLOW[1:], *args], text=True, env=env)
 
 
 def _imported(stderr: str) -> set[str]:
@@ -45,6 +41,7 @@ def test_install_is_idempotent():
     assert startup._lazy_typer_coercion() is False  # already installed (or not applicable)
 
 
+@pytest.mark.slow
 def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path)}
     assert _run("eval", "x*3", "--x", "1", env=env).returncode == 0
@@ -60,12 +57,12 @@ _FROZEN = ("import atexit, gc, sys\n"
 
 
 def _frozen(code: str) -> int:
-    res = subprocess.run([sys.executable, "-c", _FROZEN + code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    res = run(PYTHON + ["-c", _FROZEN + code], text=True)
     assert res.returncode == 0, res.stderr
     return int(res.stderr.split("frozen")[-1])
 
 
+@pytest.mark.slow
 def test_commands_freeze_torch_out_of_the_collector_and_the_library_does_not():
     """A command freezes torch's objects once it has imported them (full collections and the shutdown's walk
     them otherwise); explain() in a user's process leaves the collector as it was."""

@@ -1,8 +1,6 @@
 """Errors found before evaluation print as plain text (gradflow.render.plain): same text as the rich
 renderer, colour only on a terminal, and the early-exit path loads no rich console or node classes."""
 import io
-import os
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +9,8 @@ from rich.console import Console
 from gradflow.render import plain as diagnostics
 from gradflow.errors import ParseError, Span, ValueInputError
 from gradflow.render.table import print_error as rich_print_error
+
+from ..processes import GRADFLOW, run
 
 ERRORS = [
     ParseError("syntax", "syntax error: unexpected end of input at position 22", hint="expected ')'",
@@ -21,9 +21,7 @@ ERRORS = [
 
 
 def _imported(*args):
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "gradflow", *args],
-                         capture_output=True, text=True, env=env)
+    res = run([GRADFLOW[0], "-X", "importtime", *GRADFLOW[1:], *args], text=True)
     return res, {ln.rsplit("|", 1)[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
 
 

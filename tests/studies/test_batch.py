@@ -5,13 +5,14 @@ Expected numbers are hand-derived (see each comment), not torch against torch.
 import json
 import math
 import os
-import subprocess
-import sys
+import threading
 
 import pytest
 
 from gradflow.language.compile import compile_program
 from gradflow.studies.batch import run_batch
+
+from ..processes import GRADFLOW, PYTHON, child, run
 
 
 def _strict(line: str) -> dict:
@@ -110,21 +111,15 @@ def test_cli_stdin_default_and_missing_file(cli):
     assert res.exit_code == 2 and "cannot read" in res.stderr and "Traceback" not in res.stderr
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    env["PYTHONPATH"] = os.getcwd()
-    return env
-
-
+@pytest.mark.slow
 def test_broken_pipe_is_quiet(tmp_path):
     f = tmp_path / "many.txt"
     f.write_text("x*y\n" * 400)  # ~400 KB of records: far more than a pipe buffer
-    proc = subprocess.Popen([sys.executable, "-m", "gradflow", "batch", str(f), "--text", "--x", "1", "--y", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
-    first = proc.stdout.readline()
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0
+    with child(GRADFLOW + ["batch", str(f), "--text", "--x", "1", "--y", "2"]) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0
     assert _strict(first.decode())["grads"] == {"x": 2.0}
     assert err == ""
 
@@ -134,19 +129,17 @@ def test_bad_lines_only_do_not_import_torch():
             "r = list(run_batch(['x+', '{', '\"sin(\"'])); "
             "assert [x['error']['kind'] for x in r] == ['bad_json', 'bad_json', 'syntax'], r; "
             "assert 'torch' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, env=_env())
+    res = run(PYTHON + ["-c", code], text=True)
+    assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.slow
 def test_progress_bar_on_a_terminal_keeps_records_on_stdout(tmp_path):
     pty = pytest.importorskip("pty")
-    import threading
 
     f = tmp_path / "progs.txt"
     f.write_text("".join(f"x*{i}\n" for i in range(50)))
     main, sub = pty.openpty()  # stderr is a terminal, stdout a pipe
-    proc = subprocess.Popen([sys.executable, "-m", "gradflow", "batch", str(f), "--text", "--x", "2"],
-                            stdout=subprocess.PIPE, stderr=sub, env=_env())
-    os.close(sub)
     chunks = []
 
     def drain():  # keep reading the terminal so the child never blocks on it
@@ -159,9 +152,11 @@ def test_progress_bar_on_a_terminal_keeps_records_on_stdout(tmp_path):
                 return
             chunks.append(data)
 
-    threading.Thread(target=drain, daemon=True).start()
-    out = proc.stdout.read().decode()
-    assert proc.wait(timeout=60) == 0
+    with child(GRADFLOW + ["batch", str(f), "--text", "--x", "2"], stderr=sub) as proc:
+        os.close(sub)
+        threading.Thread(target=drain, daemon=True).start()
+        out = proc.stdout.read().decode()
+        assert proc.wait(timeout=60) == 0
     assert [_strict(line)["grads"]["x"] for line in out.splitlines()] == [float(i) for i in range(50)]
     assert b'"grads"' not in b"".join(chunks)
 

@@ -12,7 +12,7 @@ from gradflow import whatif
 from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit
 
-from .conftest import BLOG
+from ..conftest import BLOG
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gradflow import GradflowError, parse
 
-from .fuzz_support import (ALPHABET, cases, check_api, check_cli, gen_case, near_misses, programs, random_text,
+from ..fuzz_support import (ALPHABET, cases, check_api, check_cli, gen_case, near_misses, programs, random_text,
                            value_sets, wrts)
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
