@@ -38,12 +38,15 @@ class PNode:
     inner: list[str] = field(default_factory=list)  # torch's own steps inside this op (matmul: Mm, Unsqueeze)
 
 
+EdgeKind = Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | the same tensor (a region) | no grad
+
+
 @dataclass
 class PEdge:
     src: str
     dst: str
     pos: int
-    kind: Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | same tensor (region wrapper) | no grad
+    kind: EdgeKind
     flow: str | None = None  # the gradient carried back along it
 
 
@@ -158,6 +161,7 @@ def _add_edges(pic: Picture, graph: Graph, result: Explanation, tedges: set, rea
         if not reach[e.dst]:
             continue
         dst = graph.nodes[e.dst]
+        kind: EdgeKind
         if e.cut:
             kind = "cut"
         elif is_region(dst.op) and result.nodes[e.src].requires_grad:
