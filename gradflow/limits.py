@@ -19,6 +19,7 @@ MAX_NODES = 2_000  # nodes in the lowered graph
 MAX_ELEMENTS = 50_000_000  # elements in any one tensor (a value, a result, a constructor): 200 MB as float32
 MAX_TOTAL_ELEMENTS = 200_000_000  # elements over all values of one evaluation: 0.8 GB as float32
 MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
+JSON_FULL_MAX = 1000  # --json without --full: tensors with more elements become summary objects
 
 
 class Limits(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses off the start-up path

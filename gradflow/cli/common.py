@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS
+from gradflow.limits import JSON_FULL_MAX, MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS
 from gradflow.studies.extras import EVAL_GRAPH_FORMATS
-from gradflow.values.jsonable import JSON_FULL_MAX
 
 if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
     from rich.console import Console

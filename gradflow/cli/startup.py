@@ -10,13 +10,12 @@
    Only the command does this; the library leaves a user's process alone.
 2. Typer's coercion (`_lazy_typer_coercion`): Typer 0.2x builds a pydantic TypeAdapter for every parameter
    of the command being run, so `gradflow eval "x+"` paid ~0.13 s (a third of its start-up) to import pydantic.
-3. lark's parse tables (`_table_cache`), cached per user and keyed by a hash of the grammar: ~0.2 s per start.
+3. lark's parse tables are cached per user (~0.2 s per start): the library gets that too, so it lives in
+   language/tables.py; here, the parser (and lark) is never imported at start-up, only on the first parse.
 """
 from __future__ import annotations
 
 import gc
-import os
-import sys
 
 _GC_WAS_ON = gc.isenabled()
 
@@ -28,10 +27,7 @@ def begin() -> None:
 
 def finish() -> None:
     """After the command's modules are imported (and the app built)."""
-    from gradflow.language.parser import use_table_cache
-
     _lazy_typer_coercion()
-    use_table_cache(_table_cache())
     gc.freeze()  # what start-up built lives as long as the process: later GC passes skip it
     if _GC_WAS_ON:
         gc.enable()
@@ -46,16 +42,6 @@ def in_command() -> None:
 
 def before_exit() -> None:
     gc.freeze()
-
-
-def _table_cache() -> str | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "gradflow")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        return None  # no writable cache: build the tables every time
-    return os.path.join(path, f"grammar-lark-py{sys.version_info[0]}{sys.version_info[1]}.cache")
 
 
 def _lazy_typer_coercion() -> bool:

@@ -21,6 +21,7 @@ from lark.lark import PostLex
 from lark.visitors import Transformer_NonRecursive
 
 from gradflow.errors import ParseError, Span
+from gradflow.language.tables import cache_file
 
 if TYPE_CHECKING:
     from gradflow.language.ops import FUNCTIONS, suggest
@@ -41,16 +42,6 @@ _READABLE = {
     "EQUAL": "'='", "DOT": "'.'", "BOOL": "true or false", "_SEP": "';' or a new line",
     "$END": "the end", "REQUIRES_GRAD": "requires_grad",
 }
-
-
-_TABLE_CACHE: str | None = None  # a file for lark's parse tables; the command line sets one (cli/startup.py)
-
-
-def use_table_cache(path: str | None) -> None:
-    """Cache lark's parse tables in `path` (None: build them in memory, ~0.2 s once per process)."""
-    global _TABLE_CACHE
-    _TABLE_CACHE = path
-    _lark.cache_clear()
 
 
 class _Continuation(PostLex):
@@ -75,7 +66,7 @@ class _Continuation(PostLex):
 def _lark() -> Lark:
     with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as fh:
         grammar = fh.read()  # not importlib.resources: its readers and zipfile cost ~6 ms of start-up
-    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=_TABLE_CACHE or False,
+    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=cache_file() or False,
                 postlex=_Continuation())
 
 

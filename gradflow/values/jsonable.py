@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-JSON_FULL_MAX = 1000  # to_jsonable(full=False): tensors with more elements become summary objects
+from gradflow.limits import JSON_FULL_MAX
 
 
 def _clean(x):
