@@ -48,8 +48,16 @@ _RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad;
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
 
-def _context(mode: str | None):
-    return contextlib.nullcontext() if mode is None else REGION_CONTEXTS[mode]()
+def _context(modes: tuple[str, ...]):
+    """Every enclosing region's torch context, outermost first (no_grad inside inference_mode stays in it)."""
+    if not modes:
+        return contextlib.nullcontext()
+    if len(modes) == 1:
+        return REGION_CONTEXTS[modes[0]]()
+    stack = contextlib.ExitStack()
+    for mode in modes:
+        stack.enter_context(REGION_CONTEXTS[mode]())
+    return stack
 
 
 def _single_use(graph: Graph) -> list[bool]:
@@ -86,13 +94,13 @@ class _Run:
         self.warnings: list[Warning] = []
         self.total = 0  # elements over all values so far (limits.total)
 
-    def mode(self, node: Node) -> str | None:
-        return node.mode if self.cuts else None
+    def modes(self, node: Node) -> tuple[str, ...]:
+        return node.modes if self.cuts else ()
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = is_region(node.op)
-        tracked = identity or not self.cuts or (node.mode is None and not is_cut(node.op) and torch.is_grad_enabled())
+        tracked = identity or not self.cuts or (not node.modes and not is_cut(node.op) and torch.is_grad_enabled())
         out = []
         for pos, a in enumerate(node.args):
             src = self.t[a]
@@ -123,7 +131,7 @@ class _Run:
         if node.op == "var":
             return self.leaf(node)
         if node.op == "const":
-            with _context(self.mode(node)):
+            with _context(self.modes(node)):
                 return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         exponent = self.g.nodes[node.args[-1]]
@@ -137,7 +145,7 @@ class _Run:
             return args[0]
         precheck(node, args, self.g.source)
         try:
-            with _context(self.mode(node)):
+            with _context(self.modes(node)):
                 out = OPS[node.op].fn(*args)
         except TORCH_ERRORS as err:
             raise _torch_error(node, args, err, self.g.source) from None

@@ -10,7 +10,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gradflow.language.graph import FlagStep, Graph, Node
-from gradflow.language.ops import CUT_OPS, REGION_OPS
+from gradflow.language.ops import CUT_OPS, is_region
 
 
 def _inner(text: str) -> str:
@@ -42,17 +42,20 @@ class Edit:
             self.output = new
 
     def _unwrap(self, cid: int):
-        """Nodes directly inside region `cid` move to the enclosing region."""
+        """Region `cid` no longer encloses anything: the nodes inside leave its context (nested regions stay)."""
         c = self.nodes[cid]
-        for n in list(self.nodes.values()):
-            if n.region == cid:
-                self._change(n.id, region=c.region, mode=c.mode)
+        if not is_region(c.op):
+            return
+        depth = len(c.modes)  # its own context's place in the stack of every node inside it
+        for n in self.inside(cid):
+            region = c.region if n.region == cid else n.region
+            self._change(n.id, modes=n.modes[:depth] + n.modes[depth + 1:], region=region)
 
     def detach_at(self, nid: int) -> int:
         """Every use of node `nid` reads detach(nid) instead."""
         self._fresh -= 1
         n = self.nodes[nid]
-        d = Node(self._fresh, "detach", (nid,), f"detach({n.label})", n.span, region=n.region, mode=n.mode)
+        d = Node(self._fresh, "detach", (nid,), f"detach({n.label})", n.span, region=n.region, modes=n.modes)
         self._redirect(nid, d.id, skip=d.id)
         self.nodes[d.id] = d
         self.steps.insert(self.steps.index(nid) + 1, d.id)
@@ -72,10 +75,11 @@ class Edit:
         """Make cut `cid` use mechanism `op` (detach, no_grad or inference_mode)."""
         self._unwrap(cid)
         c = self._change(cid, text=f"{op}({_inner(self.nodes[cid].text)})", op=op)
-        if op in REGION_OPS:
+        if is_region(op):
+            depth = len(c.modes)
             for n in self.inside(cid):
-                if n.region == c.region:
-                    self._change(n.id, region=cid, mode=op)
+                region = cid if n.region == c.region else n.region
+                self._change(n.id, modes=n.modes[:depth] + (op,) + n.modes[depth:], region=region)
 
     def inside(self, cid: int) -> list[Node]:
         """The nodes computed inside a cut call's parentheses (not the leaves it reads)."""

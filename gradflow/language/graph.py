@@ -28,7 +28,7 @@ class Node:
     names: tuple[str, ...] = ()
     value: float = 0.0  # for const
     region: int | None = None  # id of the innermost enclosing no_grad/inference_mode call
-    mode: str | None = None  # that region's op ("no_grad" / "inference_mode")
+    modes: tuple[str, ...] = ()  # every enclosing region's op, outermost first: torch enters them all
 
     @property
     def label(self) -> str:
@@ -70,11 +70,13 @@ class _Lowering:
         self.inputs: dict[str, int] = {}
         self.regions: dict[int, Call] = {}  # node id -> its enclosing no_grad/inference_mode call
 
-    def new(self, op, args, span, value=0.0, region=None, mode=None) -> int:
+    def new(self, op, args, span, value=0.0, regions: tuple = ()) -> int:
+        """A node; `regions`: the enclosing (region call, op) pairs, outermost first."""
         nid = len(self.nodes)
-        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, mode=mode))
-        if region is not None:
-            self.regions[nid] = region
+        modes = tuple(mode for _, mode in regions)
+        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, modes=modes))
+        if regions:
+            self.regions[nid] = regions[-1][0]
         self.steps.append(nid)
         return nid
 
@@ -93,23 +95,23 @@ class _Lowering:
     def expr(self, root: Expr) -> int:
         """Post-order walk with an explicit stack (deep nesting must not recurse)."""
         results: dict[int, int] = {}
-        stack: list[tuple[Any, bool, tuple | None]] = [(root, False, None)]  # Num | Var | Call
+        stack: list[tuple[Any, bool, tuple]] = [(root, False, ())]  # Num | Var | Call, enclosing regions
         while stack:
             e, done, reg = stack.pop()
             if isinstance(e, Num):
-                results[id(e)] = self.new("const", (), e.span, value=e.value, **_region(reg))
+                results[id(e)] = self.new("const", (), e.span, value=e.value, regions=reg)
             elif isinstance(e, Var):
                 results[id(e)] = self.lookup(e)
             elif not done:
                 stack.append((e, True, reg))
                 inner = reg
                 if is_region(e.op):
-                    inner = (e, e.op)
+                    inner = (*reg, (e, e.op))
                 for a in reversed(e.args):
                     stack.append((a, False, inner))
             else:
                 args = [results[id(a)] for a in e.args]
-                results[id(e)] = self.new(e.op, args, e.span, **_region(reg))
+                results[id(e)] = self.new(e.op, args, e.span, regions=reg)
         return results[id(root)]
 
     def run(self, program: Program) -> Graph:
@@ -136,12 +138,6 @@ class _Lowering:
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
         for nid, call in self.regions.items():
             self.nodes[nid] = replace(self.nodes[nid], region=by_span[(call.span.start, call.span.end, call.op)])
-
-
-def _region(reg):
-    if reg is None:
-        return {}
-    return {"region": reg[0], "mode": reg[1]}
 
 
 def lower(program: Program) -> Graph:

@@ -1,0 +1,79 @@
+"""Nested cuts follow torch exactly: every region a node sits in is entered, outermost first.
+
+The oracle is torch itself, run by hand-written code (contexts entered with `with`, detach() called), not
+gradflow's engine: x = 2, y = 3 in float64. Where torch answers, gradflow gives the same x.grad; where torch
+refuses (an inference tensor saved for backward), gradflow raises its inference_tensor error; where nothing
+requires grad, both say so.
+"""
+import itertools
+
+import pytest
+import torch
+
+from gradflow import EvalError, explain
+
+CUTS = ("no_grad", "inference_mode", "detach")
+CONTEXTS = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+
+
+def _apply(kind: str, compute):
+    if kind == "detach":
+        return compute().detach()
+    with CONTEXTS[kind]():
+        return compute()
+
+
+def _combine(how: str, t, x):
+    return {"*": lambda: t * x, "+": lambda: t + x, "exp": lambda: (t * x).exp()}[how]()
+
+
+def torch_reference(outer: str, inner: str, how: str, inner_expr: str):
+    """('ok', x.grad) | ('no_gradient', None) | ('inference_tensor', None), from plain torch code."""
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor(3.0, dtype=torch.float64)
+    body = {"x*y": lambda: x * y, "x*(y+x)": lambda: x * (y + x)}[inner_expr]
+    try:
+        L = _combine(how, _apply(outer, lambda: _apply(inner, body)), x)
+    except RuntimeError as err:
+        assert "Inference tensors cannot be saved for backward" in str(err)
+        return ("inference_tensor", None)
+    if not L.requires_grad:
+        return ("no_gradient", None)
+    L.backward()
+    return ("ok", x.grad.item())
+
+
+def gradflow_answer(source: str):
+    try:
+        result = explain(source, x=2, y=3, dtype="float64")
+    except EvalError as err:
+        return (err.kind, None)
+    if result.error is not None:
+        return (result.error.kind, None)
+    return ("ok", result.grad("x"))
+
+
+CASES = [(o, i, how, e) for o, i in itertools.product(CUTS, repeat=2) for how in ("*", "+", "exp")
+         for e in ("x*y", "x*(y+x)")]
+
+
+@pytest.mark.parametrize("outer,inner,how,inner_expr", CASES)
+def test_nested_cuts_match_torch(outer, inner, how, inner_expr):
+    t = f"{outer}({inner}({inner_expr}))"
+    source = {"*": f"{t}*x", "+": f"{t} + x", "exp": f"exp({t}*x)"}[how]
+    assert gradflow_answer(source) == pytest.approx(torch_reference(outer, inner, how, inner_expr)), source
+
+
+def test_the_reported_case():
+    """inference_mode(no_grad(x*y))*x: no_grad does not leave inference mode, so torch refuses."""
+    with pytest.raises(EvalError) as err:
+        explain("inference_mode(no_grad(x*y))*x", x=2, y=3)
+    assert err.value.kind == "inference_tensor"
+    assert explain("no_grad(inference_mode(x*y)) + x", x=2, y=3).grad("x") == 1.0  # + saves nothing: fine
+
+
+def test_three_levels_and_a_region_around_a_cut_free_part():
+    """no_grad(x * inference_mode(y*x)): the inner product is an inference tensor, the outer * runs under
+    no_grad only (saving nothing): L = that + x*x has dL/dx = 2x = 4."""
+    assert gradflow_answer("no_grad(x * inference_mode(y*x)) + x*x") == ("ok", 4.0)
+    assert gradflow_answer("no_grad(no_grad(inference_mode(x*y)))*x") == ("inference_tensor", None)
