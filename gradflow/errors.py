@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 
 class ExitCode(IntEnum):
-    """Exit codes of the `gradflow` command (documented in the README)."""
+    """Exit codes of the `gradflow` command (documented in docs/exit-codes.md)."""
 
     OK = 0
     INTERNAL = 1  # a bug in gradflow: please report it with --debug output

@@ -1,4 +1,4 @@
-"""The Python API: `explain()` and friends. Thin: parse -> lower -> evaluate."""
+"""The Python API's `explain()`: prepare (compile, check values, choose leaves, build values) -> evaluate."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -22,9 +22,9 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     output does not require grad, the result comes back with `.error` set.
     `measure_edges=False` skips the per-use gradient views (memory for big tensors):
     an edge from a node used more than once then has `flow` None.
-    `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (README).
+    `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (docs/limits.md).
     Text values may be constructors ("randn(3,4)", drawn from a generator seeded
-    with `seed`) or files ("@x.npy", "@x.pt"); see specs.py.
+    with `seed`) or files ("@x.npy", "@x.pt"); see values/specs.py.
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
