@@ -55,13 +55,13 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
-        from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
-        from gradflow.engine.explain import explain
-
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
-        check_shadowed(source, ctx, var, limit)
+        check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
+        from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
+        from gradflow.engine.explain import explain
+
         args, plot_file = split_plot_file(rest, plot)
         values = parse_values(args, var)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
