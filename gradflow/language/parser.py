@@ -6,7 +6,6 @@ token. Nothing is ever handed to Python's eval.
 from __future__ import annotations
 
 import functools
-import os
 from typing import TYPE_CHECKING, Any
 
 from lark import Lark, Token
@@ -17,11 +16,10 @@ from lark.exceptions import (
     UnexpectedToken,
     VisitError,
 )
-from lark.lark import PostLex
 from lark.visitors import Transformer_NonRecursive
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.tables import cache_file
+from gradflow.language.lexing import Continuation
 
 if TYPE_CHECKING:
     from gradflow.language.ops import FUNCTIONS, suggest
@@ -44,30 +42,11 @@ _READABLE = {
 }
 
 
-class _Continuation(PostLex):
-    """Inside parentheses a new line continues the statement, as in Python: the lexer's new-line separators
-    are dropped while a '(' is open (a ';' still ends the statement there, and is a syntax error)."""
-
-    always_accept = ("_SEP",)  # lex a new line in every parser state, so this filter sees it
-
-    def process(self, stream):
-        depth = 0
-        for tok in stream:
-            if tok.type == "LPAR":
-                depth += 1
-            elif tok.type == "RPAR":
-                depth = max(depth - 1, 0)
-            elif depth and tok.type == "_SEP" and tok.value == "\n":
-                continue
-            yield tok
-
-
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    with open(os.path.join(os.path.dirname(__file__), "grammar.lark"), encoding="utf-8") as fh:
-        grammar = fh.read()  # not importlib.resources: its readers and zipfile cost ~6 ms of start-up
-    return Lark(grammar, parser="lalr", maybe_placeholders=True, cache=cache_file() or False,
-                postlex=_Continuation())
+    from gradflow.language.tables import load
+
+    return load(Continuation())
 
 
 def _span_of(tok: Token) -> Span:
@@ -172,7 +151,7 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
 
 def _accepted(err: UnexpectedInput, fallback) -> set[str]:
     """The terminals the parser accepts where it stopped. The lexer's own set (lark's default) also holds the
-    new line, which `_Continuation` has lexed everywhere, whether or not a statement may end there."""
+    new line, which `Continuation` has lexed everywhere, whether or not a statement may end there."""
     state: Any = getattr(err, "state", None)
     try:
         return {t for t in state.parse_conf.parse_table.states[state.position] if t.isupper()}  # no rules

@@ -1,5 +1,5 @@
 """Start-up work kept off the common paths: no torch or pydantic for --help and syntax errors,
-Typer's coercion still right for the values that need it, the parse-table cache robust."""
+Typer's coercion still right for the values that need it, no parse-table cache to poison."""
 import pytest
 
 from gradflow.cli import startup
@@ -41,15 +41,30 @@ def test_install_is_idempotent():
     assert startup._lazy_typer_coercion() is False  # already installed (or not applicable)
 
 
+_PAYLOAD = """
+import os, pickle, sys
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch " + sys.argv[2],))
+with open(sys.argv[1], "wb") as fh:
+    pickle.dump(Payload(), fh)
+"""
+
+
 @pytest.mark.slow
-def test_corrupt_parse_table_cache_is_rebuilt(tmp_path):
-    env = {"XDG_CACHE_HOME": str(tmp_path)}
-    assert _run("eval", "x*3", "--x", "1", env=env).returncode == 0
-    (cache,) = (tmp_path / "gradflow").iterdir()
-    cache.write_bytes(b"garbage\n")
-    res = _run("eval", "x*3", "--x", "1", env=env)
+def test_a_poisoned_parse_table_cache_never_runs(tmp_path):
+    """lark's own cache is a pickle: a planted file (a CI cache shared between jobs) would run code. gradflow
+    reads no cache file at all (the tables ship with the package), so the payload never runs."""
+    marker = tmp_path / "pwned"
+    cache_dir = tmp_path / "gradflow"
+    cache_dir.mkdir()
+    for name in ("grammar-lark-py311.cache", "grammar-lark-py310.cache", "grammar-lark-py312.cache"):
+        assert run(PYTHON + ["-c", _PAYLOAD, str(cache_dir / name), str(marker)]).returncode == 0
+    res = _run("eval", "x*3", "--x", "1", env={"XDG_CACHE_HOME": str(tmp_path)})
     assert res.returncode == 0 and "x.grad = 3" in res.stdout
-    assert "Failed" not in res.stderr and cache.read_bytes() != b"garbage\n"
+    assert not marker.exists()
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(
+        ["grammar-lark-py311.cache", "grammar-lark-py310.cache", "grammar-lark-py312.cache"])  # nothing written
 
 
 _FROZEN = ("import atexit, gc, sys\n"
