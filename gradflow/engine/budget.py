@@ -57,12 +57,23 @@ def precheck(node: Node, args, source: str) -> None:
     check_elements(math.prod(shape), f"the result of '{node.text}' would have", span=node.span, source=source)
 
 
-def account(total: int, node: Node, value, source: str) -> int:
-    """Add a computed value to the running total; check both limits. Returns the new total."""
+def account(total: int, node: Node, value, source: str, grad: bool = False) -> int:
+    """Add a computed value (and, if `grad`, the gradient it will hold, as big as itself) to the running total;
+    check both limits. Returns the new total."""
     n, limits = value.numel(), current()
-    if n <= limits.elements and total + n <= limits.total:
-        return total + n  # the common case, without building the messages below
+    held = 2 * n if grad else n
+    if n <= limits.elements and total + held <= limits.total:
+        return total + held  # the common case, without building the messages below
     check_elements(n, f"'{node.text}' has", span=node.span, source=source)
-    total += n
-    check("total", total, f"the values up to '{node.text}' have", span=node.span, source=source)
+    total += held
+    check("total", total, f"the values and gradients up to '{node.text}' have", span=node.span, source=source)
+    return total
+
+
+def account_flow(total: int, node: Node, arg: Node, size: int, source: str) -> int:
+    """Add the gradient one use of `arg` will hold (its own flow, measured per use: as big as `arg`)."""
+    total += size
+    if total > current().total:
+        check("total", total, f"the values and gradients up to '{node.text}', with the gradient measured along "
+              f"each use of '{arg.text}', have", span=node.span, source=source)
     return total

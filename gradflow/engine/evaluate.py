@@ -22,7 +22,7 @@ import torch
 
 from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
 from gradflow.analysis.status import annotate
-from gradflow.engine.budget import account, precheck
+from gradflow.engine.budget import account, account_flow, precheck
 from gradflow.engine.hooks import torch_imported
 from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.errors import EvalError, GradflowError, NoGradientError
@@ -109,6 +109,7 @@ class _Run:
                 if self.single[a]:
                     self.same_as_src.add(len(self.edges))
                 elif self.measure_edges or is_region(self.g.nodes[a].op):
+                    self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
                     src = self.alias(src)
             elif src.requires_grad and not tracked:
                 edge.cut = True
@@ -182,8 +183,9 @@ class _Run:
                 if self.cuts:
                     self.set_flag(step)
             else:
-                self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
-                self.total = account(self.total, step, self.t[step.id], self.g.source)
+                t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
+                held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
+                self.total = account(self.total, step, t, self.g.source, grad=held)
         return self.t
 
 

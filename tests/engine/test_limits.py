@@ -80,11 +80,28 @@ def test_matmul_result_refused_before_allocating():
     assert "would have 400 elements" in err.message
 
 
-def test_total_elements():
-    # x: 10, x*2: 10, 2: 1 -> the values up to 'x*2' have 21 elements
-    err = refused("sum(x*2)", "total", limits={"total": 20}, x=[1.0] * 10)
-    assert err.message == "the values up to 'x*2' have 21 elements in total; the limit is 20"
-    assert explain("sum(x*2)", limits={"total": 22}, x=[1.0] * 10).grad("x") == [2.0] * 10
+def test_total_elements_count_the_gradients_held():
+    # x: 10 + its grad 10 = 20; 2: 1 -> 21; x*2: 10 + its retained grad 10 -> 41; sum: 1 + 1 -> 43
+    err = refused("sum(x*2)", "total", limits={"total": 40}, x=[1.0] * 10)
+    assert err.message == "the values and gradients up to 'x*2' have 41 elements in total; the limit is 40"
+    assert explain("sum(x*2)", limits={"total": 43}, x=[1.0] * 10).grad("x") == [2.0] * 10
+    # x not chosen: nothing computed from it holds a gradient. x 10, 2: 1, x*2: 10, sum: 1 -> 22; y and its
+    # grad: 2 -> 24; the product and its grad: 2 -> 26
+    assert explain("sum(x*2)*y", limits={"total": 26}, wrt="y", x=[1.0] * 10, y=1).grad("y") == 20.0
+    refused("sum(x*2)*y", "total", limits={"total": 25}, wrt="y", x=[1.0] * 10, y=1)
+
+
+def test_total_elements_count_each_measured_use():
+    """Each use of a value used several times keeps its own gradient (the flow along that edge): x (10) used
+    3 times. x: 20; first max(x): its flow 10 -> 30, value and grad 2 -> 32; second max(x): flow -> 42."""
+    err = refused("max(x) + max(x) + max(x)", "total", limits={"total": 41}, x=[1.0] * 10)
+    assert err.message == ("the values and gradients up to 'max(x)', with the gradient measured along each use "
+                           "of 'x', have 42 elements in total; the limit is 41")
+    # 32 + 12 (second use) + 2 (the first +) + 12 (third use) + 2 (the second +) = 60
+    assert explain("max(x) + max(x) + max(x)", limits={"total": 60}, x=[1.0] * 10).output.value.item() == 3.0
+    refused("max(x) + max(x) + max(x)", "total", limits={"total": 59}, x=[1.0] * 10)
+    # measure_edges=False keeps no per-use flows: 60 - 3 * 10
+    explain("max(x) + max(x) + max(x)", limits={"total": 30}, measure_edges=False, x=[1.0] * 10)
 
 
 def test_exponent_tower_gives_inf_and_says_so():
@@ -170,3 +187,25 @@ def test_empty_operands_can_still_make_a_huge_product():
 
     err = refused("sum(x@y)", "elements", x=torch.zeros(100_000, 0), y=torch.zeros(0, 100_000))
     assert err.message == "the result of 'x@y' would have 10,000,000,000 elements; the limit is 50,000,000"
+
+
+@pytest.mark.slow
+def test_thirty_uses_of_a_big_value_are_refused_before_their_gradients_exist():
+    """30 uses of max(x), x of 40,000,000 elements: each use would keep its own 160 MB gradient (5.7 GB in all
+    before the budget counted them). Now refused at the third use, before backward: the process stays near
+    the size of x (2 x 160 MB for x and the values torch draws it from)."""
+    code = ("import resource\n"
+            "from gradflow import LimitError, explain\n"
+            "try:\n"
+            "    explain(' + '.join(['max(x)'] * 30), x='randn(40000000)')\n"
+            "except LimitError as err:\n"
+            "    print(err.kind, '|', err.message)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    res = run(PYTHON + ["-c", code], text=True)
+    assert res.returncode == 0, res.stderr
+    verdict, peak_mb = res.stdout.splitlines()
+    assert verdict.startswith("limit_total | the values and gradients up to 'max(x)', with the gradient measured")
+    # x and its grad: 80M; uses 1 and 2: 40M (flow) + 2 (value, grad) each -> 160M + 4; the first +: 2 -> 160M + 6;
+    # the third use's flow: 200M + 6, over 200M
+    assert "have 200,000,006 elements in total" in verdict
+    assert int(peak_mb) < 1200, peak_mb
