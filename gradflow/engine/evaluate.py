@@ -71,6 +71,15 @@ def _single_use(graph: Graph) -> list[bool]:
     return [u == 1 and not is_region(n.op) and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
 
+def _numbers(graph: Graph) -> set[int]:
+    """Nodes computed from constants only (2, 2*3, exp(1)): in torch code these are Python numbers."""
+    numbers: set[int] = set()
+    for n in graph.nodes:
+        if n.op == "const" or (n.op != "var" and n.args and all(a in numbers for a in n.args)):
+            numbers.add(n.id)
+    return numbers
+
+
 class _Run:
     """One forward pass: tensors by node id, edges (with aliases when measuring), flags set, warnings.
 
@@ -93,9 +102,11 @@ class _Run:
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.total = 0  # elements over all values so far (limits.total)
+        self.numbers = _numbers(graph)
 
     def modes(self, node: Node) -> tuple[str, ...]:
-        return node.modes if self.cuts else ()
+        """The regions to enter: none for numbers (as in torch code: arithmetic on literals is Python's)."""
+        return node.modes if self.cuts and node.id not in self.numbers else ()
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
@@ -131,9 +142,8 @@ class _Run:
     def compute(self, node: Node) -> torch.Tensor:
         if node.op == "var":
             return self.leaf(node)
-        if node.op == "const":
-            with _context(self.modes(node)):
-                return scalar(node.value, self.dtype, self.device)
+        if node.op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
+            return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         exponent = self.g.nodes[node.args[-1]]
         if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gradflow import EvalError, explain
+from gradflow.language.compile import compile_program
 
 CUTS = ("no_grad", "inference_mode", "detach")
 CONTEXTS = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
@@ -18,7 +19,8 @@ CONTEXTS = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
 def _apply(kind: str, compute):
     if kind == "detach":
-        return compute().detach()
+        value = compute()
+        return value.detach() if torch.is_tensor(value) else value  # a number has nothing to detach
     with CONTEXTS[kind]():
         return compute()
 
@@ -44,8 +46,9 @@ def torch_reference(outer: str, inner: str, how: str, inner_expr: str):
 
 
 def gradflow_answer(source: str):
+    used = compile_program(source).inputs
     try:
-        result = explain(source, x=2, y=3, dtype="float64")
+        result = explain(source, values={k: v for k, v in {"x": 2, "y": 3}.items() if k in used}, dtype="float64")
     except EvalError as err:
         return (err.kind, None)
     if result.error is not None:
@@ -77,3 +80,56 @@ def test_three_levels_and_a_region_around_a_cut_free_part():
     no_grad only (saving nothing): L = that + x*x has dL/dx = 2x = 4."""
     assert gradflow_answer("no_grad(x * inference_mode(y*x)) + x*x") == ("ok", 4.0)
     assert gradflow_answer("no_grad(no_grad(inference_mode(x*y)))*x") == ("inference_tensor", None)
+
+
+# ---- random nestings, against an evaluator written directly in torch ----------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+leaves = st.sampled_from(["x", "y", "2"])
+
+
+def _tree(children):
+    return st.one_of(st.tuples(st.sampled_from(["*", "+", "-"]), children, children),
+                     st.tuples(st.sampled_from(CUTS), children))
+
+
+trees = st.recursive(leaves, _tree, max_leaves=8)
+
+
+def text(t) -> str:
+    if isinstance(t, str):
+        return t
+    if len(t) == 2:
+        return f"{t[0]}({text(t[1])})"
+    return f"({text(t[1])} {t[0]} {text(t[2])})"
+
+
+def torch_eval(t, env):
+    """The tree evaluated by plain torch code: contexts entered with `with`, detach() called."""
+    if isinstance(t, str):
+        return env[t]
+    if len(t) == 2:
+        return _apply(t[0], lambda: torch_eval(t[1], env))
+    a, b = torch_eval(t[1], env), torch_eval(t[2], env)
+    return {"*": lambda: a * b, "+": lambda: a + b, "-": lambda: a - b}[t[0]]()
+
+
+def torch_outcome(t):
+    env = {"x": torch.tensor(2.0, dtype=torch.float64, requires_grad=True),
+           "y": torch.tensor(3.0, dtype=torch.float64), "2": 2.0}
+    try:
+        L = torch_eval(("*", t, "x"), env)
+    except RuntimeError as err:
+        assert "Inference tensors cannot be saved for backward" in str(err)
+        return ("inference_tensor", None)
+    if not torch.is_tensor(L) or not L.requires_grad:
+        return ("no_gradient", None)
+    L.backward()
+    return ("ok", env["x"].grad.item())
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(trees)
+def test_random_nestings_match_torch(t):
+    assert gradflow_answer(f"{text(t)} * x") == pytest.approx(torch_outcome(t)), text(t)
