@@ -207,8 +207,19 @@ def gen_pathological(rng) -> str:
         "x @ y", "x * y", "sum(x * y)", "sum(x @ y)", "log(x) + sqrt(y)", "x / y", "detach(x) * no_grad(y)"])
 
 
+def gen_nested_cuts(rng) -> str:
+    """detach / no_grad / inference_mode nested 1-4 deep around parts of an expression, used again outside."""
+    inner = gen_expr(rng, rng.randint(1, 6))
+    for _ in range(rng.randint(1, 4)):
+        cut = rng.choice(["detach", "no_grad", "inference_mode"])
+        inner = f"{cut}({inner})" if rng.random() < 0.7 else f"{cut}({inner} {rng.choice(SYMBOLS)} {gen_expr(rng, 2)})"
+    return f"{inner} {rng.choice(SYMBOLS)} {gen_expr(rng, rng.randint(1, 4))}"
+
+
 def gen_source(rng) -> str:
     r = rng.random()
+    if r < 0.1:
+        return gen_nested_cuts(rng)
     if r < 0.5:
         return gen_program(rng)
     if r < 0.7:
