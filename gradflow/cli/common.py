@@ -139,7 +139,7 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
         from gradflow.cli.streams import cannot_write, output_failed
 
         if cannot_write(exc):  # not a bug: stdout is on a full disk (or over a quota, a file-size limit)
-            raise typer.Exit(output_failed(exc)) from None  # type: ignore[arg-type]
+            raise typer.Exit(output_failed(exc)) from None
         if debug:
             raise
         consoles()[1].print(f"internal error: {type(exc).__name__}: {exc}\n"

@@ -20,7 +20,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TypeGuard
 
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -151,13 +151,12 @@ def read_stdin() -> str:
         raise ValueInputError("usage", f"cannot read the program from stdin: {err}") from None
 
 
-
 # ---- output that cannot be written -----------------------------------------------------------------------
 
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # only writes fail so: the output (or a -o file) is at fault
 
 
-def cannot_write(exc: BaseException) -> bool:
+def cannot_write(exc: BaseException) -> TypeGuard[OSError]:
     """Is this the error of a write that found no room (full disk, quota, file-size limit)?"""
     return isinstance(exc, OSError) and exc.errno in _NO_ROOM
 
@@ -185,12 +184,9 @@ def output_failed(exc: OSError) -> int:
 # ---- terminals that cannot show the marks ----------------------------------------------------------------
 
 _MARKS = {"●": "*", "✂": "x", "◌": "o", "○": "-", "⚠": "!", "—": "-", "–": "-", "→": "->", "↑": "^", "↺": "^",
-          "≈": "~", "≤": "<=", "≥": ">=", "·": ".", "•": "*", "×": "x", "✓": "+", "✗": "x", "…": "...",
-          "━": "-", "═": "=", "║": "|"}
+          "≈": "~", "≤": "<=", "≥": ">=", "·": ".", "•": "*", "×": "x", "✓": "+", "✗": "x", "…": "..."}
+_BOX = {0x2500: "-", 0x2501: "-", 0x2502: "|", 0x2503: "|", 0x2550: "=", 0x2551: "|"}  # others: +
 ASCII_ERRORS = "gradflow-ascii"
-
-
-_BOX = {0x2500: "-", 0x2501: "-", 0x2502: "|", 0x2503: "|"}  # rules and axes; other box pieces: +
 
 
 def ascii_mark(ch: str) -> str:
