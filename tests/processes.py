@@ -121,7 +121,13 @@ import json, os, select, sys
 spec = json.load(sys.stdin)
 for name in spec["preload"]:  # paid once, before forking: each run then costs only its own work
     __import__(name)
-from gradflow.cli.app import run
+from gradflow.cli.app import app, run
+
+if spec["warm"]:  # first runs of a process load lazy modules, parse tables, torch's dispatch: do them here once
+    from typer.testing import CliRunner
+
+    for args in spec["warm"]:
+        CliRunner().invoke(app, args)
 
 go_read, go_write = os.pipe()
 started, masters = [], {}  # masters: pty master fd -> the file its output is saved to
@@ -172,13 +178,14 @@ print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in st
 '''
 
 
-def forked(jobs: list[dict], tmp: Path, *, preload=("torch",), env: dict | None = None,
+def forked(jobs: list[dict], tmp: Path, *, preload=("torch",), warm=(), env: dict | None = None,
            timeout: float = DEADLINE) -> list[dict]:
     """Run several `gradflow ...` as real processes, forked from one child that imported `preload` first
     (torch once instead of once per run), all released at the same instant. A job is a dict: "args"; optional
     "stdout" / "stderr": a path ("/dev/full" works) or "pty" (a pseudo-terminal the harness drains; default: a
     file in `tmp`), "stdin" (a path), "env" (set in the run before it starts), "encoding" (what
-    PYTHONIOENCODING would set; default utf-8), "setup" (Python run just before the command), "cwd".
+    PYTHONIOENCODING would set; default utf-8), "setup" (Python run just before the command), "cwd". `warm`:
+    commands (argument lists) run once in the parent before forking, so each run skips first-run costs.
     Returns, per job, {"code", "stdout", "stderr"}: what the run wrote (bytes; None for a path given)."""
     import json
 
@@ -190,7 +197,8 @@ def forked(jobs: list[dict], tmp: Path, *, preload=("torch",), env: dict | None 
                      "saved": saved, "stdin": str(job.get("stdin", os.devnull)),
                      "encoding": job.get("encoding", "utf-8"), "setup": job.get("setup", ""),
                      "cwd": str(job.get("cwd", tmp))})
-    res = run(PYTHON + ["-c", _FORKER], input=json.dumps({"preload": list(preload), "jobs": spec}).encode(),
+    todo = {"preload": list(preload), "warm": [[str(a) for a in w] for w in warm], "jobs": spec}
+    res = run(PYTHON + ["-c", _FORKER], input=json.dumps(todo).encode(),
               env=env, timeout=timeout)
     assert res.returncode == 0, res.stderr.decode(errors="replace")[-3000:]
     results = []

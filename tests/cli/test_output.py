@@ -109,7 +109,9 @@ def ran(tmp_path_factory):
                "gradflow.render.plot", "gradflow.render.table", "gradflow.studies.picture", "gradflow.render.graph",
                "gradflow.engine.explain", "gradflow.studies.batch", "gradflow.cli.files", "typer._adapters",
                "pydantic", "plotille", "rich.progress", "rich.tree")
-    results = forked(list(jobs.values()), tmp, preload=preload,
+    warm = [["eval", "x*2", "--x", "1"], SWEEP, ["eval", "x^2", "--x=-1:1:3", "--plot", tmp / "warm.svg"],
+            ["graph", "x*2", "--x", "1", "--format", "dot"], ["batch", tmp / "progs.txt", "--text", "--x", "2"]]
+    results = forked(list(jobs.values()), tmp, preload=preload, warm=warm,
                      env={"MATPLOTLIBRC": str(rc), "SOURCE_DATE_EPOCH": "0"})
     return tmp, dict(zip(jobs, results))
 
