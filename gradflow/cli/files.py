@@ -3,7 +3,7 @@
 The bytes go to a temporary file in the target's directory, which then replaces the target in one step
 (os.replace, atomic on POSIX and Windows). So eight runs writing the same picture at once leave one complete
 picture, a reader never sees half a file, and a full disk, a file-size limit or Ctrl-C in the middle leaves the
-old file as it was and no temporary file behind. `tests/system/test_code_quality.py` checks that nothing else
+old file as it was and no temporary file behind. `tests/system/test_output_guards.py` checks that nothing else
 in the package opens a file for writing.
 """
 from __future__ import annotations

@@ -136,6 +136,7 @@ def test_rich_consoles_escape_any_text_even_on_a_terminal():
     assert printed.count("\x1b[") == 2  # bold on, reset
 
 
+@pytest.mark.slow  # matplotlib
 def test_the_sweep_picture_title_is_escaped(cli, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "p.svg"
