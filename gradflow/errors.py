@@ -7,6 +7,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
+from gradflow.display import visible, visible_width
+
 
 class ExitCode(IntEnum):
     """Exit codes of the `gradflow` command (documented in docs/exit-codes.md)."""
@@ -63,8 +65,10 @@ class GradflowError(Exception):
         line_start = self.source.rfind("\n", 0, start) + 1
         line_end = self.source.find("\n", start)
         line = self.source[line_start: len(self.source) if line_end < 0 else line_end]
-        width = max(1, min(self.span.end, line_start + len(line)) - start)
-        return f"  {line}\n  {' ' * (start - line_start)}{'^' * width}"
+        col, end = start - line_start, max(start + 1, min(self.span.end, line_start + len(line))) - line_start
+        # control characters are shown escaped ('\x1b'): the caret goes under what is shown
+        pad, width = visible_width(line[:col]), max(1, visible_width(line[col:end]))
+        return f"  {visible(line)}\n  {' ' * pad}{'^' * width}"
 
     def __str__(self) -> str:
         parts = [self.message]

@@ -112,3 +112,98 @@ def open_fifo_for_writing(path: Path, timeout: float = DEADLINE):
             time.sleep(0.02)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "w")
+
+
+# ---- many short gradflow runs from one start ----------------------------------------------------------------
+
+_FORKER = r'''
+import json, os, select, sys
+spec = json.load(sys.stdin)
+for name in spec["preload"]:  # paid once, before forking: each run then costs only its own work
+    __import__(name)
+from gradflow.cli.app import app, run
+
+if spec["warm"]:  # first runs of a process load lazy modules, parse tables, torch's dispatch: do them here once
+    from typer.testing import CliRunner
+
+    for args in spec["warm"]:
+        CliRunner().invoke(app, args)
+
+go_read, go_write = os.pipe()
+started, masters = [], {}  # masters: pty master fd -> the file its output is saved to
+for job in spec["jobs"]:
+    ptys = {fd: os.openpty() for fd in (1, 2) if job["streams"][fd - 1] == "pty"}  # fd -> (master, slave)
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            os.close(go_write)
+            os.read(go_read, 1)  # every run waits here; the parent lets them all go at once
+            os.environ.update(job["env"])
+            os.chdir(job["cwd"])
+            os.dup2(os.open(job["stdin"], os.O_RDONLY), 0)
+            for fd in (1, 2):
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                os.dup2(ptys[fd][1] if fd in ptys else os.open(job["streams"][fd - 1], flags, 0o644), fd)
+            enc = job["encoding"]  # as Python makes its standard streams at start-up (PYTHONIOENCODING)
+            sys.stdin = open(0, "r", encoding=enc, closefd=False)
+            sys.stdout = open(1, "w", encoding=enc, errors="strict", closefd=False)
+            sys.stderr = open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1)
+            exec(job["setup"])
+            sys.argv = ["gradflow", *job["args"]]
+            run()
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        finally:
+            os._exit(code)
+    for fd, (master, slave) in ptys.items():
+        os.close(slave)
+        masters[master] = open(job["saved"][fd - 1], "wb")
+    started.append(pid)
+os.close(go_read)
+os.close(go_write)  # end of file on the pipe: every run starts now
+
+while masters:  # drain the terminals (a full one would block its writer) until each run has closed its side
+    for m in select.select(list(masters), [], [], 5.0)[0]:
+        try:
+            data = os.read(m, 65536)
+        except OSError:  # EIO: the other side is closed
+            data = b""
+        if data:
+            masters[m].write(data)
+        else:
+            masters.pop(m).close()
+            os.close(m)
+print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in started]))
+'''
+
+
+def forked(jobs: list[dict], tmp: Path, *, preload=("torch",), warm=(), env: dict | None = None,
+           timeout: float = DEADLINE) -> list[dict]:
+    """Run several `gradflow ...` as real processes, forked from one child that imported `preload` first
+    (torch once instead of once per run), all released at the same instant. A job is a dict: "args"; optional
+    "stdout" / "stderr": a path ("/dev/full" works) or "pty" (a pseudo-terminal the harness drains; default: a
+    file in `tmp`), "stdin" (a path), "env" (set in the run before it starts), "encoding" (what
+    PYTHONIOENCODING would set; default utf-8), "setup" (Python run just before the command), "cwd". `warm`:
+    commands (argument lists) run once in the parent before forking, so each run skips first-run costs.
+    Returns, per job, {"code", "stdout", "stderr"}: what the run wrote (bytes; None for a path given)."""
+    import json
+
+    spec = []
+    for i, job in enumerate(jobs):
+        saved = [str(tmp / f"run{i}.out"), str(tmp / f"run{i}.err")]  # stdout's, stderr's
+        streams = [str(job.get(name, path)) for name, path in zip(("stdout", "stderr"), saved)]
+        spec.append({"args": [str(a) for a in job["args"]], "env": job.get("env", {}), "streams": streams,
+                     "saved": saved, "stdin": str(job.get("stdin", os.devnull)),
+                     "encoding": job.get("encoding", "utf-8"), "setup": job.get("setup", ""),
+                     "cwd": str(job.get("cwd", tmp))})
+    todo = {"preload": list(preload), "warm": [[str(a) for a in w] for w in warm], "jobs": spec}
+    res = run(PYTHON + ["-c", _FORKER], input=json.dumps(todo).encode(),
+              env=env, timeout=timeout)
+    assert res.returncode == 0, res.stderr.decode(errors="replace")[-3000:]
+    results = []
+    for code, job in zip(json.loads(res.stdout), spec):
+        got = {name: Path(path).read_bytes() if stream in ("pty", path) else None
+               for name, stream, path in zip(("stdout", "stderr"), job["streams"], job["saved"])}
+        results.append({"code": code, **got})
+    return results

@@ -11,7 +11,17 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, DeviceOpt, DtypeOpt, VarOpt, WrtOpt, consoles, guarded, parse_values
+from gradflow.cli.common import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    VarOpt,
+    WrtOpt,
+    consoles,
+    guarded,
+    parse_values,
+    progress_bar,
+)
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -59,15 +69,10 @@ def _read(path: Path) -> Iterator[str]:
 
 def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
     """A transient progress bar on stderr, only for a file when stderr is a terminal."""
-    err = consoles()[1]
-    if total is None or not err.is_terminal:
+    if total is None or not sys.stderr.isatty():
         yield from records
         return
-    from rich.progress import Progress
-
-    # redirect_stdout=False: rich would otherwise reroute the records (stdout) through the stderr console
-    with Progress(console=err, transient=True, disable=not err.is_terminal, redirect_stdout=False,
-                  redirect_stderr=False) as bar:
+    with progress_bar(consoles()[1], streaming=True) as bar:
         task = bar.add_task("batch", total=total)
         for rec in records:
             bar.update(task, completed=rec["line"])

@@ -5,6 +5,7 @@ Imports no torch and no rich at module level: `--help` and early errors stay fas
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -72,24 +73,52 @@ OutOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
 
 
 def consoles() -> tuple[Console, Console]:
-    from rich.console import Console
+    """stdout's and stderr's consoles: a sane width whatever COLUMNS says, control characters shown escaped
+    (render/console.py). Every rich console of the package is made there."""
+    from gradflow.render.console import new_console
 
-    return Console(), Console(stderr=True)
+    return new_console(), new_console(stderr=True)
+
+
+def progress_bar(err: Console, streaming: bool):
+    """The one progress bar (rich Progress) of the package: transient, on stderr, only when stderr is a real
+    terminal. It never takes stdout over: rich's default would send what is printed to stdout (the --json
+    records) through the stderr console, wrapped at its width and coloured, and never into the file stdout
+    is. While records stream to stdout (`streaming`), it stays off if stdout is a terminal too: a record
+    would land in the bar's line."""
+    from rich.progress import Progress
+
+    shown = err.is_terminal and sys.stderr.isatty() and not (streaming and sys.stdout.isatty())
+    return Progress(console=err, transient=True, disable=not shown, redirect_stdout=False, redirect_stderr=False)
+
+
+def refuse_binary_on_terminal(fmt: str | None, output: Path | None, option: str) -> None:
+    """A PNG is bytes: on a terminal they print as garbage and can drive it. To a file, a pipe or -o: fine."""
+    if fmt == "png" and output is None and sys.stdout.isatty():
+        raise ValueInputError("usage", f"{option} png is binary data, which would garble the terminal",
+                              hint="write it to a file (-o graph.png) or pipe it (| display), or use svg, "
+                                   "which is text")
 
 
 def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     """Print an error the user can act on and return the Exit to raise."""
-    from gradflow.cli.streams import unread
+    from gradflow.cli.streams import cannot_write, output_failed, unread
     from gradflow.render.plain import print_error  # plain text: no rich on the early-error path
 
+    code = int(error.exit_code)
     with unread():  # if nobody reads the message any more, the exit code still tells
         if as_json:
             from gradflow.analysis.explanation import error_document
             from gradflow.values.jsonable import dumps
 
-            print(dumps(error_document(error)), flush=True)
+            try:
+                print(dumps(error_document(error)), flush=True)
+            except OSError as exc:  # `--json > /dev/full`: say that too, then the error itself
+                if not cannot_write(exc):
+                    raise
+                code = output_failed(exc)
         print_error(error)
-    return typer.Exit(int(error.exit_code))
+    return typer.Exit(code)
 
 
 def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
@@ -107,6 +136,10 @@ def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
 
         raise typer.Exit(stdout_gone()) from None
     except Exception as exc:  # a bug: say so, briefly, unless --debug
+        from gradflow.cli.streams import cannot_write, output_failed
+
+        if cannot_write(exc):  # not a bug: stdout is on a full disk (or over a quota, a file-size limit)
+            raise typer.Exit(output_failed(exc)) from None
         if debug:
             raise
         consoles()[1].print(f"internal error: {type(exc).__name__}: {exc}\n"

@@ -24,6 +24,7 @@ from gradflow.cli.common import (
     guarded,
     parse_values,
     read_program,
+    refuse_binary_on_terminal,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
@@ -39,6 +40,9 @@ HELP_END = help_end([
     {ExitCode.OK: "done (also when no gradient flows: the graph shows why)"})
 
 
+GRAPHVIZ_SECONDS = 60  # Graphviz can take minutes on a big graph: give up with a message instead
+
+
 def graphviz(dot_text: str, fmt: str) -> bytes:
     """Render DOT through the Graphviz `dot` program (svg or png)."""
     exe = shutil.which("dot")
@@ -47,21 +51,29 @@ def graphviz(dot_text: str, fmt: str) -> bytes:
                             "installed (not on PATH)",
                             hint="install Graphviz (Debian/Ubuntu: sudo apt-get install graphviz; macOS: brew "
                                  "install graphviz), or use --format dot / mermaid / tree, which need nothing")
-    done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=60)
+    try:
+        done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
+                              timeout=GRAPHVIZ_SECONDS)
+    except subprocess.TimeoutExpired:  # run() has killed it
+        raise GradflowError("graphviz_timeout", f"Graphviz's dot -T{fmt} did not finish in {GRAPHVIZ_SECONDS} s, "
+                            "so it was stopped",
+                            hint="write the DOT text instead (--format dot -o graph.dot) and render it yourself, "
+                                 "or use --format mermaid / tree") from None
+    except OSError as err:
+        raise GradflowError("graphviz_failed", f"cannot run {exe}: {err.strerror or err}") from None
     if done.returncode != 0:
         raise GradflowError("graphviz_failed", f"dot -T{fmt} failed: {done.stderr.decode(errors='replace')[:300]}")
     return done.stdout
 
 
 def _tree_text(pic, output: Path | None):
-    from rich.console import Console
-
+    from gradflow.render.console import new_console
     from gradflow.render.graph import to_tree
 
     if output is None:
         consoles()[0].print(to_tree(pic))
         return None
-    console = Console(record=True, width=120, color_system=None, file=io.StringIO())
+    console = new_console(record=True, width=120, color_system=None, file=io.StringIO())
     console.print(to_tree(pic))
     return console.export_text()
 
@@ -78,12 +90,12 @@ def render(pic, fmt: str, output: Path | None) -> str | bytes | None:
     return text if fmt == "dot" else graphviz(text, fmt)
 
 
-def _write(data: str | bytes, output: Path | None):
+def write_out(data: str | bytes, output: Path | None):
+    """To the file -o names (whole or not at all: cli/files.py), else to stdout."""
     if output is not None:
-        try:
-            output.write_bytes(data if isinstance(data, bytes) else data.encode())
-        except OSError as err:
-            raise ValueInputError("usage", f"cannot write {output}: {err.strerror}") from None
+        from gradflow.cli.files import write_file
+
+        write_file(output, data)
     else:
         typer.echo(data, nl=False)
 
@@ -100,11 +112,12 @@ def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wr
         check_shadowed(source, ctx, var)  # a variable named format or output: --var format=2, not --format 2
         if format_ not in FORMATS:
             raise ValueInputError("usage", f"unknown --format '{format_}'", hint="use " + ", ".join(FORMATS))
+        refuse_binary_on_terminal(format_, output, "--format")
         values = parse_values(ctx.args, var)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
         data = render(picture(result), format_, output)
         if data is not None:
-            _write(data, output)
+            write_out(data, output)
         return 0
 
     guarded(debug, False, body)

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded
+from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded, refuse_binary_on_terminal
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
@@ -131,17 +131,16 @@ def _emit(report, o: Opts):
 
 def _picture(report, o: Opts):
     """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does)."""
-    from gradflow.cli.graph_command import _write, graphviz
+    from gradflow.cli.graph_command import graphviz, write_out
     from gradflow.inspect.picture import to_dot, to_mermaid
 
     text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
     if o.graph in ("svg", "png"):
-        _write(graphviz(text, o.graph), o.output)
+        write_out(graphviz(text, o.graph), o.output)
     elif o.output is not None:
-        _write(text + "\n", o.output)
-    else:
-        for line in text.splitlines():
-            print(line, flush=True)
+        write_out(text + "\n", o.output)
+    else:  # UTF-8 whatever the terminal's encoding: a file for tools (click.echo writes it so)
+        typer.echo(text)
 
 
 def _emit_to_stdout(report, o: Opts):
@@ -193,6 +192,7 @@ def _check_options(o: Opts):
         raise ValueInputError("usage", "give either --json or --graph, not both")
     if o.output is not None and o.graph in (None, "tree"):
         raise ValueInputError("usage", "--output writes a picture: use it with --graph dot, mermaid, svg or png")
+    refuse_binary_on_terminal(o.graph, o.output, "--graph")
 
 
 def _inspect(target: str, o: Opts) -> int:

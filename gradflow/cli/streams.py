@@ -7,15 +7,20 @@ batch, sweep, ...) inherits it:
 - Ctrl-C: exit 130 without a traceback (whatever was flushed stays written);
 - a closed stdout/stderr (`>&-`): output is discarded instead of crashing;
 - a closed stdin (`<&-`): reading it is a package error (exit 2), in every command;
+- stdout (or stderr) that cannot be written (`> /dev/full`, a disk quota, a file-size limit): "cannot write the
+  output: No space left on device", exit 2, also when it only shows at the final flush;
+- a terminal whose encoding has no ●, ✂, — (PYTHONIOENCODING=ascii, a latin-1 locale): ASCII marks instead.
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TypeGuard
 
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -105,6 +110,7 @@ def _library_saw_broken_pipe(was_devnull: bool) -> bool:
 def run_safely(main: Callable[[], object]) -> NoReturn:
     """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
     _ensure_streams()
+    ascii_fallback()
     was_devnull = _stdout_is_devnull()
     try:
         main()
@@ -115,6 +121,16 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
         code = int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         code = stdout_gone()
+    except OSError as exc:  # --help, --version or a usage message into a full disk
+        if not cannot_write(exc):
+            raise
+        code = output_failed(exc)
+    try:  # output still buffered (a file is written in blocks) meets the full disk only now
+        sys.stdout.flush()
+    except OSError as exc:
+        code = output_failed(exc) if cannot_write(exc) else code
+    except ValueError:
+        pass
     sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
     from gradflow.cli.startup import before_exit
 
@@ -134,3 +150,75 @@ def read_stdin() -> str:
     except (OSError, ValueError) as err:
         raise ValueInputError("usage", f"cannot read the program from stdin: {err}") from None
 
+
+# ---- output that cannot be written -----------------------------------------------------------------------
+
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # only writes fail so: the output (or a -o file) is at fault
+
+
+def cannot_write(exc: BaseException) -> TypeGuard[OSError]:
+    """Is this the error of a write that found no room (full disk, quota, file-size limit)?"""
+    return isinstance(exc, OSError) and exc.errno in _NO_ROOM
+
+
+def output_failed(exc: OSError) -> int:
+    """stdout or stderr could not be written: say so on stderr if it still takes text; the exit code (2).
+
+    What stdout still holds is dropped, so the exit flush does not fail again; if stdout flushes, it was
+    stderr that failed, and stdout keeps its output."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        sys.stdout = _to_devnull(sys.stdout)
+    from gradflow.render.plain import print_error
+
+    error = ValueInputError("output", f"cannot write the output: {exc.strerror or exc}",
+                            hint="make room on the disk, or send the output somewhere else")
+    try:
+        print_error(error)
+    except (OSError, ValueError):
+        sys.stderr = _to_devnull(sys.stderr)
+    return int(ExitCode.INPUT)
+
+
+# ---- terminals that cannot show the marks ----------------------------------------------------------------
+
+_MARKS = {"●": "*", "✂": "x", "◌": "o", "○": "-", "⚠": "!", "—": "-", "–": "-", "→": "->", "↑": "^", "↺": "^",
+          "≈": "~", "≤": "<=", "≥": ">=", "·": ".", "•": "*", "×": "x", "✓": "+", "✗": "x", "…": "..."}
+_BOX = {0x2500: "-", 0x2501: "-", 0x2502: "|", 0x2503: "|", 0x2550: "=", 0x2551: "|"}  # others: +
+ASCII_ERRORS = "gradflow-ascii"
+
+
+def ascii_mark(ch: str) -> str:
+    """The ASCII stand-in for a character the output's encoding lacks: a mark as a mark, plotille's braille
+    dots as * (blank as a space), anything else as its escape (\\u00e9), so no character is lost silently."""
+    code = ord(ch)
+    if ch in _MARKS:
+        return _MARKS[ch]
+    if 0x2800 <= code <= 0x28FF:
+        return " " if code == 0x2800 else "*"
+    if 0x2500 <= code <= 0x257F:
+        return _BOX.get(code, "+")
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _replace(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    return "".join(ascii_mark(ch) for ch in err.object[err.start:err.end]), err.end
+
+
+def ascii_fallback() -> None:
+    """stdout/stderr whose encoding cannot write the marks (● ✂ —) write ASCII stand-ins instead of failing.
+    UTF-8 streams are left alone. rich sees the encoding too and draws its boxes in ASCII."""
+    codecs.register_error(ASCII_ERRORS, _replace)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            "●✂—".encode(encoding)
+        except UnicodeEncodeError:
+            stream.reconfigure(errors=ASCII_ERRORS)
+        except LookupError:
+            continue

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from gradflow.values.specs import SweepRange
 
-from gradflow.cli.common import consoles
+from gradflow.cli.common import consoles, progress_bar
 from gradflow.errors import ValueInputError
 
 
@@ -97,15 +97,13 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
 
 
 def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
-    from rich.progress import Progress
-
     from gradflow.studies.sweeps import record, run_sweep
     from gradflow.values.jsonable import dumps
 
     point_values, first = rng.points(), []
     values = {k: v for k, v in req.values.items() if k != var}
     err = consoles()[1]
-    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+    with progress_bar(err, streaming=req.json_) as bar:
         task = bar.add_task(f"sweeping {var}", total=rng.count)
 
         def on_point(i: int, point):
@@ -152,7 +150,9 @@ def _plots(result, picture) -> None:
         if note:
             err.print(Text(f"note: {note}", style="yellow"))
     if picture is not None:
-        plot.picture(result, [s for s in all_series if s.ys], picture)
+        from gradflow.cli.files import write_file
+
+        write_file(picture, plot.picture(result, [s for s in all_series if s.ys], picture))
         err.print(Text(f"wrote {picture}"), soft_wrap=True)
         return
     for s in all_series:

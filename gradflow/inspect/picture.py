@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gradflow.display import dot_string, mermaid_text
 from gradflow.inspect.report import InspectReport
 from gradflow.inspect.table import module_of, summary
 
@@ -122,7 +123,7 @@ def to_dot(report: InspectReport, depth: int = 2) -> str:
     for key, label in pic.labels.items():
         kind = pic.kinds[key]
         attrs = _DOT_STYLE[kind] if kind in _DOT_STYLE else f', fillcolor="{_FILL[kind]}"'
-        lines.append(f'  {ids[key]} [label="{_dot_escape(label)}"{attrs}];')
+        lines.append(f'  {ids[key]} [label={dot_string(label)}{attrs}];')
     for (a, b), cut in pic.edges.items():
         style = ' [style=dashed, color="#cc0000"]' if cut else ""
         lines.append(f"  {ids[a]} -> {ids[b]}{style};")
@@ -130,16 +131,12 @@ def to_dot(report: InspectReport, depth: int = 2) -> str:
     return "\n".join(lines)
 
 
-def _dot_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def to_mermaid(report: InspectReport, depth: int = 2) -> str:
     pic = build_picture(report, depth)
     ids = _ids(pic)
     lines = ["flowchart LR"]
     for key, label in pic.labels.items():
-        text = label.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;").replace("\n", "<br/>")
+        text = mermaid_text(label)
         shape = ('{{"', '"}}') if pic.kinds[key] == "cutop" else (('(["', '"])') if pic.kinds[key] == "loss"
                                                                else ('["', '"]'))
         lines.append(f"  {ids[key]}{shape[0]}{text}{shape[1]}")

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from gradflow.display import visible
 from gradflow.inspect.report import InspectReport, ParamReport
 from gradflow.values.text import format_number
 
@@ -43,8 +44,8 @@ class Row:
     def label(self) -> str:
         if len(self.params) == 1:
             p = self.first
-            return p.name + "".join(f" = {a}" for a in p.aliases)
-        return f"{self.key}.*"
+            return visible(p.name + "".join(f" = {a}" for a in p.aliases))  # names from user code
+        return visible(f"{self.key}.*")
 
     @property
     def grad_norm(self) -> float | None:
@@ -82,7 +83,7 @@ def _why(row: Row) -> Text:
     if len(p.routes) > 1:
         routes = [f"{r.module or f'{r.op} @ {r.line}'} {_pct(r.share)}" for r in p.routes]
         parts.append(f"{len(p.routes)} uses: " + ", ".join(routes))
-    return Text("; ".join(parts))
+    return Text(visible("; ".join(parts)))
 
 
 def _pct(share: float | None) -> str:
@@ -138,10 +139,10 @@ def module_tree(report: InspectReport) -> Tree:
         for i in range(1, len(parts)):
             path = ".".join(parts[:i])
             if path not in branches:
-                branches[path] = branches[".".join(parts[:i - 1])].add(Text(parts[i - 1], style="bold"))
+                branches[path] = branches[".".join(parts[:i - 1])].add(Text(visible(parts[i - 1]), style="bold"))
         mark, style, _ = STATUS[p.status]
-        leaf = Text.assemble((mark + " ", style), parts[-1])
+        leaf = Text.assemble((mark + " ", style), visible(parts[-1]))
         if p.why:
-            leaf.append(f"  {p.why}", style="dim")
+            leaf.append(f"  {visible(p.why)}", style="dim")
         branches[".".join(parts[:-1])].add(leaf)
     return root

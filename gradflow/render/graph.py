@@ -6,9 +6,12 @@ no_grad / inference_mode region is a dashed box; edges carry their gradient flow
 """
 from __future__ import annotations
 
+import sys
+
 from rich.text import Text
 from rich.tree import Tree
 
+from gradflow.display import dot_string, mermaid_text
 from gradflow.language.ops import is_cut, is_region
 from gradflow.studies.picture import Picture, PNode
 
@@ -40,7 +43,7 @@ def _edge_label(e) -> str:
 # ---- DOT ----------------------------------------------------------------------------
 
 def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return dot_string(s)
 
 
 def _dot_node(n: PNode) -> str:
@@ -81,7 +84,7 @@ def to_dot(pic: Picture) -> str:
 # ---- Mermaid ------------------------------------------------------------------------
 
 def _m(s: str) -> str:
-    return '"' + s.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;").replace("\n", "<br/>") + '"'
+    return '"' + mermaid_text(s) + '"'
 
 
 def _m_edge(e) -> str:
@@ -156,4 +159,18 @@ def print_picture(pic: Picture, fmt: str, out):
     if fmt == "tree":
         out.print(to_tree(pic))
     else:
-        print({"dot": to_dot, "mermaid": to_mermaid}[fmt](pic), end="", flush=True)
+        _write_utf8({"dot": to_dot, "mermaid": to_mermaid}[fmt](pic))
+
+
+def _write_utf8(text: str) -> None:
+    """DOT and Mermaid are files for tools: UTF-8 whatever the terminal's encoding (as `gradflow graph` writes
+    them, through click.echo)."""
+    out = sys.stdout
+    out.flush()
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(text)
+        out.flush()
+    else:
+        buffer.write(text.encode())
+        buffer.flush()

@@ -1,16 +1,17 @@
 """Errors found before evaluation, printed as plain text: no rich import on the early-exit path.
 
-The text is exactly what render.print_error prints (rich strips the same control characters and
-expands tabs the same way); colour only when stderr is a terminal and NO_COLOR / TERM=dumb say nothing.
+The text is exactly what render.print_error prints: control characters shown escaped ('\x1b', see
+gradflow/display.py), tabs expanded as rich does; colour only when stderr is a terminal and NO_COLOR /
+TERM=dumb say nothing.
 """
 from __future__ import annotations
 
 import os
 import sys
 
+from gradflow.display import visible
 from gradflow.errors import GradflowError
 
-_STRIP = dict.fromkeys((7, 8, 11, 12, 13))  # the control characters rich.text.Text drops
 _STYLE = {"error": "\x1b[1;31m", "hint": "\x1b[36m"}
 
 
@@ -21,7 +22,7 @@ def _colour() -> bool:
 
 
 def _line(text: str, style: str | None, colour: bool) -> str:
-    text = text.translate(_STRIP).expandtabs(8)
+    text = visible(text).expandtabs(8)
     return f"{_STYLE[style]}{text}\x1b[0m" if colour and style else text
 
 

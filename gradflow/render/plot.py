@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradflow.display import visible
 from gradflow.errors import ValueInputError
 from gradflow.studies.sweeps import SweepResult
 from gradflow.values.text import format_number
@@ -78,7 +79,10 @@ def check_picture_path(path: str) -> Path:
     return p
 
 
-def picture(result: SweepResult, all_series: list[Series], path: Path) -> None:
+def picture(result: SweepResult, all_series: list[Series], path: Path) -> bytes:
+    """The picture as bytes, in the format the name's suffix says (the caller writes the file)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,11 +96,11 @@ def picture(result: SweepResult, all_series: list[Series], path: Path) -> None:
         ax.axhline(0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel(result.var)
-    fig.suptitle(result.source.strip())
+    fig.suptitle(visible(result.source.strip()))  # a comment in the program may hold anything
     fig.tight_layout()
+    buffer = io.BytesIO()
     try:
-        fig.savefig(path)
-    except OSError as err:
-        raise ValueInputError("usage", f"cannot write {path}: {err.strerror or err}") from None
+        fig.savefig(buffer, format=path.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
+    return buffer.getvalue()

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradflow.analysis.explanation import Explanation, NodeResult
+from gradflow.display import visible
 from gradflow.errors import GradflowError
 from gradflow.values.text import DASH, format_tensor
 
@@ -146,9 +147,10 @@ def print_warnings(result: Explanation, err: Console):
 
 
 def print_error(error: GradflowError, err: Console):
-    err.print(Text(f"error: {error.message}", style="bold red"), soft_wrap=True)  # one line: greppable
+    """As render/plain.py prints it: control characters shown escaped (rich's Text would drop some)."""
+    err.print(Text(visible(f"error: {error.message}"), style="bold red"), soft_wrap=True)  # one line: greppable
     caret = error.caret()
     if caret:
         err.print(Text(caret), soft_wrap=True)  # never wrap: the caret must stay under its column
     if error.hint:
-        err.print(Text(f"hint: {error.hint}", style="cyan"), soft_wrap=True)
+        err.print(Text(visible(f"hint: {error.hint}"), style="cyan"), soft_wrap=True)
