@@ -23,8 +23,9 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
-from gradflow.inspect.program import VALUE_CAP, Call, Opaque, Ref, build_program
+from gradflow.inspect.program import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.inspect.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.inspect.source import short_path, user_code
 from gradflow.inspect.tracer import Trace, _Mode, op_name, tensors_in
@@ -123,12 +124,13 @@ class ScriptTrace(Trace):
 
     def _copy(self, serial: int, a: torch.Tensor) -> int | None:
         """The index of a copy of `a`'s current value (one per distinct value); None if too big to keep."""
-        if a.layout != torch.strided or a.numel() > VALUE_CAP or a.is_complex():
+        if not _plain(a) or a.numel() > VALUE_CAP or a.is_complex():
             return None
         last = self.latest.get(serial)
         if last is not None:
             old = self.values[last]
-            if old.shape == a.shape and old.dtype == a.dtype and torch.equal(old, a.detach()):
+            same = old.shape == a.shape and old.dtype == a.dtype and old.device == a.device
+            if same and torch.equal(old, a.detach()):
                 return last
         if len(self.values) >= MAX_VALUES:
             return None
@@ -154,7 +156,11 @@ class ScriptTrace(Trace):
     def run_backward(self, func, args, kwargs):
         """Run the script's backward() as asked, with hooks on the named tensors; report it."""
         try:
-            call, handles, caught = self._before(func, args, kwargs)
+            bound = pyinspect.signature(func).bind(*args, **kwargs).arguments
+        except TypeError:  # the script's own mistake: torch says what it is
+            return func(*args, **kwargs)
+        try:
+            call, handles, caught = self._before(bound)
         except Exception as bug:  # gradflow's own failure: never reported as the script's
             raise InternalFailure(bug) from bug
         try:
@@ -172,16 +178,19 @@ class ScriptTrace(Trace):
             except Exception as bug:
                 raise InternalFailure(bug) from bug
 
-    def _before(self, func, args, kwargs):
-        bound = pyinspect.signature(func).bind(*args, **kwargs).arguments
-        roots = bound.get("tensors", bound.get("self"))
-        roots = [roots] if isinstance(roots, torch.Tensor) else list(roots)
+    def _before(self, bound: dict):
+        given = bound.get("tensors", bound.get("self"))
+        roots: list = [given] if isinstance(given, torch.Tensor) else list(given or ())
         grads = bound.get("grad_tensors", bound.get("gradient"))
         grads = [grads] * len(roots) if grads is None or isinstance(grads, torch.Tensor) else list(grads)
         frame = _user_frame()
         named = self.named_tensors(frame)
-        program = build_program(self, [self.ref(r) for r in roots],
-                                [None if g is None else self.ref(g) for g in grads], named, bound.get("inputs"))
+        if all(isinstance(t, torch.Tensor) for t in [*roots, *(g for g in grads if g is not None)]):
+            program = build_program(self, [self.ref(r) for r in roots],
+                                    [None if g is None else self.ref(g) for g in grads], named, bound.get("inputs"))
+        else:
+            program = NoProgram("backward() was given a GradientEdge, not a tensor")
+            roots = [r for r in roots if isinstance(r, torch.Tensor)]
         handles, caught = self._grad_hooks(named)
         self.count += 1
         call = BackwardCall(self.count, _where(frame), _code(frame), roots, [self.name_of(named, r) for r in roots],
@@ -235,19 +244,26 @@ class ScriptTrace(Trace):
         return next((n.name for n in named if n.tensor is t), None)
 
 
+def _plain(t) -> bool:
+    """A dense tensor with data (not sparse, meta, or a lazy module's uninitialized parameter)."""
+    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta"
+            and not is_lazy(t))
+
+
 def _tensors(scope: dict):
     """(name, tensor) for the tensors a scope names: directly, as a module's parameters, in a list/tuple."""
     for name, v in list(scope.items()):
         if name.startswith("__"):
             continue
         if isinstance(v, torch.Tensor):
-            yield name, v
+            found = [(name, v)]
         elif isinstance(v, torch.nn.Module):
-            for k, (pname, p) in enumerate(v.named_parameters(prefix=name)):
-                if k < MAX_NAMED:
-                    yield pname, p
+            found = [p for _, p in zip(range(MAX_NAMED), v.named_parameters(prefix=name))]
         elif isinstance(v, (list, tuple)) and 0 < len(v) <= MAX_NAMED:
-            yield from ((f"{name}[{i}]", x) for i, x in enumerate(v) if isinstance(x, torch.Tensor))
+            found = [(f"{name}[{i}]", x) for i, x in enumerate(v)]
+        else:
+            continue
+        yield from ((k, t) for k, t in found if _plain(t))
 
 
 def _user_frame() -> FrameType | None:

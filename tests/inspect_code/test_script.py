@@ -269,3 +269,17 @@ def test_runs_as_main_with_its_arguments_and_restores_the_process(tmp_path):
     """, args=["3"])
     assert calls[0][1]["x"].item() == 6.0
     assert (sys.argv, sys.path, sys.modules["__main__"]) == before
+
+
+def test_lazy_sparse_and_meta_tensors_in_scope_are_left_out(tmp_path):
+    calls = run(tmp_path, """
+        import torch
+        lazy = torch.nn.LazyLinear(2)
+        sp = torch.eye(2).to_sparse()
+        meta = torch.ones(2, device="meta")
+        x = torch.ones(2, requires_grad=True)
+        (x * 2).sum().backward()
+    """)
+    call, grads = calls[0]
+    assert [n.name for n in call.named] == ["x"] and grads["x"].tolist() == [2.0, 2.0]
+    assert_reproduces(call, grads)
