@@ -23,7 +23,7 @@ FileArg = Annotated[Path, typer.Argument(help="The Python script to run, as `pyt
                                          show_default=False, metavar="FILE.py")]
 ArgsArg = Annotated[list[str] | None, typer.Argument(
     help="Arguments for the script (its sys.argv[1:]); put them after -- when they start with -.",
-    show_default=False, metavar="[ARGS]...")]
+    show_default=False, metavar="ARGS")]
 JsonLinesOpt = Annotated[bool, typer.Option("--json", help="One JSON record per backward() call (JSON Lines).")]
 HELP_END = help_end([
     "gradflow script examples/classic_2018.py",

@@ -124,7 +124,7 @@ class ScriptTrace(Trace):
 
     def _copy(self, serial: int, a: torch.Tensor) -> int | None:
         """The index of a copy of `a`'s current value (one per distinct value); None if too big to keep."""
-        if not _plain(a) or a.numel() > VALUE_CAP or a.is_complex():
+        if not _plain(a) or a.numel() > VALUE_CAP:
             return None
         last = self.latest.get(serial)
         if last is not None:
@@ -245,9 +245,9 @@ class ScriptTrace(Trace):
 
 
 def _plain(t) -> bool:
-    """A dense tensor with data (not sparse, meta, or a lazy module's uninitialized parameter)."""
+    """A dense real tensor with data (not sparse, quantized, complex, meta, nor a lazy module's parameter)."""
     return (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta"
-            and not is_lazy(t))
+            and not is_lazy(t) and not t.is_quantized and not t.is_complex())
 
 
 def _tensors(scope: dict):

@@ -260,14 +260,17 @@ def test_runs_as_main_with_its_arguments_and_restores_the_process(tmp_path):
     import sys
 
     before = (list(sys.argv), list(sys.path), sys.modules["__main__"])
+    (tmp_path / "helper_beside_it.py").write_text("def square(t):\n    return t * t\n")
     calls = run(tmp_path, """
         import sys, torch
+        from helper_beside_it import square  # its folder is first on sys.path, as with python FILE.py
         if __name__ == "__main__":
             x = torch.tensor(float(sys.argv[1]), requires_grad=True)
-            (x * x).backward()
+            square(x).backward()
             sys.exit(0)
     """, args=["3"])
     assert calls[0][1]["x"].item() == 6.0
+    sys.modules.pop("helper_beside_it", None)
     assert (sys.argv, sys.path, sys.modules["__main__"]) == before
 
 
@@ -277,9 +280,32 @@ def test_lazy_sparse_and_meta_tensors_in_scope_are_left_out(tmp_path):
         lazy = torch.nn.LazyLinear(2)
         sp = torch.eye(2).to_sparse()
         meta = torch.ones(2, device="meta")
+        z = torch.ones(2, dtype=torch.complex64)
         x = torch.ones(2, requires_grad=True)
         (x * 2).sum().backward()
     """)
     call, grads = calls[0]
     assert [n.name for n in call.named] == ["x"] and grads["x"].tolist() == [2.0, 2.0]
     assert_reproduces(call, grads)
+
+
+def test_a_narrow_console_gets_one_block_per_tensor(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from gradflow.inspect.script_table import backward_view
+
+    calls = run(tmp_path, """
+        import torch
+        weight = torch.linspace(-1, 1, 40, requires_grad=True)
+        loss = (weight * 3).sum()
+        loss.backward()
+    """)
+    wide, narrow = (Console(file=io.StringIO(), width=w, color_system=None) for w in (120, 60))
+    for console in (wide, narrow):
+        console.print(backward_view(calls[0][0], console.width))
+    assert " tensor " in wide.file.getvalue()
+    text = narrow.file.getvalue()
+    assert " tensor " not in text and "● weight  requires_grad True" in text and "grad shape (40,)" in text
+    assert all(len(line) <= 60 for line in text.splitlines())
