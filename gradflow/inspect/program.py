@@ -37,8 +37,10 @@ _BINARY = {  # torch name -> (symbol, arguments swapped)
     **{n: ("^", False) for n in ("pow", "__pow__", "__ipow__", "pow_")}, "__rpow__": ("^", True),
 }
 _LEVEL = {"+": SUM, "-": SUM, "*": PRODUCT, "/": PRODUCT, "@": PRODUCT, "^": POWER}
-_UNARY = {name: name for name, op in FUNCTIONS.items() if op.max_args == 1 and op.role == "plain"
-          and op.kind == "function"}
+# torch's functions of one tensor that the language's functions of the same name compute exactly (a new row in
+# language/ops.py is not added here by itself: torch's function of that name may take other arguments)
+_UNARY = {name: name for name in ("exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "sigmoid", "relu")
+          if name in FUNCTIONS}
 _UNARY.update({f"{name}_": name for name in list(_UNARY)} | {"__abs__": "abs", "absolute": "abs"})
 _NEG = {"neg", "__neg__", "negative", "neg_"}
 _DETACH = {"detach", "detach_", "data"}
@@ -255,14 +257,18 @@ class _Writer:
 
     def _spell(self, name: str, call, region: str | None, outs: int) -> _Expr | None:
         args, kw = call.args, call.kwargs
-        if outs != 1 or not _plain_kwargs(name, kw):
-            return None
         arg = lambda i: self._arg(args[i], region)  # noqa: E731
+        if outs != 1:
+            return None
+        if name in _IDENTITY_IF_SAME and call.same_meta and args:  # x.to(torch.float32) of a float32 x
+            return arg(0)
+        if not _plain_kwargs(name, kw):
+            return None
         if name in _BINARY and len(args) == 2:
             sym, swapped = _BINARY[name]
             a, b = (arg(1), arg(0)) if swapped else (arg(0), arg(1))
             return _binary(sym, a, b)
-        if len(args) == 1 and (name in _IDENTITY or name in _IDENTITY_IF_SAME and call.same_meta):
+        if len(args) == 1 and name in _IDENTITY:
             return arg(0)
         if len(args) != 1 and not (name in _MINMAX and len(args) == 2):
             return None

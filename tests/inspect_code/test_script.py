@@ -126,8 +126,10 @@ q = x @ x + torch.sigmoid(w) / w.tanh()
 q2 = q * 1
 torch.autograd.backward([q, q2 * 3])
 x.grad, w.grad = None, None
-v = x.clone() * 2
+v = x.clone().to(torch.float32).float() * 2
 v.backward(torch.tensor([1.0, 0.0, 2.0]))
+x.grad = None
+x.double().sum().backward()
 """
 
 
@@ -135,9 +137,10 @@ def test_every_spelled_op_reproduces_torch_grads(tmp_path):
     """no_grad, exp, sum, mean, pow both ways, rsub, div, max(a, b), relu, neg, sigmoid, tanh, abs, min, @,
     a 0-d constant, several outputs, a gradient argument: eval gives what torch gave."""
     calls = run(tmp_path, SCRIPT_OPS)
-    assert len(calls) == 3
-    for call, grads in calls:
+    assert len(calls) == 4
+    for call, grads in calls[:3]:
         assert_reproduces(call, grads)
+    assert "`double`" in calls[3][0].program.reason  # a dtype change: no spelling
     assert "no_grad(" in calls[0][0].program.source
     assert calls[1][0].program.source.endswith("q + q2*3")
     assert calls[2][0].program.source.startswith("v = x*2; sum(v*")
