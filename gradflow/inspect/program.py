@@ -39,8 +39,8 @@ _BINARY = {  # torch name -> (symbol, arguments swapped)
 _LEVEL = {"+": SUM, "-": SUM, "*": PRODUCT, "/": PRODUCT, "@": PRODUCT, "^": POWER}
 # torch's functions of one tensor that the language's functions of the same name compute exactly (a new row in
 # language/ops.py is not added here by itself: torch's function of that name may take other arguments)
-_UNARY = {name: name for name in ("exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "sigmoid", "relu")
-          if name in FUNCTIONS}
+_ONE_TENSOR = ("exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "sigmoid", "relu")
+_UNARY: dict[str, str] = {name: name for name in _ONE_TENSOR if name in FUNCTIONS}
 _UNARY.update({f"{name}_": name for name in list(_UNARY)} | {"__abs__": "abs", "absolute": "abs"})
 _NEG = {"neg", "__neg__", "negative", "neg_"}
 _DETACH = {"detach", "detach_", "data"}
