@@ -10,45 +10,32 @@ never a program that computes something else. The program is compiled before it 
 from __future__ import annotations
 
 import math
-import re
 import shlex
-import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradflow.errors import GradflowError
 from gradflow.inspect.reasons import SHOWN_CUTS
+from gradflow.inspect.spelling import (
+    ATOM,
+    PRODUCT,
+    SUM,
+    UNARY,
+    Expr,
+    NoSpelling,
+    clean_name,
+    float_text,
+    number,
+    spell,
+    unique,
+    value_text,
+)
 from gradflow.language.compile import compile_program
-from gradflow.language.ops import FUNCTIONS
 
 if TYPE_CHECKING:  # the recorder imports this module: types only, no cycle
     from gradflow.inspect.script_trace import Named, ScriptTrace
 
 VALUE_CAP = 64  # elements: larger values are not recorded, nor written on a command line
-SUM, PRODUCT, UNARY, POWER, ATOM = 1, 2, 3, 4, 5  # the grammar's precedence levels
-_BINARY = {  # torch name -> (symbol, arguments swapped)
-    **{n: ("+", False) for n in ("add", "__add__", "__iadd__", "add_")}, "__radd__": ("+", True),
-    **{n: ("-", False) for n in ("sub", "subtract", "__sub__", "__isub__", "sub_")},
-    **{n: ("-", True) for n in ("__rsub__", "rsub")},
-    **{n: ("*", False) for n in ("mul", "multiply", "__mul__", "__imul__", "mul_")}, "__rmul__": ("*", True),
-    **{n: ("/", False) for n in ("div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_")},
-    "__rtruediv__": ("/", True),
-    **{n: ("@", False) for n in ("matmul", "__matmul__", "mm", "mv", "dot")}, "__rmatmul__": ("@", True),
-    **{n: ("^", False) for n in ("pow", "__pow__", "__ipow__", "pow_")}, "__rpow__": ("^", True),
-}
-_LEVEL = {"+": SUM, "-": SUM, "*": PRODUCT, "/": PRODUCT, "@": PRODUCT, "^": POWER}
-# torch's functions of one tensor that the language's functions of the same name compute exactly (a new row in
-# language/ops.py is not added here by itself: torch's function of that name may take other arguments)
-_ONE_TENSOR = ("exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "sigmoid", "relu")
-_UNARY: dict[str, str] = {name: name for name in _ONE_TENSOR if name in FUNCTIONS}
-_UNARY.update({f"{name}_": name for name in list(_UNARY)} | {"__abs__": "abs", "absolute": "abs"})
-_NEG = {"neg", "__neg__", "negative", "neg_"}
-_DETACH = {"detach", "detach_", "data"}
-_IDENTITY = {"clone", "contiguous", "__pos__", "positive"}
-_IDENTITY_IF_SAME = {"float", "double", "to", "type_as", "cpu"}  # when dtype and shape do not change
-_REDUCE = {"sum", "mean"}
-_MINMAX = {"min": "min", "max": "max", "minimum": "min", "maximum": "max"}
-_RESERVED = {"true", "false", "True", "False"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,25 +96,12 @@ class NoProgram:
     reason: str
 
 
-class _NoSpelling(Exception):
-    pass
-
-
-@dataclass
-class _Expr:
-    text: str
-    level: int
-
-    def at(self, level: int) -> str:
-        return self.text if self.level >= level else f"({self.text})"
-
-
 def build_program(trace: ScriptTrace, roots: list[Ref], grads: list[Ref | None], named: list[Named],
                   inputs=None) -> Program | NoProgram:
     """The program for backward() from `roots` (with `grads` as torch's gradient arguments), or why not."""
     try:
         return _Writer(trace, named).write(roots, grads, inputs)
-    except _NoSpelling as why:
+    except NoSpelling as why:
         return NoProgram(str(why))
     except RecursionError:
         return NoProgram("the computation is too deeply nested to write as one program")
@@ -140,7 +114,7 @@ class _Writer:
         used: set[str] = set()
         for n in named:
             if n.serial is not None and n.serial not in self.names:
-                self.names[n.serial] = _unique(_clean(n.name), used)
+                self.names[n.serial] = unique(clean_name(n.name), used)
         self.used = used
         self.refs: dict[tuple, int] = {}  # node key -> times referenced
         self.statements: dict[tuple, tuple[str, str]] = {}  # node key -> (name, expression), in order
@@ -167,20 +141,20 @@ class _Writer:
         for name, ref in self.variables.values():
             value = self.t.values[ref.value] if ref.value is not None else None
             if value is None:
-                raise _NoSpelling(f"the value of {name} is not recorded (more than {VALUE_CAP} elements)")
-            values.append((name, _value_text(value)))
+                raise NoSpelling(f"the value of {name} is not recorded (more than {VALUE_CAP} elements)")
+            values.append((name, value_text(value)))
             dtypes.add(str(value.dtype).removeprefix("torch."))
             if ref.requires_grad and (wanted is None or ref.serial in wanted):
                 wrt.append(name)
         if not wrt:
-            raise _NoSpelling("no leaf of it requires grad")
+            raise NoSpelling("no leaf of it requires grad")
         floats = {d for d in dtypes if d.startswith(("float", "bfloat"))}
         if floats - {"float32", "float64"} or len(floats) > 1:
-            raise _NoSpelling(f"it computes in {', '.join(sorted(floats))}; gradflow eval uses float32 or float64")
+            raise NoSpelling(f"it computes in {', '.join(sorted(floats))}; gradflow eval uses float32 or float64")
         try:
             compile_program(source)
         except GradflowError as err:
-            raise _NoSpelling(f"the program does not compile in gradflow's language ({err.message})") from None
+            raise NoSpelling(f"the program does not compile in gradflow's language ({err.message})") from None
         return Program(source, values, wrt, "float64" if floats == {"float64"} else None)
 
     # ---- references: count, then write ----------------------------------------------------------
@@ -207,89 +181,62 @@ class _Writer:
             for a in _refs(call):
                 self._count(a)
 
-    def _ref(self, r: Ref, region: str | None) -> _Expr:
+    def _ref(self, r: Ref, region: str | None) -> Expr:
         if not self._is_node(r):
             return self._value(r)
         key = (r.serial, r.version)
         if key in self.statements:
-            return _Expr(self.statements[key][0], ATOM)
+            return Expr(self.statements[key][0], ATOM)
         try:
             named = self.names.get(r.serial) if self._current(r) else None
             if named is None and self.refs.get(key, 0) < 2:
                 return self._op(r, region)
             expr = self._op(r, None)
-        except _NoSpelling:
+        except NoSpelling:
             if r.leaf and r.value is not None:  # no gradient flows through it: its value says it all
                 return self._value(r)
             raise
-        name = named or _unique("t1", self.used)
+        name = named or unique("t1", self.used)
         self.statements[key] = (name, expr.text)
-        return _Expr(name, ATOM)
+        return Expr(name, ATOM)
 
     def _current(self, r: Ref) -> bool:
         """Is this the version of the tensor that its name points to now (no later in-place write)?"""
         return self.t.writer.get(r.serial, -1) == r.version
 
-    def _value(self, r: Ref) -> _Expr:
+    def _value(self, r: Ref) -> Expr:
         if r.value is not None and not r.requires_grad and r.serial not in self.names:
             v = self.t.values[r.value]
             if v.dim() == 0 and math.isfinite(float(v)):
-                return _number(_float(float(v), v.dtype))
+                return number(float_text(float(v), v.dtype))
         key = ("value", r.serial, r.value)
         if key not in self.variables:
             own = self.names.get(r.serial) if r.value == self.t.latest.get(r.serial) else None
-            self.variables[key] = (own or _unique("v1", self.used), r)
-        return _Expr(self.variables[key][0], ATOM)
+            self.variables[key] = (own or unique("v1", self.used), r)
+        return Expr(self.variables[key][0], ATOM)
 
     # ---- one op ---------------------------------------------------------------------------------
-    def _op(self, r: Ref, region: str | None) -> _Expr:
+    def _op(self, r: Ref, region: str | None) -> Expr:
         if r.version < 0 or r.version not in self.t.calls:
-            raise _NoSpelling("a tensor it uses was made by code gradflow cannot see (no recorded op)")
+            raise NoSpelling("a tensor it uses was made by code gradflow cannot see (no recorded op)")
         rec, call = self.t.ops[r.version], self.t.calls[r.version]
         where = f" at {rec.line}" if rec.line else ""
         own = "inference_mode" if rec.inference else None if rec.grad_enabled else "no_grad"
         if not r.leaf and call.grad_fn is None:
-            raise _NoSpelling(f"`{rec.name}`{where} made a tensor with a grad_fn gradflow did not see")
-        expr = self._spell(rec.name, call, own, len(rec.outs))
+            raise NoSpelling(f"`{rec.name}`{where} made a tensor with a grad_fn gradflow did not see")
+        args = call.args
+        expr = None if len(rec.outs) != 1 else spell(
+            rec.name, args, call.kwargs, call.same_meta, lambda i: self._arg(args[i], own), lambda i: _is_ref(args[i]))
         if expr is None:
-            raise _NoSpelling(f"`{rec.name}`{where} has no spelling in gradflow's language")
-        return _Expr(f"{own}({expr.text})", ATOM) if own is not None and own != region else expr
+            raise NoSpelling(f"`{rec.name}`{where} has no spelling in gradflow's language")
+        return Expr(f"{own}({expr.text})", ATOM) if own is not None and own != region else expr
 
-    def _spell(self, name: str, call, region: str | None, outs: int) -> _Expr | None:
-        args, kw = call.args, call.kwargs
-        arg = lambda i: self._arg(args[i], region)  # noqa: E731
-        if outs != 1:
-            return None
-        if name in _IDENTITY_IF_SAME and call.same_meta and args:  # x.to(torch.float32) of a float32 x
-            return arg(0)
-        if not _plain_kwargs(name, kw):
-            return None
-        if name in _BINARY and len(args) == 2:
-            sym, swapped = _BINARY[name]
-            a, b = (arg(1), arg(0)) if swapped else (arg(0), arg(1))
-            return _binary(sym, a, b)
-        if len(args) == 1 and name in _IDENTITY:
-            return arg(0)
-        if len(args) != 1 and not (name in _MINMAX and len(args) == 2):
-            return None
-        if name in _NEG:
-            inner = arg(0)
-            return _Expr("-" + (inner.text if inner.level >= UNARY and not inner.text.startswith("-")
-                                else f"({inner.text})"), UNARY)
-        if name == "square":
-            return _binary("^", arg(0), _Expr("2", ATOM))
-        fn = _UNARY.get(name) or ("detach" if name in _DETACH else None) or (
-            name if name in _REDUCE else None) or _MINMAX.get(name)
-        if fn is None or fn in _MINMAX.values() and len(args) == 2 and not _is_ref(args[1]):
-            return None
-        return _Expr(f"{fn}({', '.join(arg(i).text for i in range(len(args)))})", ATOM)
-
-    def _arg(self, a, region: str | None) -> _Expr:
+    def _arg(self, a, region: str | None) -> Expr:
         if _is_ref(a):
             return self._ref(a, region)
         if isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a):
-            return _number(a)
-        raise _NoSpelling(f"an argument ({getattr(a, 'what', type(a).__name__)}) has no spelling")
+            return number(a)
+        raise NoSpelling(f"an argument ({getattr(a, 'what', type(a).__name__)}) has no spelling")
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -299,76 +246,6 @@ def _is_ref(a) -> bool:
 
 def _refs(call) -> list:
     return [a for a in (*call.args, *call.kwargs.values()) if _is_ref(a)]
-
-
-def _plain_kwargs(name: str, kw: dict) -> bool:
-    """Keyword arguments that change nothing: alpha=1, inplace=..., out-of-the-way Nones."""
-    for key, value in kw.items():
-        if value is None or key == "inplace" or key == "alpha" and value == 1 or key == "memory_format":
-            continue
-        return False
-    return True
-
-
-def _binary(sym: str, a: _Expr, b: _Expr) -> _Expr:
-    level = _LEVEL[sym]
-    if sym == "^":
-        return _Expr(f"{a.at(ATOM)}^{b.at(UNARY)}", POWER)
-    text = f"{a.at(level)} {sym} {b.at(level + 1)}" if level == SUM or sym == "@" else \
-        f"{a.at(level)}{sym}{b.at(level + 1)}"
-    return _Expr(text, level)
-
-
-def _number(x: int | float) -> _Expr:
-    text = str(x) if isinstance(x, int) else _num_text(x)
-    return _Expr(text, SUM if text.startswith("-") else ATOM)  # x*(-3), not x*-3
-
-
-def _num_text(x: float) -> str:
-    if x == int(x) and abs(x) < 1e15:
-        return str(int(x))
-    return repr(x)
-
-
-def _float(x: float, dtype) -> float:
-    """The shortest decimal that reads back as the same float32 (float64: Python's own repr)."""
-    if str(dtype) != "torch.float32":
-        return x
-    for digits in range(6, 10):
-        short = float(f"{x:.{digits}g}")
-        if struct.unpack("f", struct.pack("f", short))[0] == x:
-            return short
-    return x
-
-
-def _value_text(v) -> str:
-    """A value as gradflow reads it: a number, or a JSON list ([[1,2],[3,4]])."""
-    nested = v.detach().double().tolist()
-
-    def text(x) -> str:
-        if isinstance(x, list):
-            return "[" + ",".join(text(y) for y in x) + "]"
-        if not math.isfinite(x):
-            raise _NoSpelling("a value holds nan or inf")
-        return _num_text(_float(x, v.dtype))
-
-    return text(nested)
-
-
-def _clean(name: str) -> str:
-    """A script name as a gradflow variable name: letters, digits and _, starting with a letter."""
-    name = re.sub(r"\W", "_", name.replace("[", "_").replace("]", "")).strip("_") or "v"
-    name = name if re.match(r"[A-Za-z]", name) else "v" + name
-    return name + "_" if name in _RESERVED else name
-
-
-def _unique(name: str, used: set[str]) -> str:
-    base, k = re.sub(r"\d+$", "", name) if name in used else name, 1
-    while name in used:
-        k += 1
-        name = f"{base}{k}"
-    used.add(name)
-    return name
 
 
 def _as_list(inputs) -> list:
