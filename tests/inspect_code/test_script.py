@@ -312,3 +312,32 @@ def test_a_narrow_console_gets_one_block_per_tensor(tmp_path):
     text = narrow.file.getvalue()
     assert " tensor " not in text and "● weight  requires_grad True" in text and "grad shape (40,)" in text
     assert all(len(line) <= 60 for line in text.splitlines())
+
+
+def _random_expr(rng, depth: int) -> str:
+    """A random Python/torch expression over x, y (0-d) and w (a vector), safe to evaluate anywhere."""
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice(["x", "y", "w", "c"])
+    a, b = _random_expr(rng, depth - 1), _random_expr(rng, depth - 1)
+    return rng.choice([
+        f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} / (1 + {b} ** 2))", f"(-{a})", f"({a}) ** 2",
+        f"torch.exp(torch.tanh({a}))", f"torch.sin({a})", f"({a}).sigmoid()", f"torch.relu({a})", f"abs({a})",
+        f"({a}).detach()", f"(2 - {a})", f"(1.5 * {a})", f"torch.maximum({a}, {b})", f"torch.tanh({a}).sum()",
+    ])
+
+
+def test_generated_scripts_each_program_gives_torch_grads(tmp_path):
+    """30 random expressions (operators with Python's precedence, methods, reversed operands, detach), one
+    backward each: the program written for each one, run by gradflow eval, gives the grads torch gave."""
+    import random
+
+    rng = random.Random(20180101)
+    lines = ["import torch", "x = torch.tensor(0.7, requires_grad=True)", "y = torch.tensor(-1.3, requires_grad=True)",
+             "w = torch.tensor([0.5, -0.25], requires_grad=True)", "c = torch.tensor([2.0, -1.0])"]
+    for _ in range(30):
+        lines += [f"L = ({_random_expr(rng, 4)} + x * y * w).sum()", "L.backward()",
+                  "x.grad = y.grad = w.grad = None"]
+    calls = run(tmp_path, "\n".join(lines) + "\n")
+    assert len(calls) == 30
+    for call, grads in calls:
+        assert_reproduces(call, grads)
