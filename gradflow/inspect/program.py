@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gradflow.errors import GradflowError
@@ -74,9 +75,8 @@ class Program:
     values: list[tuple[str, str]]  # (variable, value text) in order of first use
     wrt: list[str]
     dtype: str | None = None  # "float64" when the script computed in float64
-    notes: list[str] = field(default_factory=list)
 
-    def argv(self, options: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    def argv(self, options: Collection[str] = ()) -> list[str]:
         """Arguments after `gradflow`; a variable named like an eval option goes through --var."""
         args = ["eval", self.source]
         for name, text in self.values:
@@ -85,7 +85,7 @@ class Program:
         args += ["--wrt", ",".join(self.wrt)]
         return args + (["--dtype", self.dtype] if self.dtype else [])
 
-    def command(self, options: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    def command(self, options: Collection[str] = ()) -> str:
         return "gradflow " + shlex.join(self.argv(options))
 
 
@@ -141,7 +141,8 @@ class _Writer:
         for name, ref in self.variables.values():
             value = self.t.values[ref.value] if ref.value is not None else None
             if value is None:
-                raise NoSpelling(f"the value of {name} is not recorded (more than {VALUE_CAP} elements)")
+                raise NoSpelling(f"the value of {name} is not recorded (more than {VALUE_CAP} elements, or not a "
+                                 "dense real tensor)")
             values.append((name, value_text(value)))
             dtypes.add(str(value.dtype).removeprefix("torch."))
             if ref.requires_grad and (wanted is None or ref.serial in wanted):
