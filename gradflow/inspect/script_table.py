@@ -106,18 +106,15 @@ def footer(call: BackwardCall) -> Text:
             grad = n.tensor.grad
             out.append("None" if grad is None else format_tensor(grad), style="bold green" if grad is not None
                        else "yellow")
-            if _nonzero(n.grad_before) and n.grad is not None:
-                out.append(f"  (= {format_tensor(n.grad_before)} already there + {format_tensor(n.grad)} from this "
-                           "backward)", style="yellow")
+            if n.accumulated and n.grad is not None:
+                before = format_tensor(n.grad_before) if n.grad_before is not None else "what was"
+                out.append(f"  (= {before} already there + {format_tensor(n.grad)} from this backward)",
+                           style="yellow")
             out.append("\n")
     if call.error:
         out.append(f"backward raised: {call.error}\n", style="red")
     out.rstrip()
     return out
-
-
-def _nonzero(t) -> bool:
-    return t is not None and bool(t.ne(0).any())
 
 
 def backward_view(call: BackwardCall, width: int) -> Group:

@@ -43,7 +43,8 @@ class Named:
     aliases: list[str] = field(default_factory=list)
     serial: int | None = None
     grad: Any = None  # the gradient that reached it in this backward (a hook's), None if none did
-    grad_before: Any = None  # a leaf's .grad before the call (None: it was None)
+    accumulated: bool = False  # a leaf whose .grad was already non-zero before the call
+    grad_before: Any = None  # that .grad, when small enough to copy
     cut: Cut | None = None  # the detach / no_grad / inference_mode that produced it
 
     @property
@@ -204,8 +205,9 @@ class ScriptTrace(Trace):
             t = n.tensor
             if not t.requires_grad:
                 continue
-            if t.is_leaf and t.grad is not None:
-                n.grad_before = t.grad.detach().clone() if t.grad.numel() <= VALUE_CAP else t.grad
+            if t.is_leaf and t.grad is not None and bool(t.grad.ne(0).any()):
+                n.accumulated = True  # this backward adds to what an earlier one left in .grad
+                n.grad_before = t.grad.detach().clone() if t.grad.numel() <= VALUE_CAP else None
             try:
                 handles.append(t.register_hook(lambda g, i=i: caught.__setitem__(i, g + caught[i] if i in caught
                                                                                   else g)))

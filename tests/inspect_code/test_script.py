@@ -15,6 +15,7 @@ from gradflow.cli.app import app
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.program import NoProgram, Program
 from gradflow.inspect.script import run_script
+from gradflow.inspect.script_table import footer
 
 
 def run(tmp_path, source: str, args=()):
@@ -25,6 +26,7 @@ def run(tmp_path, source: str, args=()):
 
     def seen(call):
         grads = {n.name: n.tensor.grad.clone() for n in call.named if n.tensor.is_leaf and n.tensor.grad is not None}
+        call.printed = str(footer(call))  # as the command prints it, at the call: the script goes on after
         calls.append((call, grads))
 
     run_script(path, list(args), seen)
@@ -94,8 +96,11 @@ def test_grad_accumulates_without_zero_and_the_call_says_what_it_added(tmp_path)
     calls = run(tmp_path, CLASSIC.format(zero=""))
     assert [g["xvar"].tolist() for _, g in calls] == [[50.0], [120.0], [100.0]]  # 50, 50+70, 120-20
     second = calls[1][0].named[0]
-    assert second.grad_before.tolist() == [50.0] and second.grad.tolist() == [70.0]
+    assert second.grad_before.tolist() == [50.0] and second.grad.tolist() == [70.0] and second.accumulated
+    assert not calls[0][0].named[0].accumulated
     assert_reproduces(calls[1][0], calls[1][1])  # the program gives what this call added: 70
+    assert "xvar.grad = [120]  (= [50] already there + [70] from this backward)" in calls[1][0].printed
+    assert "xvar.grad = [50]\n" in calls[0][0].printed + "\n" and "already" not in calls[0][0].printed
 
 
 def test_intermediate_grads_are_the_gradient_that_reached_them(tmp_path):
