@@ -21,6 +21,7 @@ from gradflow.cli import (  # noqa: E402
     graph_command,
     inspect_command,
     ops_command,
+    script_command,
     whatif_command,
 )
 from gradflow.cli.common import EXTRA  # noqa: E402
@@ -32,7 +33,7 @@ HELP_END = help_end([
     'gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7',
     'gradflow ops',
     'gradflow eval --help',
-], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, compare)",
+], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, script, compare)",
                     ExitCode.PARTIAL: "partial: some lines (batch) or programs (compare) failed"})
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, epilog=HELP_END,
@@ -63,6 +64,7 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str, dict | None]] = [
     ("ops", ops_command.ops_cmd, ops_command.HELP_END, None),
     ("graph", graph_command.graph_cmd, graph_command.HELP_END, EXTRA),
     ("inspect", inspect_command.inspect_cmd, inspect_command.HELP_END, None),
+    ("script", script_command.script_cmd, script_command.HELP_END, None),
     ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
     ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
     ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA),

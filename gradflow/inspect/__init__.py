@@ -1,1 +1,2 @@
-"""Real PyTorch code: the tracer, source lines, reasons, the report, its table and picture."""
+"""Real PyTorch code: the tracer, source lines, reasons, the report, its table and picture; a whole script's
+backward() calls, each with its table and its eval program."""

@@ -18,7 +18,7 @@ from gradflow.values.jsonable import JSON_FULL_MAX
 from ..processes import run
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["eval", "ops", "graph", "inspect", "batch", "whatif", "compare"]
+COMMANDS = ["eval", "ops", "graph", "inspect", "script", "batch", "whatif", "compare"]
 HELPS = [[], *([c] for c in COMMANDS)]  # [] is `gradflow --help`
 
 # What each command can return (checked against the code: guarded(), exit_code, run_safely).
@@ -28,6 +28,7 @@ EXIT_CODES = {
     "ops": {0, 1, 2, 130},
     "graph": {0, 1, 2, 130},
     "inspect": {0, 1, 2, 3, 130},
+    "script": {0, 1, 2, 3, 130},
     "batch": {0, 1, 2, 4, 130},
     "whatif": {0, 1, 2, 130},
     "compare": {0, 1, 2, 3, 4, 130},

@@ -95,3 +95,23 @@ def test_cli_dunder_is_exit_2(cli):
 def test_value_named_dunder_is_refused():
     with pytest.raises(ValueInputError, match="which the program does not use"):
         explain("x", x=1, values={"__class__": 1})
+
+
+RUNS_A_FILE = {"exec_module", "run_path", "run_module", "spec_from_file_location"}
+# The only modules that run a Python file, and why: each runs the file the user named on the command line,
+# the user's own code, by design (like pytest or python itself). Expression text never reaches them.
+RUNS_FILES = {"cli/inspect_command.py",  # gradflow inspect FILE.py:FUNCTION imports FILE.py
+              "inspect/script.py"}  # gradflow script FILE.py runs FILE.py as __main__
+
+
+def test_only_the_two_commands_named_for_it_run_a_python_file():
+    found = set()
+    for f, tree in _sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in RUNS_A_FILE:
+                found.add(f)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if {m.split(".")[0] for m in mods} & {"runpy"}:
+                    found.add(f)
+    assert found <= RUNS_FILES, found - RUNS_FILES

@@ -1,0 +1,117 @@
+"""`gradflow script FILE.py`: run the user's own script as it is; at every backward(), show what it named.
+
+The file is run as `python FILE.py` would run it (it is the user's own code: running it is the point). At each
+backward() call the table of the tensors the script has named, the leaves' grads and the `gradflow eval`
+program that reproduces it go to stdout, as they happen; whatever the script prints goes to stderr, so in a
+terminal both read in the order they happened and `--json` keeps stdout pure JSON Lines. torch is imported
+only when the command runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gradflow.cli.common import DebugOpt, consoles, guarded
+from gradflow.cli.help import help_end
+from gradflow.errors import ExitCode, GradflowError
+
+FileArg = Annotated[Path, typer.Argument(help="The Python script to run, as `python FILE.py` would.",
+                                         show_default=False, metavar="FILE.py")]
+ArgsArg = Annotated[list[str] | None, typer.Argument(
+    help="Arguments for the script (its sys.argv[1:]); put them after -- when they start with -.",
+    show_default=False, metavar="ARGS")]
+JsonLinesOpt = Annotated[bool, typer.Option("--json", help="One JSON record per backward() call (JSON Lines).")]
+HELP_END = help_end([
+    "gradflow script examples/classic_2018.py",
+    "gradflow script examples/classic_2018.py --json",
+    "gradflow script train.py --json -- --epochs 1  # exit 2: no train.py here",
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
+    {ExitCode.INPUT: "bad input: no such file, or the script raised or exited with a failure status",
+     ExitCode.NO_GRADIENT: "no gradient: the script never called backward(), or its backward failed "
+                           "because nothing required grad"})
+
+
+class _Emitter:
+    """Called at each backward(): prints to the real stdout while the script's own prints go to stderr."""
+
+    def __init__(self, json_: bool, stdout, options: set[str]):
+        self.json, self.stdout, self.options, self.gone = json_, stdout, options, False
+
+    def __call__(self, call):
+        from gradflow.inspect.script import StopScript
+
+        try:
+            sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
+            with contextlib.redirect_stdout(self.stdout):
+                self._print(call)
+        except (BrokenPipeError, SystemExit):  # the reader went away (| head; rich exits on it): stop the
+            self.gone = True                     # script there, quietly
+            raise StopScript from None
+
+    def _print(self, call):
+        from gradflow.inspect.script_table import backward_view, program_line, record
+
+        if self.json:
+            from gradflow.values.jsonable import dumps
+
+            print(dumps(record(call, self.options)), flush=True)
+            return
+        from rich.text import Text
+
+        out = consoles()[0]
+        out.print(backward_view(call, out.width))
+        out.print(Text(program_line(call, self.options)), soft_wrap=True)  # never wrapped: copy it whole
+        out.print()
+        sys.stdout.flush()
+
+
+def _eval_options(ctx: typer.Context) -> set[str]:
+    """`gradflow eval`'s own long options: a variable with one of these names goes through --var NAME=VALUE."""
+    root = ctx.find_root()
+    group = root.command
+    command = group.get_command(root, "eval") if hasattr(group, "get_command") else None
+    params = command.params if command is not None else []
+    return {o[2:] for p in params for o in getattr(p, "opts", []) if o.startswith("--")} | {"help"}
+
+
+def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
+               debug: DebugOpt = False):
+    """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad."""
+
+    def body() -> int:
+        try:
+            return _script(file, list(args or []), json_, _eval_options(ctx))
+        except GradflowError as err:
+            if not json_ or debug:
+                raise
+            return _json_error(err)
+
+    guarded(debug, json_, body)
+
+
+def _script(file: Path, args: list[str], json_: bool, options: set[str]) -> int:
+    from gradflow.cli.streams import stdout_gone
+    from gradflow.inspect.script import run_script
+
+    emit = _Emitter(json_, sys.stdout, options)
+    with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
+        run_script(file, args, emit)
+    return stdout_gone() if emit.gone else 0
+
+
+def _json_error(err: GradflowError) -> int:
+    """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""
+    from gradflow.analysis.explanation import SCHEMA_VERSION
+    from gradflow.render.table import print_error
+    from gradflow.values.jsonable import dumps
+
+    print(dumps({"schema": SCHEMA_VERSION, "call": None, "line": None, "code": None, "outputs": [],
+                 "retain_graph": False, "tensors": [], "grads": {}, "added": {},
+                 "eval": {"argv": None, "command": None, "why_not": None},
+                 "error": err.to_dict()}), flush=True)
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
