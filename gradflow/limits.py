@@ -18,7 +18,12 @@ MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, op
 MAX_NODES = 2_000  # nodes in the lowered graph
 MAX_ELEMENTS = 50_000_000  # elements in any one tensor (a value, a result, a constructor): 200 MB as float32
 MAX_TOTAL_ELEMENTS = 200_000_000  # elements over all values of one evaluation: 0.8 GB as float32
+# bytes of one batch input line: a program (MAX_LENGTH characters, up to 6 bytes each escaped in JSON) and its values
+MAX_LINE = 1_000_000
 MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
+MAX_JSON_DEPTH = 64  # [ and { in one batch line: a record, its "vars", a value of MAX_VALUE_DIMS, and room to spare
+LINE_SKIP_FACTOR = 100  # the rest of an over-long batch line is skipped up to 100 x the line limit, then reading stops
+PARSE_CACHE_BYTES = 64 * 2**20  # compiled programs kept for reuse (language/compile.py), by their estimated size
 JSON_FULL_MAX = 1000  # --json without --full: tensors with more elements become summary objects
 
 
@@ -28,6 +33,7 @@ class Limits(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses of
     nodes: int = MAX_NODES
     elements: int = MAX_ELEMENTS
     total: int = MAX_TOTAL_ELEMENTS
+    line: int = MAX_LINE
 
 
 DEFAULT = Limits()
@@ -46,6 +52,8 @@ def as_limits(given) -> Limits:
         key = "total" if key == "total_elements" else key
         if key not in NAMES:
             raise LimitError("bad_limit", f"unknown limit '{name}'", hint="limits: " + ", ".join(NAMES))
+        if key in changes:
+            raise LimitError("bad_limit", f"limit '{key}' is given twice", hint="give each limit once")
         changes[key] = _count(name, value)
     return DEFAULT._replace(**changes)
 
@@ -58,8 +66,12 @@ def _split(item: str):
 
 
 def _count(name, value) -> int:
+    """A positive whole number: 500, "500", "1e7" (a whole number in exponent form); never 1.9 or "1.9"."""
     try:
-        n = int(float(value)) if isinstance(value, str) else int(value)
+        f = float(value) if isinstance(value, str) else value
+        n = int(f)
+        if n != f:  # 1.9 would silently become 1
+            n = -1
     except (TypeError, ValueError, OverflowError):
         n = -1
     if isinstance(value, bool) or n < 1:
@@ -83,7 +95,7 @@ def using(limits: Limits):
 
 
 _UNITS = {"length": "characters", "depth": "levels", "nodes": "nodes", "elements": "elements",
-          "total": "elements in total"}
+          "total": "elements in total", "line": "bytes"}
 
 
 def check(name: str, amount: int, what: str, *, limit: int | None = None,
@@ -94,10 +106,19 @@ def check(name: str, amount: int, what: str, *, limit: int | None = None,
     """
     limit = current()[NAMES.index(name)] if limit is None else limit  # no _asdict(): this runs per value
     if amount > limit:
-        bigger = max(amount, limit * 10)
         raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",
-                         hint=f"raise it with --limit {name}={bigger} (in Python: limits={{'{name}': {bigger}}})",
-                         span=span, source=source)
+                         hint=_raise_hint(name, max(amount, limit * 10)), span=span, source=source)
+
+
+def _raise_hint(name: str, bigger: int) -> str:
+    return f"raise it with --limit {name}={bigger} (in Python: limits={{'{name}': {bigger}}})"
+
+
+def too_long(name: str, what: str, *, limit: int | None = None) -> LimitError:
+    """The error for an input read only up to its limit: "{what} more than 10,000 characters; the limit is ..."."""
+    limit = current()[NAMES.index(name)] if limit is None else limit
+    return LimitError(f"limit_{name}", f"{what} more than {limit:,} {_UNITS[name]}; the limit is {limit:,}",
+                      hint=_raise_hint(name, limit * 10))
 
 
 def check_elements(count: int, what: str = "the tensor would have", **where):

@@ -5,9 +5,9 @@ import gc
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 
@@ -15,6 +15,7 @@ from gradflow.cli.common import (
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
+    LimitOpt,
     VarOpt,
     WrtOpt,
     consoles,
@@ -23,7 +24,7 @@ from gradflow.cli.common import (
     progress_bar,
 )
 from gradflow.cli.help import help_end
-from gradflow.errors import ExitCode, ValueInputError
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]
@@ -39,20 +40,43 @@ HELP_END = help_end([
      ExitCode.PARTIAL: "partial: some lines failed (each gets an error record)"})
 
 
-def _open(source: str) -> tuple[Iterable[str], int | None]:
-    """The input lines, and how many there are when that is cheap to know (a regular file). A pipe, FIFO or
-    `<(process substitution)` can be read only once: it is streamed like stdin, with no count."""
+def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path | None]:
+    """The input's lines (batch_lines: one reader for files, pipes and stdin), and the path when it is a regular
+    file (its lines can be counted for a progress bar). A pipe, FIFO or `<(process substitution)` can be read only
+    once: it is streamed like stdin."""
+    from gradflow.studies.batch_lines import read_lines
+
     if source == "-":
-        return sys.stdin, None
+        from gradflow.cli.streams import stdin_bytes
+
+        return read_lines(stdin_bytes(), limit, "stdin"), None
     path = Path(source)
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            return _read(path), None
-        with path.open(encoding="utf-8") as fh:
-            total = sum(1 for _ in fh)
-        return _read(path), total
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueInputError("usage", f"cannot read {source}: it is a directory",
+                                  hint="give a JSON Lines file (or a file of programs with --text), or - for stdin")
+        fh = path.open("rb")
     except OSError as err:
         raise ValueInputError("usage", f"cannot read {source}: {err.strerror}") from None
+    return _closing(fh, read_lines(fh, limit, source)), path if stat.S_ISREG(mode) else None
+
+
+def _closing(fh: BinaryIO, lines: Iterator[str | GradflowError]) -> Iterator[str | GradflowError]:
+    with fh:
+        yield from lines
+
+
+def _count_lines(path: Path) -> int | None:
+    """Lines in a regular file (for the progress bar), counted in bytes as read_lines splits them."""
+    count, last = 0, b"\n"
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                count, last = count + chunk.count(b"\n"), chunk[-1:]
+    except OSError:
+        return None
+    return count + (last != b"\n")
 
 
 def _source(source: str | None, extra: list[str]) -> tuple[str, list[str]]:
@@ -62,14 +86,10 @@ def _source(source: str | None, extra: list[str]) -> tuple[str, list[str]]:
     return source or "-", extra
 
 
-def _read(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8") as fh:
-        yield from fh
-
-
-def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
+def _progress(records: Iterator[dict], path: Path | None) -> Iterator[dict]:
     """A transient progress bar on stderr, only for a file when stderr is a terminal."""
-    if total is None or not sys.stderr.isatty():
+    total = _count_lines(path) if path is not None and sys.stderr.isatty() else None
+    if total is None:
         yield from records
         return
     with progress_bar(consoles()[1], streaming=True) as bar:
@@ -77,6 +97,19 @@ def _progress(records: Iterator[dict], total: int | None) -> Iterator[dict]:
         for rec in records:
             bar.update(task, completed=rec["line"])
             yield rec
+
+
+def _dumps(rec: dict, debug: bool) -> str:
+    """A record as one JSON line; if even that fails (a bug), the line's error record instead."""
+    from gradflow.studies.batch import error_record, internal_error
+    from gradflow.values.jsonable import dumps
+
+    try:
+        return dumps(rec)
+    except Exception as exc:
+        if debug:
+            raise
+        return dumps(error_record(rec.get("id"), rec.get("line", 0), None, internal_error(exc)))
 
 
 def _write(line: str, flush: bool) -> bool:
@@ -93,7 +126,7 @@ def _write(line: str, flush: bool) -> bool:
 
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              debug: DebugOpt = False):
+              limit: LimitOpt = None, debug: DebugOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -102,20 +135,22 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     The number of failed lines goes to stderr.
     """
     def body() -> int:
+        from gradflow.limits import as_limits
         from gradflow.studies.batch import run_batch
-        from gradflow.values.jsonable import dumps
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var)
-        lines, total = _open(path)
-        records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug)
+        limits = as_limits(limit)
+        lines, regular = _open(path, limits.line)
+        records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
+                            limits=limits)
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
         # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
         # streams.run_safely flushes stdout on the way out.
-        streaming = total is None  # stdin, a pipe or a FIFO
-        for rec in _progress(records, total):
-            if not _write(dumps(rec), streaming):
+        streaming = regular is None  # stdin, a pipe or a FIFO
+        for rec in _progress(records, regular):
+            if not _write(_dumps(rec, debug), streaming):
                 return int(ExitCode.OK)
             done, failed = done + 1, failed + (rec["error"] is not None)
             if done == 1:

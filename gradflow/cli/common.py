@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.limits import JSON_FULL_MAX, MAX_DEPTH, MAX_ELEMENTS, MAX_LENGTH, MAX_NODES, MAX_TOTAL_ELEMENTS
+from gradflow.limits import (
+    JSON_FULL_MAX,
+    MAX_DEPTH,
+    MAX_ELEMENTS,
+    MAX_LENGTH,
+    MAX_LINE,
+    MAX_NODES,
+    MAX_TOTAL_ELEMENTS,
+)
 from gradflow.studies.extras import EVAL_GRAPH_FORMATS
 
 if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
@@ -38,7 +46,7 @@ def _limit_help() -> str:
     """Built from gradflow.limits, so the defaults it quotes cannot go stale."""
     return (f"Change a resource limit: length ({MAX_LENGTH:,} characters), depth ({MAX_DEPTH:,} levels), "
             f"nodes ({MAX_NODES:,}), elements ({MAX_ELEMENTS:,} per tensor), total ({MAX_TOTAL_ELEMENTS:,} "
-            "elements over all values). Repeatable.")
+            f"elements over all values), line ({MAX_LINE:,} bytes of a batch input line). Repeatable.")
 
 
 ExprArg = Annotated[str | None, typer.Argument(
@@ -153,19 +161,22 @@ def _is_option(token: str | None) -> bool:
     return token is not None and re.fullmatch(r"--[A-Za-z]\w*(=.*)?", token, flags=re.S) is not None
 
 
-def read_program(expr: str | None, file: Path | None) -> str:
+def read_program(expr: str | None, file: Path | None, limits=None) -> str:
+    """The program: EXPR, `--file PATH` or `-` (stdin); from a file or stdin, at most the `length` limit is read."""
     if expr is not None and file is not None:
         raise ValueInputError("usage", "give the program either as EXPR or with --file, not both")
-    if file is not None:
-        try:
-            return file.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            why = getattr(err, "strerror", None) or "not UTF-8 text"
-            raise ValueInputError("usage", f"cannot read --file {file}: {why}") from None
-    if expr == "-":
-        from gradflow.cli.streams import read_stdin
+    if file is not None or expr == "-":
+        from gradflow.cli.streams import read_stdin, read_text
+        from gradflow.limits import as_limits
 
-        return read_stdin()
+        limit = as_limits(limits).length
+        if file is None:
+            return read_stdin(limit)
+        try:
+            with file.open("rb") as fh:
+                return read_text(fh, limit, f"in --file {file}")
+        except OSError as err:
+            raise ValueInputError("usage", f"cannot read --file {file}: {err.strerror or err}") from None
     if expr is None:
         raise ValueInputError("usage", "no program given",
                               hint='gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
@@ -209,15 +220,25 @@ def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
             if not tokens:
                 raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
             value = tokens.pop(0)
-        if name in values:
-            raise ValueInputError("usage", f"--{name} is given twice", hint="give each variable one value")
+        _once(values, name, f"--{name}")
         values[name] = value
+    routes = {name: f"--{name}" for name in values}
     for item in var or []:
         name, eq, value = item.partition("=")
         if not eq or not name:
             raise ValueInputError("usage", f"--var takes NAME=VALUE, got '{item}'", hint="--var x=1.5")
-        values[name.strip()] = value
+        name = name.strip()
+        _once(values, name, routes.get(name, f"--var {name}=..."), f"--var {name}=...")
+        values[name] = value
     return values
+
+
+def _once(values: dict[str, str], name: str, first: str, second: str | None = None) -> None:
+    """A variable gets one value, whichever way it is given (--x 1, --x=1, --var x=1): never the last one silently."""
+    if name in values:
+        second = second or first
+        how = f"{first} is given twice" if first == second else f"{name} is given twice ({first} and {second})"
+        raise ValueInputError("usage", how, hint="give each variable one value")
 
 
 def emit(result, as_json: bool, renderable: Callable[[], Any]):

@@ -57,7 +57,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     def body() -> int:
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        source = read_program(program, file, limit)  # with --file, the first value lands in EXPR: put it back
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain

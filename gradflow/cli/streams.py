@@ -20,7 +20,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn, TypeGuard
+from typing import BinaryIO, NoReturn, TypeGuard
 
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -56,6 +56,10 @@ class _ClosedStdin(io.StringIO):
         raise _stdin_closed()
 
     read = readline = readlines = __iter__ = __next__ = _closed
+
+    @property
+    def buffer(self):
+        raise _stdin_closed()
 
 
 def _stdin_closed() -> ValueInputError:
@@ -138,15 +142,37 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     sys.exit(code)
 
 
-def read_stdin() -> str:
-    """The whole of stdin as text, or a package error saying why it cannot be read."""
+def stdin_bytes() -> BinaryIO:
+    """stdin as bytes: the readers decode it themselves, the same way as a file (whatever the locale says)."""
     if sys.stdin is None:
         raise _stdin_closed()
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in by someone (not a process's stdin): encode what it holds
+        return io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
+    return buffer
+
+
+def read_text(stream: BinaryIO, limit: int, what: str) -> str:
+    """A program from a binary stream: at most `limit` characters are read (a program longer than that is
+    refused without reading the rest: `--file /dev/zero`), a UTF-8 byte-order mark is skipped, and a byte that
+    is not UTF-8 is kept as a lone surrogate, which the parser reports with its position. Newlines as Python's
+    text mode reads them (\r\n -> \n)."""
+    from gradflow.limits import too_long
+
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape")
     try:
-        return sys.stdin.read()
-    except UnicodeDecodeError as err:
-        raise ValueInputError("usage", f"stdin is not UTF-8 text (byte {err.start}): {err.reason}",
-                              hint="pipe a text file holding the program") from None
+        program = text.read(limit + 2).removeprefix("\ufeff")  # +1 for a BOM, +1 to see a program too long
+    finally:
+        text.detach()  # the caller owns the stream (stdin stays open)
+    if len(program) > limit:
+        raise too_long("length", f"the program text {what} has", limit=limit)
+    return program
+
+
+def read_stdin(limit: int) -> str:
+    """The program on stdin (see read_text), or a package error saying why it cannot be read."""
+    try:
+        return read_text(stdin_bytes(), limit, "on stdin")
     except (OSError, ValueError) as err:
         raise ValueInputError("usage", f"cannot read the program from stdin: {err}") from None
 

@@ -83,7 +83,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         picture = check_picture_path(req.plot_file)  # before any work
     from gradflow.studies.sweeps import check_sweep
 
-    check_sweep(req.source, var, req.values, req.wrt)  # early errors print light, before the progress bar
+    check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed)  # early errors print light
     try:
         result, first = _evaluate(req, var, rng)
         if not req.json_ and not req.plot:
@@ -150,9 +150,13 @@ def _plots(result, picture) -> None:
         if note:
             err.print(Text(f"note: {note}", style="yellow"))
     if picture is not None:
+        drawn = [s for s in all_series if s.ys]
+        if not drawn:  # matplotlib cannot make a figure of no plots
+            err.print(Text(f"note: nothing to draw, so {picture} was not written", style="yellow"), soft_wrap=True)
+            return
         from gradflow.cli.files import write_file
 
-        write_file(picture, plot.picture(result, [s for s in all_series if s.ys], picture))
+        write_file(picture, plot.picture(result, drawn, picture))
         err.print(Text(f"wrote {picture}"), soft_wrap=True)
         return
     for s in all_series:

@@ -29,7 +29,7 @@ from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.language.graph import FlagStep, Graph, Node
 from gradflow.language.ops import OPS, is_cut, is_region
 from gradflow.limits import Limits, current, using
-from gradflow.values.coerce import conversion_note
+from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.tensors import (
     TORCH_ERRORS,
     resolve_device,
@@ -285,7 +285,8 @@ def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.d
     def leaf(node: Node) -> torch.Tensor:
         value = values[node.names[0]]
         t = to_tensor(node.label, value, dtype, device)
-        note = conversion_note(node.label, value, t) if warnings is not None else None
+        note = None if warnings is None else (conversion_note(node.label, value, t)
+                                              or rounding_note(node.label, value, t))
         if note and warnings is not None:
             warnings.append(Warning("value_converted", node.label, note, node.id))
         return t.requires_grad_(node.names[0] in wrt)
@@ -306,7 +307,7 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     out = _check_output(run)
     error = _backward(out, graph)
     nodes = _results(run)
-    run.warnings += find_nonfinite(nodes, run.edges, error is None)
+    run.warnings += find_nonfinite(nodes, run.edges, error is None, values)
     grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
     result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads, graph,
                          dict(values), run.edges, warnings=run.warnings, error=error)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gradflow.engine.prepare import prepare
+from gradflow.engine.prepare import merge_values, prepare
 from gradflow.errors import ValueInputError
 from gradflow.limits import as_limits
 
@@ -28,7 +28,7 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
-    graph, vals, leaves = prepare(source, {**(values or {}), **kw_values}, wrt, dtype=dtype, seed=seed, limits=limits)
+    graph, vals, leaves = prepare(source, merge_values(values, kw_values), wrt, dtype=dtype, seed=seed, limits=limits)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
 
     return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)

@@ -43,10 +43,10 @@ def _has_zero(t) -> bool:
     return bool((t == 0).any())
 
 
-def forward_reason(n: NodeResult, args: list[NodeResult]) -> str:
-    """Why this op made a non-finite value out of finite inputs."""
+def forward_reason(n: NodeResult, args: list[NodeResult], given=None) -> str:
+    """Why this op made a non-finite value out of finite inputs (`given`: a variable's value as given)."""
     if n.op == "var":
-        return f"the value given for {n.name} is {what(n.value)}"
+        return _var_reason(n, given)
     if n.op == "const":
         return f"the number {n.expr} does not fit in the dtype (its largest value is about 3.4e38 in float32)"
     a = args[0].value
@@ -64,6 +64,19 @@ def forward_reason(n: NodeResult, args: list[NodeResult]) -> str:
     if "inf" in what(n.value):
         return "overflow: the result is too large for the dtype (float32 stops near 3.4e38, float64 near 1.8e308)"
     return f"{n.op} is undefined at these inputs"
+
+
+def _var_reason(n: NodeResult, given) -> str:
+    """A value given as inf/nan says so; finite numbers that the dtype cannot hold (1e39 in float32) say that."""
+    finite = (type(given) in (int, float) and math.isfinite(given)) or (
+        isinstance(given, list) and not bad(n.value.double().new_tensor(given)))
+    if not finite:
+        return f"the value given for {n.name} is {what(n.value)}"
+    dtype = str(n.value.dtype).removeprefix("torch.")
+    which = f"a number given for {n.name}" if isinstance(given, list) else f"the value given for {n.name}, {given:g},"
+    largest = {"float32": "3.4e38", "float64": "1.8e308"}.get(dtype, "its maximum")
+    return (f"{which} is too large for {dtype} (its largest number is about {largest}), so it became "
+            f"{what(n.value)}; use --dtype float64 (in Python: dtype='float64')")
 
 
 def backward_reason(e: EdgeResult, dst: NodeResult, args: list[NodeResult]) -> str:
@@ -91,14 +104,16 @@ def _zero_times_inf(e: EdgeResult, dst: NodeResult) -> str:
     return ""
 
 
-def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ran: bool) -> list[Warning]:
+def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ran: bool,
+                   given: dict | None = None) -> list[Warning]:
+    """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
     value_bad = [bad(n.value) for n in nodes]  # nodes[i].id == i; args are such indices
     for n in nodes:
         if value_bad[n.id] and not any(value_bad[a] for a in n.args):
             args = [nodes[a] for a in n.args]
             out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
-                               f"at '{n.name}': {forward_reason(n, args)}", n.id))
+                               f"at '{n.name}': {forward_reason(n, args, (given or {}).get(n.name))}", n.id))
             break
     if backward_ran:
         out += _backward(nodes, edges)

@@ -33,11 +33,31 @@ def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
             seed: int = 0, limits: Limits | None = None) -> Prepared:
     """`checked()`, then constructor and file values built (sizes checked against `limits` first)."""
     limits = limits or current()
+    check_seed(seed)
     ready = checked(program, values, wrt, limits)
     from gradflow.values.tensors import materialize  # torch from here on
 
     with using(limits):
         return ready._replace(values=materialize(ready.values, dtype, seed))  # program order: seeded draws
+
+
+def merge_values(values: dict[str, Any] | None, kw_values: dict[str, Any]) -> dict[str, Any]:
+    """`values={...}` and keyword values together; a name given both ways is an error, never a silent choice."""
+    both = [name for name in kw_values if name in (values or {})]
+    if both:
+        raise ValueInputError("duplicate_value", f"'{both[0]}' is given twice: in values={{...}} and as {both[0]}=...",
+                              hint="give each variable one value")
+    return {**(values or {}), **kw_values}
+
+
+SEEDS = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes
+
+
+def check_seed(seed: int) -> None:
+    """A whole number torch can seed with; refused up front, even if nothing random is drawn."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEEDS[0] <= seed <= SEEDS[1]:
+        raise ValueInputError("bad_seed", f"the seed {seed!r} is not one torch can use: a seed is a whole number "
+                              f"from {SEEDS[0]} to {SEEDS[1]} (torch.manual_seed's range)", hint="--seed 1")
 
 
 def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:

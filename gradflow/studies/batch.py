@@ -6,18 +6,24 @@ command line's `--x 1`) are defaults that a line's own "vars" override; a
 default is only handed to programs that use that variable. Blank lines are
 skipped (they still count for line numbers). Every other line yields exactly
 one record, in input order; a failing line yields an error record and the
-batch goes on. Parsing goes through `api.compile_program`, so a repeated
-program is parsed once. Torch-free until the first line is evaluated.
+batch goes on: an exception from reading or evaluating one line becomes that
+line's error record (an `internal` one for a bug), never the end of the batch.
+A line may also be given as the GradflowError that stands for it (batch_lines.py:
+a line that is not UTF-8 or is too long): it becomes that line's error record.
+Parsing goes through `api.compile_program`, so a repeated program is parsed
+once. Torch-free until the first line is evaluated.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.errors import GradflowError, ValueInputError
+from gradflow.limits import MAX_JSON_DEPTH, MAX_VALUE_DIMS, Limits, as_limits
 
 FIELDS = ("id", "expr", "vars", "wrt", "dtype")
 _HINT = 'a line is "EXPR" or {"id": 1, "expr": "x*y", "vars": {"x": 1, "y": 2}, "wrt": "x", "dtype": "float64"}'
@@ -42,13 +48,48 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON (RFC 8259); write it as a string, e.g. \"nan\"")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one decoder: json.loads(..., kw) builds one per call
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """An object whose keys are all different: {"x": 1, "x": 2} would silently keep the 2."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _bad(f"the key {json.dumps(twice)} is given twice in one object; which value is meant?",
+                   hint="give each field and each variable once")
+    return obj
+
+
+# one decoder: json.loads(..., kw) builds one per call
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+_JSON_TOKENS = r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]'  # a string (maybe unterminated) or a bracket; re caches it
+
+
+def json_depth(line: str) -> int:
+    """How deep [ and { nest in a JSON text (brackets inside strings do not count); linear time."""
+    depth = deepest = 0
+    for token in re.findall(_JSON_TOKENS, line):
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+def _too_deep(line: str) -> bool:
+    """Does the line nest [ and { more than MAX_JSON_DEPTH deep? Few brackets in all: no, at C speed."""
+    return line.count("[") + line.count("{") > MAX_JSON_DEPTH and json_depth(line) > MAX_JSON_DEPTH
 
 
 def _loads(line: str) -> Any:
+    """A JSON line, nested at most MAX_JSON_DEPTH deep (Python's decoder recurses: 1,000 [ would overflow it)."""
+    if _too_deep(line):
+        depth = json_depth(line)
+        raise ValueInputError("bad_json", f"the line nests [ and {{ {depth:,} levels deep; at most {MAX_JSON_DEPTH} "
+                              "are read", hint=_HINT + f"; a list value may nest {MAX_VALUE_DIMS} levels")
     try:
         return _DECODER.decode(line)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise ValueInputError("bad_json", f"the line is not valid JSON: {err}",
                               hint=_HINT + "; use --text for plain expressions") from None
 
@@ -109,8 +150,8 @@ def _valid_id(rid: Any) -> bool:
 def _peek_id(number: int, line: str) -> Any:
     """The id of a line that failed to read, if it has a usable one."""
     try:
-        obj = json.loads(line, parse_constant=_reject_constant)
-    except ValueError:
+        obj = None if _too_deep(line) else json.loads(line, parse_constant=_reject_constant)
+    except Exception:  # noqa: BLE001 - whatever the line holds, its line number still names it
         return number
     rid = obj.get("id", number) if isinstance(obj, dict) else number
     return rid if _valid_id(rid) else number
@@ -124,13 +165,14 @@ class Defaults:
     wrt: str | list[str] | None = None
     dtype: str = "float32"
     device: str = "cpu"
+    limits: Limits | None = None
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
     """The line's own vars, plus those defaults whose names the program uses."""
     from gradflow.language.compile import compile_program
 
-    inputs = compile_program(job.expr).inputs
+    inputs = compile_program(job.expr, defaults.limits).inputs
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
     return {**shared, **job.vars}
 
@@ -140,7 +182,8 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     from gradflow.engine.explain import explain
 
     result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
-                     dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults))
+                     dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
+                     limits=defaults.limits)
     return {"id": job.id, "line": number, **result.to_dict()}
 
 
@@ -157,11 +200,15 @@ def internal_error(exc: Exception) -> GradflowError:
 
 
 def record(number: int, line: str, defaults: Defaults, text: bool = False, debug: bool = False) -> dict:
-    """Exactly one record for one non-blank line; never raises a GradflowError."""
+    """Exactly one record for one non-blank line; raises nothing but KeyboardInterrupt (and bugs with `debug`)."""
     try:
         job = read_job(number, line, text)
     except GradflowError as err:
         return error_record(_peek_id(number, line), number, None, err)
+    except Exception as exc:  # a bug in reading one line must not sink the whole batch either
+        if debug:
+            raise
+        return error_record(number, number, None, internal_error(exc))
     try:
         return evaluate_job(job, number, defaults)
     except GradflowError as err:
@@ -172,18 +219,24 @@ def record(number: int, line: str, defaults: Defaults, text: bool = False, debug
         return error_record(job.id, number, job.expr, internal_error(exc))
 
 
-def run_batch(lines: Iterable[str], *, text: bool = False, values: dict[str, Any] | None = None,
+def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
-              debug: bool = False) -> Iterator[dict]:
+              debug: bool = False, limits=None) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed.
 
     `values` are defaults for every line (text values are parsed by the shared value parser);
-    a JSON line's own "vars", "wrt" and "dtype" override them.
+    a JSON line's own "vars", "wrt" and "dtype" override them. `limits` as for explain(). A line given as
+    a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that line's error record.
     """
     from gradflow.values.text import parse_value
 
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device)
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits))
     for number, line in enumerate(lines, 1):
+        if isinstance(line, GradflowError):
+            yield error_record(number, number, None, line)
+            continue
+        if number == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark (Windows editors write one)
         if line.strip():
             yield record(number, line, defaults, text, debug)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradflow.engine.prepare import prepare, resolve_wrt
+from gradflow.engine.prepare import merge_values, prepare, resolve_wrt
 from gradflow.errors import GradflowError, ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.studies.rows import Comparison, Row
@@ -70,7 +70,7 @@ def compare(sources: str | list[str], /, *, modes: bool = False, wrt: str | list
 
     A program that fails becomes a row with `.error`; a value no program uses raises ValueInputError.
     """
-    vals = {**(values or {}), **kw_values}
+    vals = merge_values(values, kw_values)
     sources = [sources] if isinstance(sources, str) else list(sources)
     if modes:
         from gradflow.studies.modes import compare_modes

@@ -17,6 +17,7 @@ from gradflow.analysis.explanation import Explanation
 from gradflow.analysis.smooth import Note, notes
 from gradflow.analysis.status import depends_on
 from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.engine.prepare import merge_values
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph
 from gradflow.values.jsonable import to_jsonable
@@ -129,5 +130,5 @@ def check(source: str, /, *, wrt: str | list[str] | None = None, eps: float = 1e
     """
     from gradflow.engine.explain import explain
 
-    result = explain(source, wrt=wrt, dtype="float64", values={**(values or {}), **kw_values})
+    result = explain(source, wrt=wrt, dtype="float64", values=merge_values(values, kw_values))
     return run_check(result, eps=eps, rtol=rtol, atol=atol)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import Explanation
-from gradflow.engine.prepare import checked
+from gradflow.engine.prepare import check_seed, checked, merge_values
 from gradflow.errors import GradflowError, ValueInputError
 from gradflow.values.jsonable import to_jsonable
-from gradflow.values.specs import SweepRange, parse_sweep
+from gradflow.values.specs import SweepRange, check_range, parse_sweep
 
 
 @dataclass
@@ -87,27 +87,36 @@ def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0
         if progress is not None:
             progress(i + 1, rng.count)
 
-    return run_sweep(source, var, rng, {**(values or {}), **kw_values}, wrt=wrt, dtype=dtype, device=device,
+    return run_sweep(source, var, rng, merge_values(values, kw_values), wrt=wrt, dtype=dtype, device=device,
                      seed=seed, on_point=on_point, keep=keep)
 
 
-def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None):
-    """The torch-free part (program, values, leaves): its errors come before any work."""
-    return checked(source, {**values, var: 0.0}, wrt)
+def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: SweepRange | None = None,
+                dtype: str = "float32", seed: int = 0):
+    """The torch-free part (program, values, leaves, the seed, every point a finite number of `dtype`):
+    its errors come before any work."""
+    ready = checked(source, {**values, var: 0.0}, wrt)
+    check_seed(seed)
+    if rng is not None:
+        check_range(var, rng, dtype)
+    return ready
 
 
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
               on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False) -> SweepResult:
     """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
-    graph, fixed, leaves = check_sweep(source, var, values, wrt)
+    graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed)
     from gradflow.engine.evaluate import evaluate  # torch from here on
-    from gradflow.values.tensors import materialize
+    from gradflow.values.tensors import materialize, resolve_device, resolve_dtype, scalar
 
     fixed = materialize(fixed, dtype, seed)
     result = SweepResult(graph.source, var, rng.points(), leaves)
+    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     for i, x in enumerate(result.values):
-        point = evaluate(graph, {**fixed, var: x}, leaves, dtype=dtype, device=device)
+        # each point already in the dtype: the points are gradflow's, not values given, so no rounding warnings
+        point = evaluate(graph, {**fixed, var: scalar(x, torch_dtype, torch_device)}, leaves, dtype=dtype,
+                         device=device)
         result.rows.append(SweepRow.of(x, point))
         if keep:
             result.points.append(point)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gradflow.analysis.explanation import Explanation
-from gradflow.engine.prepare import prepare
+from gradflow.engine.prepare import merge_values, prepare
 from gradflow.errors import GradflowError, LimitError
 from gradflow.language.edits import Edit, cut_nodes, off_flags
 from gradflow.language.graph import Graph
@@ -126,6 +126,6 @@ def whatif(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "
     Takes the same arguments as `explain()`. Raises GradflowError if the program
     as written cannot be evaluated.
     """
-    graph, vals, leaves = prepare(source, {**(values or {}), **kw_values}, wrt, dtype=dtype, seed=seed)
+    graph, vals, leaves = prepare(source, merge_values(values, kw_values), wrt, dtype=dtype, seed=seed)
     return whatif_graph(graph, vals, leaves, dtype=dtype, device=device)
 

@@ -89,6 +89,27 @@ def parse_sweep(name: str, text: str) -> SweepRange | None:
     return SweepRange(start, stop, count)
 
 
+LARGEST = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}  # finite maxima (torch.finfo)
+
+
+def check_range(name: str, rng: SweepRange, dtype: str) -> None:
+    """Every point of the sweep is a finite number of `dtype`: a START or STOP beyond the dtype's largest number,
+    or a step that overflows (-1.7e308:1.7e308:3), would silently give inf and nan points."""
+    largest = LARGEST.get(dtype)
+    if largest is None:  # an unknown dtype: the evaluation says so
+        return
+    text = f"--{name} {rng.start:g}:{rng.stop:g}:{rng.count}"
+    for what, v in (("START", rng.start), ("STOP", rng.stop)):
+        if abs(v) > largest:
+            hint = "use --dtype float64, or a smaller range" if dtype == "float32" else "sweep a smaller range"
+            raise ValueInputError("bad_value", f"{text}: {what} {v:g} is too large for {dtype} (its largest number "
+                                  f"is about {largest:.2g}), so the sweep's points would be inf", hint=hint)
+    if rng.count > 1 and not math.isfinite((rng.stop - rng.start) / (rng.count - 1)):
+        raise ValueInputError("bad_value", f"{text}: the distance from START to STOP is too large for a number "
+                              f"(it passes {largest:.2g}), so the sweep's points would be inf and nan",
+                              hint="sweep a smaller range, e.g. from 0 to STOP")
+
+
 def parse_special(name: str, text: str):
     """A constructor, file or sweep text -> its object; None when the text is none of these."""
     text = text.strip()

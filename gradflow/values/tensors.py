@@ -57,9 +57,11 @@ def scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tens
 def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
     check_value(name, value)
+    if isinstance(value, torch.Tensor):
+        _check_dense(name, "a tensor", value)
     if type(value) in (int, float):
         try:
-            return scalar(value, dtype, device)
+            return scalar(float(value), dtype, device)  # an int through float64 first: torch refuses ints > 2**63
         except OverflowError:
             pass  # an int too big for a C double: as_tensor below says so in torch's words
     try:
@@ -126,21 +128,32 @@ def _load_npy(name: str, path: Path) -> torch.Tensor:
             version = np.lib.format.read_magic(f)
             header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = header(f)
-        _check_numeric(name, path, dtype.kind)
+        _check_numeric(name, path, dtype.kind, dtype.itemsize)
         _check_size(name, path, shape)
         array = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise _unreadable(name, path, err) from None
     if not array.dtype.isnative:  # e.g. big-endian '>f8': torch takes native byte order only
         array = array.astype(array.dtype.newbyteorder("="))
-    return torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
+    try:
+        return torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
+    except TypeError as err:  # a numpy type torch has no counterpart for
+        raise ValueInputError("bad_value", f"the value of '{name}', {path}, holds {array.dtype} numbers, which torch "
+                              f"cannot hold ({str(err).splitlines()[0]})", hint=_NUMERIC_HINT) from None
 
 
-def _check_numeric(name: str, path: Path, kind: str):
+_NUMERIC_HINT = "save a float64 array: numpy.save('x.npy', np.asarray(a, dtype=np.float64))"
+
+
+def _check_numeric(name: str, path: Path, kind: str, itemsize: int = 8):
     if kind not in "biuf":
         raise ValueInputError("bad_value", f"the value of '{name}', {path}, holds "
                               f"{'Python objects' if kind == 'O' else 'non-real numbers'}, not real numbers",
-                              hint="save a numeric array: numpy.save('x.npy', np.asarray(a, dtype=float))")
+                              hint=_NUMERIC_HINT)
+    if kind == "f" and itemsize > 8:  # numpy.longdouble: torch has no such type; refused, never silently rounded
+        raise ValueInputError("bad_value", f"the value of '{name}', {path}, holds {8 * itemsize}-bit long double "
+                              "numbers (numpy.longdouble), which torch cannot hold; gradflow does not round them "
+                              "to float64 for you", hint=_NUMERIC_HINT)
 
 
 def _load_pt(name: str, path: Path) -> torch.Tensor:
@@ -161,8 +174,19 @@ def _load_pt(name: str, path: Path) -> torch.Tensor:
                               hint="save the tensor alone: torch.save(tensor, 'x.pt')")
     if obj.is_complex():
         _check_numeric(name, path, "c")
+    _check_dense(name, path, obj)
     _check_size(name, path, obj.shape)
     return obj
+
+
+def _check_dense(name: str, where: Path | str, t: torch.Tensor) -> None:
+    """An ordinary tensor of numbers: sparse, quantized or nested tensors have no plain values to start from."""
+    kind = (f"a {str(t.layout).removeprefix('torch.')} tensor" if t.layout != torch.strided
+            else "a quantized tensor" if t.is_quantized else "a nested tensor" if t.is_nested else None)
+    if kind is not None:
+        raise ValueInputError("bad_value", f"the value of '{name}' ({where}) is {kind}, not an ordinary (dense) tensor",
+                              hint="make it dense first: t.to_dense() (t.dequantize() for a quantized one); "
+                                   "for --x @x.pt, torch.save that")
 
 
 def _unpickle_reason(err: Exception) -> str:

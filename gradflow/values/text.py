@@ -19,13 +19,21 @@ def parse_value(name: str, text: str):
         return special
     check_value_text(name, text)
     try:
-        return float(text) if not text.startswith("[") else _check_list(json.loads(text))
+        return _number(text) if not text.startswith("[") else _check_list(json.loads(text))
     except (ValueError, TypeError) as err:
         detail = f" ({err})" if isinstance(err, TypeError) else ""
         raise ValueInputError(
             "bad_value", f"cannot read the value of '{name}': {text!r}{detail}",
             hint="give a number (2, -1.5, 1e-3), a JSON list ([1,2,3], [[1,2],[3,4]]), a constructor "
                  "(randn(3,4), zeros(2), linspace(-1,1,5), ...) or a file (@x.npy, @x.pt)") from None
+
+
+def _number(text: str) -> int | float:
+    """'2.5' -> 2.5; '16777217' -> 16777217 exactly (an int: the warning about rounding can quote it as given)."""
+    digits = text.lstrip("+-")
+    if digits.isdigit() and digits.isascii() and len(digits) <= 300:  # beyond 1e300 (or '1e5'): a float, as before
+        return int(text)
+    return float(text)
 
 
 def check_value_text(name: str, text: str) -> None:
