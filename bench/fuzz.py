@@ -9,7 +9,9 @@ text, random --wrt and tiny limits), so any failure is reproducible from its
 index alone. Every input goes through explain() + table + strict JSON, every
 `--cli-every`-th also through `gradflow eval` in-process; the same property as
 the Hypothesis tests in tests/system/test_fuzz.py. Prints the count, the outcome kinds,
-the failures (and exits 1 if there are any).
+the failures (and exits 1 if there are any). Every `--batch-every`-th input also feeds a generated batch
+input (bytes: nested JSON, invalid UTF-8, \r, \r\n, byte-order marks, binary) to `gradflow batch -`: one
+record per non-blank line, in order.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from typer.testing import CliRunner  # noqa: E402
 
-from tests.fuzz_support import check_api, check_cli, gen_case  # noqa: E402
+from tests.fuzz_support import check_api, check_batch_bytes, check_cli, gen_batch_bytes, gen_case  # noqa: E402
 
 
 def run_one(i: int, opts, runner, outcomes) -> None:
@@ -34,6 +36,8 @@ def run_one(i: int, opts, runner, outcomes) -> None:
     outcomes[check_api(case)] += 1
     if i % opts.cli_every == 0:
         outcomes[f"cli exit {check_cli(case, runner)}"] += 1
+    if i % opts.batch_every == 0:  # a whole batch input as bytes: nested JSON, broken UTF-8, mixed line ends
+        outcomes[f"batch bytes exit {check_batch_bytes(gen_batch_bytes(random.Random(f'{opts.seed}:b:{i}')), runner)}"] += 1
 
 
 def run_range(job: tuple) -> tuple[collections.Counter, list[int]]:
@@ -60,6 +64,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start", type=int, default=0, help="first input index (to replay one: --start I --inputs 1)")
     ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
+    ap.add_argument("--batch-every", type=int, default=10, help="also run a generated batch input (bytes) every Nth")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the inputs are split between them)")
     opts = ap.parse_args()
     start, end = time.monotonic(), opts.start + opts.inputs

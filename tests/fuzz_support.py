@@ -263,3 +263,62 @@ def gen_case(rng) -> dict:
     return {"source": gen_source(rng), "values": {n: gen_value(rng) for n in names if rng.random() < 0.5},
             "wrt": wrt, "fit": rng.random() < 0.9, "extra": rng.randrange(len(EXTRAS) + 1), "dtype": rng.choice(["float32", "float32", "float64"]),
             "limits": limits}
+
+
+# ---- whole batch inputs as bytes: nested JSON, broken UTF-8, mixed line ends -------------------------------
+
+def gen_batch_line(rng) -> bytes:
+    r = rng.random()
+    if r < 0.35:
+        return batch_line(gen_case(rng)).encode()
+    if r < 0.45:
+        return json.dumps(gen_source(rng)).encode("utf-8", "surrogatepass")
+    if r < 0.55:
+        depth = rng.choice([10, 63, 64, 65, 1000, 5000])
+        opener = rng.choice(["[", '{"a":', '{"expr": "x", "vars": {"x": '])
+        return (opener * depth + "1").encode()
+    if r < 0.65:  # invalid UTF-8 somewhere in an otherwise fine line
+        good = batch_line(gen_case(rng)).encode()
+        i = rng.randint(0, len(good))
+        return good[:i] + rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80\x80", b"\xf4\x90\x80\x80"]) + good[i:]
+    if r < 0.75:  # a carriage return, tab or NUL inside the line
+        good = batch_line(gen_case(rng)).encode()
+        i = rng.randint(0, len(good))
+        return good[:i] + rng.choice([b"\r", b"\t", b"\x00", b"\x1b[31m"]) + good[i:]
+    if r < 0.85:
+        return rng.choice([b"", b"   ", b"\t", b"{}", b"[]", b"null", b"1", b'"', b"{", b'{"expr": 1}', b'{"expr": "x", "expr": "y"}'])
+    return bytes(rng.randrange(256) for _ in range(rng.randint(1, 40)))
+
+
+def gen_batch_bytes(rng) -> bytes:
+    """Several lines joined by \\n, \\r\\n or a bare \\r, maybe a byte-order mark first, maybe no final newline."""
+    lines = [gen_batch_line(rng) for _ in range(rng.randint(1, 6))]
+    out = b""
+    for i, line in enumerate(lines):
+        out += line + (rng.choice([b"\n", b"\n", b"\r\n", b"\r"]) if i < len(lines) - 1 or rng.random() < 0.7 else b"")
+    if rng.random() < 0.1 and lines[0].strip():
+        out = b"\xef\xbb\xbf" + out
+    return out
+
+
+def expected_lines(data: bytes) -> list[int]:
+    """The line numbers that must each get exactly one record: lines split on \\n only, a \\r\\n's \\r
+    dropped, blank lines (only spaces, tabs, \\r) skipped but counted."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [i + 1 for i, raw in enumerate(parts) if raw.strip(b" \t\r")]
+
+
+def check_batch_bytes(data: bytes, runner: CliRunner | None = None) -> int:
+    """One record per non-blank line, in order, strict JSON, exit 0 (all fine) or 4 (some lines failed)."""
+    res = (runner or CliRunner()).invoke(app, ["batch", "-"], input=data)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code in (0, 4), (res.exit_code, res.stderr)
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    records = [json.loads(line, parse_constant=_no_nan) for line in res.stdout.splitlines()]
+    assert [r["line"] for r in records] == expected_lines(data), (data, [r["line"] for r in records])
+    assert all(r["error"] is None or r["error"]["kind"] != "internal" for r in records), records
+    return res.exit_code

@@ -56,3 +56,17 @@ def test_the_long_run_generator(i):
     check_api(case)
     if i % 4 == 0:
         check_cli(case)
+
+
+def test_generated_batch_inputs_get_one_record_per_line():
+    """Nested JSON, invalid UTF-8, bare \r and \r\n, byte-order marks, binary: every non-blank line gets its
+    record, in order (line numbers as the bytes split), and the batch never stops early."""
+    import random
+
+    from typer.testing import CliRunner
+
+    from ..fuzz_support import check_batch_bytes, gen_batch_bytes
+
+    runner = CliRunner()
+    exits = {check_batch_bytes(gen_batch_bytes(random.Random(f"suite:{i}")), runner) for i in range(60)}
+    assert exits <= {0, 4}  # (nearly every generated input holds a bad line: 4)
