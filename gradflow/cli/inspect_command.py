@@ -200,12 +200,28 @@ def _inspect(target: str, o: Opts) -> int:
     _check_options(o)
     path, name = split_target(target)
     func = load_function(path, name)
-    t, loss, params = run_function(func, name)
-    report = t.explain(loss, params=params)
-    _emit(report, o)
+    report = _report(func, name)
+    try:
+        _emit(report, o)
+    finally:
+        _free(report)
     if report.error is not None:
         from gradflow.render.table import print_error
 
         print_error(report.error, consoles()[1])
         return int(report.error.exit_code)
     return 0
+
+
+def _report(func, name: str):
+    t, loss, params = run_function(func, name)
+    return t.explain(loss, params=params)  # the report holds the only reference to the loss left here
+
+
+def _free(report):
+    """Free the loss's autograd graph from the loss backwards: a long chain freed by torch alone can overflow
+    the C stack (inspect/teardown.py)."""
+    from gradflow.inspect.teardown import free_graph
+
+    holder, report.loss = [report.loss], report.loss.detach()
+    free_graph(holder)

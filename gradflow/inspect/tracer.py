@@ -15,12 +15,12 @@ user's code are unchanged: every call runs as it would without the trace.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from gradflow.inspect.source import in_custom_function, user_line
 from gradflow.language.ops import OPS
@@ -127,7 +127,10 @@ class _Mode(TorchFunctionMode):
         if name in _FLAGS and ins:
             self.t._flag(name, ins[0], args, kwargs)
         in_rg = [a.requires_grad for a in ins]
-        stop = {a.grad_fn for a in ins if a.grad_fn is not None} if any(in_rg) else None
+        # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
+        # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
+        stop = {a.grad_fn for a in ins if a.grad_fn is not None} \
+            if any(rg and a.is_leaf for a, rg in zip(ins, in_rg)) else None
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -141,12 +144,12 @@ class _Mode(TorchFunctionMode):
 class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.state = TraceState()
-        self._ids = WeakIdKeyDictionary()
+        self._ids: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (weak reference, serial)
         self._next = 0
         self._mode = _Mode(self)
-        self._hooks = []
+        self._hooks: list = []
         self._failed_with: BaseException | None = None
 
     # ---- context manager -------------------------------------------------------------
@@ -193,15 +196,17 @@ class Trace:
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
-        s = self._ids.get(t)
+        s = self.known(t)
         if s is None:
-            s = self._ids[t] = self._next
+            s = self._next
+            self._ids[id(t)] = (weakref.ref(t), s)
             self._next += 1
         return s
 
     def known(self, t: torch.Tensor) -> int | None:
-        """This tensor's serial number, if the trace has seen it."""
-        return self._ids.get(t)
+        """This tensor's serial number, if the trace has seen it (an id reused by a new tensor is not a match)."""
+        entry = self._ids.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
@@ -255,7 +260,8 @@ class Trace:
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
         used = {u.serial for u in self.state.uses}
-        return [(t, s) for t, s in list(self._ids.items()) if s in used and t.is_leaf and t.requires_grad]
+        live = [(ref(), s) for ref, s in list(self._ids.values()) if s in used]
+        return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
 
     @property
     def ops(self) -> list[OpRecord]:
