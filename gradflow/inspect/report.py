@@ -14,6 +14,7 @@ import torch
 from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
+from gradflow.inspect.source import raised_by_gradflow, user_failure
 from gradflow.values.jsonable import dumps, to_jsonable
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
@@ -21,6 +22,8 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 
 ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
                "(multiplied by 0? a dead ReLU? a mask?)")
+BACKWARD_HINT = ("the backward pass through your model failed (a hook that raises, a tensor changed in place "
+                 "after it was saved...); fix it there, rerun with --debug for the full traceback")
 STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")
 
 
@@ -172,6 +175,13 @@ def check_loss(loss) -> None:
     if loss.numel() != 1:
         raise GradflowError("non_scalar_loss", f"the loss must be a scalar, got shape {tuple(loss.shape)}",
                             hint="reduce it first: .mean() or .sum()")
+    if loss.is_complex():
+        raise GradflowError("complex_loss", f"the loss must be a real number, got a {loss.dtype} tensor "
+                            "(backward needs a real scalar)", hint="return a real loss, e.g. loss.abs() or loss.real")
+    if loss.is_meta:
+        raise GradflowError("meta_loss", "the loss is on the meta device: it has a shape but no values, so there "
+                            "are no gradients to report", hint="build the model and its inputs on a real device "
+                            "(cpu) to inspect them")
 
 
 def _backward(loss, tensors: list, retain_graph: bool) -> list:
@@ -180,11 +190,13 @@ def _backward(loss, tensors: list, retain_graph: bool) -> list:
         return [None] * len(tensors)
     try:
         grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph))
-    except RuntimeError as err:
-        if "second time" not in str(err):
+    except Exception as err:
+        if isinstance(err, RuntimeError) and "second time" in str(err):
+            raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
+                                hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
+        if raised_by_gradflow(err):
             raise
-        raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
-                            hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
+        raise user_failure("backward", err, hint=BACKWARD_HINT) from err  # a hook, a tensor changed in place, ...
     return [_dense(next(grads)) if t.requires_grad else None for t in tensors]
 
 
