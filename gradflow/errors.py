@@ -98,6 +98,12 @@ class NoGradientError(GradflowError):
     exit_code = ExitCode.NO_GRADIENT
 
 
+class UntracedError(GradflowError):
+    """Some parameters could not be traced (inspect): the report stands for the others (exit 4)."""
+
+    exit_code = ExitCode.PARTIAL
+
+
 class UserCodeError(GradflowError):
     """The user's own code failed while gradflow ran it (`inspect`): exit 5.
 

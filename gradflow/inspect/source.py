@@ -39,14 +39,16 @@ def user_line(start: int = 1) -> str | None:
     return None
 
 
-def in_custom_function() -> bool:
-    """Is a custom torch.autograd.Function's forward running? (It runs with grad off, but is no cut.)"""
+def custom_function() -> tuple[str, tuple] | None:
+    """The custom torch.autograd.Function whose forward is running, if any (it runs with grad off, but is no cut):
+    its class name and the arguments it was applied to."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_PY):
-            return True
+            local = frame.f_locals
+            return getattr(local.get("cls"), "__name__", "Function"), tuple(local.get("args", ()))
         frame = frame.f_back
-    return False
+    return None
 
 
 @functools.lru_cache(maxsize=512)
