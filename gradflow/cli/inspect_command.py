@@ -42,10 +42,11 @@ HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
-    {ExitCode.INPUT: "bad input: no such file or function, or a loss that is not a real scalar",
+    {ExitCode.INPUT: "bad input: no such file or function, a loss that is not a real scalar, an inference "
+                     "tensor reused in training",
      ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad",
-     ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced)",
-     ExitCode.USER_CODE: "your code failed: it raised or exited (its traceback is shown)"})
+     ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced); the rest of the report stands",
+     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)"})
 
 
 def split_target(target: str) -> tuple[Path, str]:

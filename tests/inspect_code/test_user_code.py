@@ -280,3 +280,13 @@ def test_the_models_folder_leaves_sys_path_afterwards(cli, tmp_path):
         pytest.approx(2 * 2 ** 0.5)  # d/dw sum(2w) = [2, 2]
     assert cli("inspect", f"{tmp_path / 'm.py'}:fails").exit_code == 5
     assert sys.path == before
+
+
+def test_debug_shows_the_whole_traceback(cli, tmp_path):
+    (tmp_path / "m.py").write_text("def helper():\n    raise ValueError('deep')\n\ndef main():\n    helper()\n")
+    short = cli("inspect", f"{tmp_path / 'm.py'}:main")
+    assert short.exit_code == 5 and "Traceback (most recent call last)" not in short.stderr
+    assert 'line 5, in main\n    helper()\n' in short.stderr and "gradflow/" not in short.stderr
+    full = cli("inspect", f"{tmp_path / 'm.py'}:main", "--debug")
+    assert full.exit_code == 5 and "Traceback (most recent call last)" in full.stderr
+    assert "gradflow/cli/user_code.py" in full.stderr and "ValueError: deep" in full.stderr
