@@ -57,13 +57,19 @@ def split_target(target: str) -> tuple[Path, str]:
     return Path(path), func
 
 
-def load_function(path: Path, name: str):
-    """Import the user's file as a module and return its FUNCTION (their folder is on sys.path: `contained`)."""
+def find_file(path: Path):
+    """The user's file as an import spec; checked before torch is imported (an early error stays fast)."""
     if not path.is_file():
         raise ValueInputError("file_not_found", f"no such file: {path}", hint="give FILE.py:FUNCTION")
     spec = importlib.util.spec_from_file_location(f"gradflow_user_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ValueInputError("bad_file", f"cannot import {path} as Python", hint="give a .py file")
+    return spec
+
+
+def load_function(path: Path, name: str):
+    """Import the user's file as a module and return its FUNCTION (their folder is on sys.path: `contained`)."""
+    spec = find_file(path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -187,13 +193,16 @@ def _inspect(target: str, o: Opts) -> int:
     """The command's work: load, trace, explain, print; returns the exit code."""
     _check_options(o)
     path, name = split_target(target)
+    find_file(path)
     preload()
     with contained(str(path.resolve().parent)) as user:
         func = user.run(f"importing {path}", load_function, path, name)
         t, loss, params = user.run(f"{name}()", run_function, func, name)
         report = user.run("backward", t.explain, loss, params=params, all_errors=False)
         del loss, params  # the report holds the only reference to the loss left here
-    report.warnings += [_threads_warning(user.leftover_threads())] if user.leftover_threads() else []
+    threads = user.leftover_threads()
+    if threads:
+        report.warnings.append(_threads_warning(threads))
     try:
         _emit(report, o)
     finally:

@@ -48,7 +48,7 @@ class ParamReport:
     shape: list[int]
     numel: int
     requires_grad: bool
-    status: str  # one of STATUSES
+    status: str  # one of STATUSES, or "untraced"
     reason: str | None = None
     grad: Any = None  # tensor | None (not in JSON: use grad_norm)
     grad_norm: float | None = None
