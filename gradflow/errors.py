@@ -17,7 +17,9 @@ class ExitCode(IntEnum):
     INTERNAL = 1  # a bug in gradflow: please report it with --debug output
     INPUT = 2  # the program, a value or an option is wrong
     NO_GRADIENT = 3  # the output does not require grad: nothing can flow back
-    PARTIAL = 4  # batch: at least one record failed (the others were written); compare: some programs failed
+    PARTIAL = 4  # batch: at least one record failed (the others were written); compare: some programs failed;
+    #              inspect: some parameters could not be traced (status "untraced"; the rest of the report stands)
+    USER_CODE = 5  # inspect: the user's own code failed (raised, called sys.exit, or its backward failed)
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -36,6 +38,7 @@ class GradflowError(Exception):
     """
 
     exit_code = ExitCode.INPUT
+    detail: str | None = None  # more lines to show between the message and the hint (a traceback)
 
     def __init__(self, kind: str, message: str, *, hint: str | None = None,
                  span: Span | None = None, source: str | None = None):
@@ -71,7 +74,7 @@ class GradflowError(Exception):
         return f"  {visible(line)}\n  {' ' * pad}{'^' * width}"
 
     def __str__(self) -> str:
-        parts = [self.message]
+        parts = [self.message, *([self.detail] if self.detail else [])]
         if self.hint:
             parts.append(f"hint: {self.hint}")
         return "\n".join(parts)
@@ -97,3 +100,33 @@ class NoGradientError(GradflowError):
     """The output does not require grad, so backward cannot run (exit 3)."""
 
     exit_code = ExitCode.NO_GRADIENT
+
+
+class UntracedError(GradflowError):
+    """Some parameters could not be traced (inspect): the report stands for the others (exit 4)."""
+
+    exit_code = ExitCode.PARTIAL
+
+
+class UserCodeError(GradflowError):
+    """The user's own code failed while gradflow ran it (`inspect`): exit 5.
+
+    `frames` are the traceback's frames in the user's code, plus the line that raised:
+    (file, line, function, source text).
+    """
+
+    exit_code = ExitCode.USER_CODE
+
+    def __init__(self, kind: str, message: str, *, hint: str | None = None,
+                 frames: list[tuple[str, int, str, str]] | None = None):
+        super().__init__(kind, message, hint=hint)
+        self.frames = frames or []
+        if self.frames:
+            lines = [f'  File "{f}", line {n}, in {fn}' + (f"\n    {code}" if code else "")
+                     for f, n, fn, code in self.frames]
+            self.detail = "Traceback (your code; --debug shows all of it):\n" + "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["traceback"] = [{"file": f, "line": n, "function": fn, "code": code} for f, n, fn, code in self.frames]
+        return d

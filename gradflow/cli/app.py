@@ -34,7 +34,8 @@ HELP_END = help_end([
     'gradflow ops',
     'gradflow eval --help',
 ], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, script, compare)",
-                    ExitCode.PARTIAL: "partial: some lines (batch) or programs (compare) failed"})
+                    ExitCode.PARTIAL: "partial: batch lines or compare programs failed, or inspect could not "
+                                      "trace some parameters"})
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, epilog=HELP_END,
                   help="Show how gradients flow through a PyTorch computation.")

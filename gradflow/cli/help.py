@@ -16,6 +16,7 @@ MEANINGS = {
     ExitCode.INPUT: "bad input: the program, a value or an option",
     ExitCode.NO_GRADIENT: "no gradient: the output does not require grad",
     ExitCode.PARTIAL: "partial: some of the work failed, the rest is done",
+    ExitCode.USER_CODE: "your code failed (inspect): it raised or exited",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -2,17 +2,16 @@
 
 The user's file is imported (running it is the point) and FUNCTION is called with
 no arguments inside `gradflow.trace()`; it returns a loss, or (loss, model), or
-(loss, {name: tensor}). Whatever the user's code prints goes to stderr, so stdout
-holds only the report. torch is imported only when the command runs.
+(loss, {name: tensor}). Their code runs contained (cli/user_code.py): what it writes
+goes to stderr, so stdout holds only the report; what it raises is reported as its
+failure (exit 5). torch is imported only when the command runs.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import os
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +20,8 @@ import typer
 
 from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded, refuse_binary_on_terminal
 from gradflow.cli.help import help_end
+from gradflow.cli.streams import exit_hard
+from gradflow.cli.user_code import contained, preload
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
@@ -39,9 +40,13 @@ HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main --only-problems",
     "gradflow inspect examples/transformer_block.py:main --expand --json",
     "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
-], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
-    {ExitCode.INPUT: "bad input: no such file or function, or your code raised",
-     ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad"})
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.USER_CODE,
+    ExitCode.INTERRUPTED],
+    {ExitCode.INPUT: "bad input: no such file or function, a loss that is not a real scalar, an inference "
+                     "tensor reused in training",
+     ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad",
+     ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced); the rest of the report stands",
+     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)"})
 
 
 def split_target(target: str) -> tuple[Path, str]:
@@ -52,34 +57,22 @@ def split_target(target: str) -> tuple[Path, str]:
     return Path(path), func
 
 
-def _user_frame(tb) -> str:
-    """`file:line` of the innermost traceback frame in the user's code."""
-    from gradflow.inspect.source import short_path, user_code
-
-    frames = [f for f in traceback.extract_tb(tb) if user_code(f.filename)]
-    return f" (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-
-
-def _raised(what: str, err: BaseException) -> GradflowError:
-    return GradflowError("user_code", f"{what} raised {type(err).__name__}: {err}{_user_frame(err.__traceback__)}",
-                         hint="fix the error in your code (rerun with --debug for the full traceback)")
-
-
-def load_function(path: Path, name: str):
-    """Import the user's file as a module and return its FUNCTION."""
+def find_file(path: Path):
+    """The user's file as an import spec; checked before torch is imported (an early error stays fast)."""
     if not path.is_file():
         raise ValueInputError("file_not_found", f"no such file: {path}", hint="give FILE.py:FUNCTION")
     spec = importlib.util.spec_from_file_location(f"gradflow_user_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ValueInputError("bad_file", f"cannot import {path} as Python", hint="give a .py file")
+    return spec
+
+
+def load_function(path: Path, name: str):
+    """Import the user's file as a module and return its FUNCTION (their folder is on sys.path: `contained`)."""
+    spec = find_file(path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    sys.path.insert(0, str(path.resolve().parent))
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # the user's prints must not mix into --json
-            spec.loader.exec_module(module)
-    except Exception as err:
-        raise _raised(f"importing {path}", err) from None
+    spec.loader.exec_module(module)
     func = getattr(module, name, None)
     if not callable(func):
         known = [k for k, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == spec.name]
@@ -100,13 +93,13 @@ def run_function(func, name: str):
                               hint="wrap it: def main(): return loss_fn(build_model(), make_batch())")
     t = trace()
     try:
-        with t, contextlib.redirect_stdout(sys.stderr):
+        with t:
             value = func()
-    except Exception as err:
+    except BaseException as err:
         failure = t.failure_of(err)
         if failure is not None:
             raise failure_error(failure) from None
-        raise _raised(f"{name}()", err) from None
+        raise
     loss, params = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
     return t, loss, params
 
@@ -163,6 +156,7 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
                 debug: DebugOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth, graph, output)
+    exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
         try:
@@ -199,13 +193,38 @@ def _inspect(target: str, o: Opts) -> int:
     """The command's work: load, trace, explain, print; returns the exit code."""
     _check_options(o)
     path, name = split_target(target)
-    func = load_function(path, name)
-    t, loss, params = run_function(func, name)
-    report = t.explain(loss, params=params)
-    _emit(report, o)
+    find_file(path)
+    preload()
+    with contained(str(path.resolve().parent)) as user:
+        func = user.run(f"importing {path}", load_function, path, name)
+        t, loss, params = user.run(f"{name}()", run_function, func, name)
+        report = user.run("backward", t.explain, loss, params=params, all_errors=False)
+        del loss, params  # the report holds the only reference to the loss left here
+    threads = user.leftover_threads()
+    if threads:
+        report.warnings.append(_threads_warning(threads))
+    try:
+        _emit(report, o)
+    finally:
+        _free(report)
     if report.error is not None:
         from gradflow.render.table import print_error
 
         print_error(report.error, consoles()[1])
         return int(report.error.exit_code)
     return 0
+
+
+def _threads_warning(threads) -> str:
+    names = ", ".join(t.name for t in threads[:3]) + (f" (+{len(threads) - 3} more)" if len(threads) > 3 else "")
+    return (f"your code left {len(threads)} thread{'s' * (len(threads) != 1)} running ({names}); gradflow "
+            "exits without waiting for them")
+
+
+def _free(report):
+    """Free the loss's autograd graph from the loss backwards: a long chain freed by torch alone can overflow
+    the C stack (inspect/teardown.py)."""
+    from gradflow.inspect.teardown import free_graph
+
+    holder, report.loss = [report.loss], report.loss.detach()
+    free_graph(holder)

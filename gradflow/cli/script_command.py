@@ -29,8 +29,10 @@ HELP_END = help_end([
     "gradflow script examples/classic_2018.py",
     "gradflow script examples/classic_2018.py --json",
     "gradflow script train.py --json -- --epochs 1  # exit 2: no train.py here",
-], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
-    {ExitCode.INPUT: "bad input: no such file, or the script raised or exited with a failure status",
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE,
+    ExitCode.INTERRUPTED],
+    {ExitCode.INPUT: "bad input: no such file, or an option",
+     ExitCode.USER_CODE: "your script failed: it raised, could not be compiled, or exited with a failure status",
      ExitCode.NO_GRADIENT: "no gradient: the script never called backward(), or its backward failed "
                            "because nothing required grad"})
 

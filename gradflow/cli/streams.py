@@ -10,6 +10,9 @@ batch, sweep, ...) inherits it:
 - stdout (or stderr) that cannot be written (`> /dev/full`, a disk quota, a file-size limit): "cannot write the
   output: No space left on device", exit 2, also when it only shows at the final flush;
 - a terminal whose encoding has no ●, ✂, — (PYTHONIOENCODING=ascii, a latin-1 locale): ASCII marks instead.
+- a command that ran someone else's code (`inspect`) asks for `exit_hard`: once the output is flushed, the
+  process ends with os._exit, so threads that code left running cannot hang the exit, and its exit handlers
+  and objects (a long autograd graph in a global) are not run or freed after the report.
 """
 from __future__ import annotations
 
@@ -111,8 +114,25 @@ def _library_saw_broken_pipe(was_devnull: bool) -> bool:
     return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (not was_devnull and _stdout_is_devnull())
 
 
+_EXIT_HARD: list[bool] = []  # set by exit_hard() during this run
+
+
+def exit_hard() -> None:
+    """The command runs someone else's code: end the process with os._exit once the output is flushed
+    (only in the real process: run_safely honours it; the library and in-process tests never exit)."""
+    _EXIT_HARD.append(True)
+
+
+def _exit_now(code: str | int | None) -> NoReturn:
+    """sys.exit(code), without waiting for other threads, exit handlers or the interpreter's teardown."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr, flush=True)
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 def run_safely(main: Callable[[], object]) -> NoReturn:
     """Run a Click/Typer app (which ends in SystemExit) and exit with its code, quietly."""
+    _EXIT_HARD.clear()
     _ensure_streams()
     ascii_fallback()
     was_devnull = _stdout_is_devnull()
@@ -136,6 +156,8 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     except ValueError:
         pass
     sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
+    if _EXIT_HARD:
+        _exit_now(code)
     from gradflow.cli.startup import before_exit
 
     before_exit()

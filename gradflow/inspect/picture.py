@@ -17,10 +17,10 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import OpRecord
 
 _FILL = {"cut": "#f8c8c8", "unused": "#fff2b3", "unreached": "#fff2b3", "zero": "#fff2b3",
-         "frozen": "#e0e0e0", "live": "#c8ecc8"}
+         "frozen": "#e0e0e0", "live": "#c8ecc8", "untraced": "#e8d0f0"}
 _DOT_STYLE = {"cutop": ', shape=octagon, fillcolor="#ff9a9a"', "loss": ', shape=ellipse, fillcolor="#d0e0ff"',
               "op": ""}
-_WORST = ("cut", "unreached", "unused", "zero", "live", "frozen")
+_WORST = ("cut", "untraced", "unreached", "unused", "zero", "live", "frozen")
 
 
 @dataclass

@@ -60,6 +60,7 @@ class FlowGraph:
         self.loss = loss_serial
         self.leaves = leaf_serials
         self.to_loss = self._ancestors()
+        self.outside = [self.ops[i] for i, s in trace.state.outside if s in self.to_loss]  # ops fed from outside
 
     def _ancestors(self) -> set[int]:
         """Serials the loss is computed from (not looking behind parameters: their init)."""
@@ -133,6 +134,11 @@ def cut_of(rec: OpRecord, module_name) -> Cut:
 def why_none(graph: FlowGraph, trace: Trace, serial: int, module_name) -> tuple[str, str, list[Cut]]:
     """(status, reason, cuts) for a parameter that requires grad but received None."""
     uses = graph.uses.get(serial, [])
+    if not uses and graph.outside:  # it may be used where the trace could not see
+        rec = graph.outside[0]
+        return "untraced", (f"not used in the forward gradflow saw, but part of the computation ran outside the "
+                            f"trace (`{rec.name}` at {rec.line or 'an unknown line'} used a tensor computed there: "
+                            "in another thread, or before the trace started); torch gives it no gradient"), []
     if not uses:
         return "unused", "not used in the forward", []
     cuts, reached = graph.walk(serial)

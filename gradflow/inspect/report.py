@@ -14,6 +14,7 @@ import torch
 from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
+from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, to_jsonable
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 
 ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every element is 0 "
                "(multiplied by 0? a dead ReLU? a mask?)")
-STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")
+STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")  # and "untraced", counted only when present
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ParamReport:
     shape: list[int]
     numel: int
     requires_grad: bool
-    status: str  # one of STATUSES
+    status: str  # one of STATUSES, or "untraced"
     reason: str | None = None
     grad: Any = None  # tensor | None (not in JSON: use grad_norm)
     grad_norm: float | None = None
@@ -97,6 +98,9 @@ class InspectReport:
 
     def to_dict(self) -> dict:
         counts = {s: sum(p.status == s for p in self.params) for s in STATUSES}
+        untraced = sum(p.status == "untraced" for p in self.params)
+        if untraced:  # only then: the documents of fully traced runs stay as they were
+            counts["untraced"] = untraced
         return {"schema": SCHEMA_VERSION, "loss": to_jsonable(self.loss.detach()),
                 "loss_requires_grad": bool(self.loss.requires_grad), "counts": counts,
                 "params": [p.to_dict() for p in self.params], "warnings": list(self.warnings),
@@ -172,25 +176,13 @@ def check_loss(loss) -> None:
     if loss.numel() != 1:
         raise GradflowError("non_scalar_loss", f"the loss must be a scalar, got shape {tuple(loss.shape)}",
                             hint="reduce it first: .mean() or .sum()")
-
-
-def _backward(loss, tensors: list, retain_graph: bool) -> list:
-    wanted = [t for t in tensors if t.requires_grad]
-    if not loss.requires_grad or not wanted:
-        return [None] * len(tensors)
-    try:
-        grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph))
-    except RuntimeError as err:
-        if "second time" not in str(err):
-            raise
-        raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
-                            hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
-    return [_dense(next(grads)) if t.requires_grad else None for t in tensors]
-
-
-def _dense(t):
-    """Sparse gradients (nn.Embedding(sparse=True)) as dense tensors for norms and shares."""
-    return t.to_dense() if t is not None and t.is_sparse else t
+    if loss.is_complex():
+        raise GradflowError("complex_loss", f"the loss must be a real number, got a {loss.dtype} tensor "
+                            "(backward needs a real scalar)", hint="return a real loss, e.g. loss.abs() or loss.real")
+    if loss.is_meta:
+        raise GradflowError("meta_loss", "the loss is on the meta device: it has a shape but no values, so there "
+                            "are no gradients to report", hint="build the model and its inputs on a real device "
+                            "(cpu) to inspect them")
 
 
 def _dot(a, b) -> float:
@@ -206,7 +198,7 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int, grad, module_name) -> l
         rec = trace.ops[use.op]
         if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        r = Route(rec.name, rec.line, module_name(rec.module), _dense(use.flow), cut=rec.cut)
+        r = Route(rec.name, rec.line, module_name(rec.module), dense(use.flow), cut=rec.cut)
         if r.flow is not None:
             r.norm = float(torch.linalg.vector_norm(r.flow))
             r.share = _dot(r.flow, grad) / gg if gg > 0 else None
@@ -214,12 +206,15 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int, grad, module_name) -> l
     return out
 
 
-def _param_report(trace, graph, name, tensors, grad, module_name, partial) -> ParamReport:
+def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced) -> ParamReport:
     t = tensors[0]
     serial = trace.known(t)
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
                     aliases=list(tensors[1:]), serial=serial)
-    if not t.requires_grad:
+    if untraced is not None:
+        p.status, p.reason = "untraced", untraced
+        p.grad_norm = None if grad is None else float(torch.linalg.vector_norm(grad))
+    elif not t.requires_grad:
         p.status, p.reason = "frozen", frozen_reason(trace, serial)
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
@@ -242,18 +237,22 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
     for use in trace.state.uses:
         use.flow = None
     tensors = [v[0] for v in named.values()]
-    grads = _backward(loss, tensors, retain_graph)
     leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
+    hidden = hidden_serials(trace, leaf_serials)
+    got = gradients(trace, loss, tensors, hidden, retain_graph)
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
-    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial)
-                  for (name, vals), g in zip(named.items(), grads)]
+    settled = [settle(trace, got, i, t, hidden) for i, t in enumerate(tensors)]
+    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why)
+                  for (name, vals), (g, why) in zip(named.items(), settled)]
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)
     if not loss.requires_grad:
         report.error = no_gradient_error(report)
+    elif any(p.status == "untraced" for p in params_out):
+        report.error = untraced_error(report.params)
     return report
 
 

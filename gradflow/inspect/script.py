@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from gradflow.errors import GradflowError, NoGradientError, ValueInputError
+from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError
 from gradflow.inspect.script_trace import BackwardCall, InternalFailure, ScriptTrace
 from gradflow.inspect.source import short_path, user_code
 
@@ -44,11 +44,11 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
         raise bug.error from None
     except SystemExit as done:
         if done.code not in (None, 0):
-            raise GradflowError("user_code", f"{path} called sys.exit({done.code!r})",
+            raise UserCodeError("user_code", f"{path} called sys.exit({done.code!r})",
                                 hint="the script ended with a failure status: see its output above") from None
     except SyntaxError as err:
         where = f"{short_path(err.filename or str(path))}:{err.lineno}" if err.lineno else str(path)
-        raise GradflowError("user_code", f"{where}: {type(err).__name__}: {err.msg}",
+        raise UserCodeError("user_code", f"{where}: {type(err).__name__}: {err.msg}",
                             hint="fix the script: python cannot run it either") from err
     except Exception as err:
         raise _raised(path, err, trace) from err
@@ -68,5 +68,5 @@ def _raised(path: Path, err: Exception, trace: ScriptTrace) -> GradflowError:
     if err is trace.failed and NO_GRAD_MESSAGE in str(err):
         return NoGradientError("no_gradient", message, hint="nothing it differentiates requires grad: see the "
                                "table above for what was cut or never required grad")
-    return GradflowError("user_code", message, hint="fix the error in your script "
+    return UserCodeError("user_code", message, hint="fix the error in your script "
                                                     "(rerun with --debug for the full traceback)")

@@ -108,7 +108,7 @@ class ScriptTrace(Trace):
         self._pending: tuple[tuple, dict] = ((), {})
 
     # ---- ops ------------------------------------------------------------------------------
-    def _uses(self, rec, leaves, outs, stop):  # no per-use flow hooks (inspect's routes)
+    def _uses(self, rec, leaves, outs, stop, given=()):  # no per-use flow hooks (inspect's routes)
         return
 
     def template(self, a):

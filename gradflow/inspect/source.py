@@ -1,4 +1,4 @@
-"""Where in the user's code an op ran: the innermost frame outside torch and gradflow.
+"""Where in the user's code an op ran, or their code failed: the innermost frames outside torch and gradflow.
 
 Torch-free (finds torch's directory without importing it), so error paths can use it.
 """
@@ -8,7 +8,10 @@ import functools
 import importlib.util
 import os
 import sys
-from types import FrameType
+import traceback
+from types import FrameType, TracebackType
+
+from gradflow.errors import UserCodeError
 
 
 def _torch_dir() -> str:
@@ -17,7 +20,8 @@ def _torch_dir() -> str:
     return os.path.dirname(origin) + os.sep
 
 
-SKIP_DIRS = (_torch_dir(), os.path.dirname(os.path.dirname(__file__)) + os.sep)  # torch and all of gradflow
+GRADFLOW_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
+SKIP_DIRS = (_torch_dir(), GRADFLOW_DIR)  # torch and all of gradflow
 _FUNCTION_PY = os.path.join("torch", "autograd", "function.py")
 
 
@@ -35,14 +39,16 @@ def user_line(start: int = 1) -> str | None:
     return None
 
 
-def in_custom_function() -> bool:
-    """Is a custom torch.autograd.Function's forward running? (It runs with grad off, but is no cut.)"""
+def custom_function() -> tuple[str, tuple] | None:
+    """The custom torch.autograd.Function whose forward is running, if any (it runs with grad off, but is no cut):
+    its class name and the arguments it was applied to."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "apply" and frame.f_code.co_filename.endswith(_FUNCTION_PY):
-            return True
+            local = frame.f_locals
+            return getattr(local.get("cls"), "__name__", "Function"), tuple(local.get("args", ()))
         frame = frame.f_back
-    return False
+    return None
 
 
 @functools.lru_cache(maxsize=512)
@@ -50,3 +56,57 @@ def short_path(path: str) -> str:
     """Relative to the working directory when below it, else as given."""
     rel = os.path.relpath(path) if os.path.isabs(path) else path
     return path if rel.startswith("..") else rel
+
+
+# ---- the user's code failed --------------------------------------------------------------
+FIX_HINT = "fix the error in your code (rerun with --debug for the full traceback)"
+EXIT_HINT = ("return the loss instead of exiting: code that exits (sys.exit, argparse) belongs under "
+             "`if __name__ == \"__main__\":`")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    """torch, the standard library and site-packages: code the user calls, not theirs."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return (SKIP_DIRS[0], *(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+def their_code(filename: str) -> bool:
+    """A frame of the user's own code: not gradflow's, torch's, the standard library's or an installed package's."""
+    return user_code(filename) and not filename.startswith(_library_dirs()) and not filename.startswith("<")
+
+
+def user_frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
+    """The traceback's frames in the user's own code, then the line that raised if a library's (torch, argparse)
+    called from there; none when no frame is theirs (torch's engine raising has no line of theirs to show)."""
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(GRADFLOW_DIR)]  # the tracer's too
+    mine = [f for f in frames if their_code(f.filename)]
+    if mine and mine[-1] is not frames[-1]:
+        mine.append(frames[-1])
+    return mine
+
+
+def raised_by_gradflow(err: BaseException) -> bool:
+    """Did the innermost frame of the traceback run gradflow's own code (a bug, not the user's failure)?"""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(GRADFLOW_DIR)
+
+
+def user_failure(what: str, err: BaseException, hint: str | None = None) -> UserCodeError:
+    """`main() raised ValueError: bad batch size (at model.py:12)`, with the user's frames of the traceback."""
+    frames = user_frames(err.__traceback__)
+    mine = [f for f in frames if their_code(f.filename)]
+    where = f"{short_path(mine[-1].filename)}:{mine[-1].lineno}" if mine else None
+    if isinstance(err, SyntaxError) and err.filename:
+        where = f"{short_path(err.filename)}:{err.lineno}"
+    if isinstance(err, SystemExit):
+        text = f"{what} called sys.exit({'' if err.code is None else repr(err.code)})"
+        hint = hint or EXIT_HINT
+    else:
+        said = f": {err}" if str(err) else ""
+        text = f"{what} raised {type(err).__name__}{said}"
+    return UserCodeError("user_code", text + (f" (at {where})" if where else ""), hint=hint or FIX_HINT,
+                         frames=[(short_path(f.filename), f.lineno or 0, f.name, (f.line or "").strip())
+                                 for f in frames])

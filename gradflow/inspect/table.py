@@ -26,6 +26,7 @@ STATUS = {  # marker, style, legend
     "unused": ("◌", "yellow", "not used / result never reaches the loss"),
     "unreached": ("◌", "yellow", "reaches the loss, got nothing"),
     "frozen": ("○", "dim", "requires_grad=False"),
+    "untraced": ("?", "magenta", "could not be traced (gradient from a plain backward)"),
 }
 
 

@@ -15,14 +15,14 @@ user's code are unchanged: every call runs as it would without the trace.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
-from gradflow.inspect.source import in_custom_function, user_line
+from gradflow.inspect.source import custom_function, user_line
 from gradflow.language.ops import OPS
 
 _DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
@@ -63,6 +63,7 @@ class OpRecord:
     module: int | None  # id() of the innermost module whose forward was running
     cut: str | None = None  # detach | no_grad | inference_mode | nondiff (an input required grad, no output does)
     line: str | None = None
+    inside: str | None = None  # the custom autograd.Function whose forward ran this op (grad off, but no cut)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Use:
     serial: int
     op: int  # index into Trace.ops
     flow: Any = None  # torch.Tensor | None, filled by autograd-node hooks during backward
+    hidden: bool = False  # inside a custom Function that was not given this leaf: autograd has no edge to see
 
     def add(self, grad):
         if grad is not None:
@@ -113,6 +115,9 @@ class TraceState:
     roots: list[Any] = field(default_factory=list)  # modules called from outside any module
     stack: list[Any] = field(default_factory=list)
     stats_updated: dict[int, Any] = field(default_factory=dict)  # norm layers run in training mode
+    functions: set[str] = field(default_factory=set)  # custom autograd.Functions whose forward ran ops
+    outside: list[tuple[int, int]] = field(default_factory=list)  # (op, serial): a tensor computed outside the
+    #                                  trace (another thread, before it started) came in here; the first 100
 
 
 class _Mode(TorchFunctionMode):
@@ -127,7 +132,10 @@ class _Mode(TorchFunctionMode):
         if name in _FLAGS and ins:
             self.t._flag(name, ins[0], args, kwargs)
         in_rg = [a.requires_grad for a in ins]
-        stop = {a.grad_fn for a in ins if a.grad_fn is not None} if any(in_rg) else None
+        # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
+        # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
+        stop = {a.grad_fn for a in ins if a.grad_fn is not None} \
+            if any(rg and a.is_leaf for a, rg in zip(ins, in_rg)) else None
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -141,12 +149,12 @@ class _Mode(TorchFunctionMode):
 class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.state = TraceState()
-        self._ids = WeakIdKeyDictionary()
+        self._ids: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (weak reference, serial)
         self._next = 0
         self._mode = _Mode(self)
-        self._hooks = []
+        self._hooks: list = []
         self._failed_with: BaseException | None = None
 
     # ---- context manager -------------------------------------------------------------
@@ -193,15 +201,17 @@ class Trace:
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
-        s = self._ids.get(t)
+        s = self.known(t)
         if s is None:
-            s = self._ids[t] = self._next
+            s = self._next
+            self._ids[id(t)] = (weakref.ref(t), s)
             self._next += 1
         return s
 
     def known(self, t: torch.Tensor) -> int | None:
-        """This tensor's serial number, if the trace has seen it."""
-        return self._ids.get(t)
+        """This tensor's serial number, if the trace has seen it (an id reused by a new tensor is not a match)."""
+        entry = self._ids.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
@@ -209,23 +219,31 @@ class Trace:
             return
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        came_in = [a for a, rg in zip(ins, in_rg) if rg and not a.is_leaf and self.known(a) is None]
         rec = OpRecord(len(st.ops), name, tuple(self.serial(a) for a in ins),
                        tuple(self.serial(o) for o in outs), grad_on, inference,
                        id(st.stack[-1]) if st.stack else None)
+        given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
         if any(in_rg) and not any(o.requires_grad for o in outs):
             rec.cut = "detach" if name in _DETACH else "inference_mode" if inference else \
                 "no_grad" if not grad_on else "nondiff"
-            if rec.cut == "no_grad" and in_custom_function():
-                rec.cut = None  # the Function's own backward carries the gradient
+            function = custom_function() if rec.cut == "no_grad" else None
+            if function is not None:
+                rec.cut, rec.inside = None, function[0]  # the Function's own backward carries the gradient
+                st.functions.add(function[0])
+                given = {id(a) for a in tensors_in(function[1], [])}
         leaves = [a for a, rg in zip(ins, in_rg) if rg and a.is_leaf and not any(a is o for o in outs)]
-        if rec.cut or leaves or inference or rec.module is None:
+        if rec.cut or leaves or inference or rec.module is None or came_in:
             rec.line = user_line()
+        if came_in and len(st.outside) < 100:
+            st.outside += [(rec.index, self.serial(a)) for a in came_in]
         st.ops.append(rec)
         if leaves:
-            self._uses(rec, leaves, outs, stop)
+            self._uses(rec, leaves, outs, stop, given)
 
-    def _uses(self, rec: OpRecord, leaves: list, outs: list, stop):
-        uses = {id(a): Use(self.serial(a), rec.index) for a in leaves}
+    def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
+        uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
+                for a in leaves}
         self.state.uses.extend(uses.values())
         if not rec.grad_enabled:
             return
@@ -252,10 +270,15 @@ class Trace:
                 return rec
         return None
 
+    def seen(self) -> list[torch.Tensor]:
+        """Every tensor the trace has seen that is still alive."""
+        return [t for t in (ref() for ref, _ in list(self._ids.values())) if t is not None]
+
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
         used = {u.serial for u in self.state.uses}
-        return [(t, s) for t, s in list(self._ids.items()) if s in used and t.is_leaf and t.requires_grad]
+        live = [(ref(), s) for ref, s in list(self._ids.values()) if s in used]
+        return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
 
     @property
     def ops(self) -> list[OpRecord]:

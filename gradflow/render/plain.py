@@ -33,6 +33,8 @@ def print_error(error: GradflowError) -> None:
     caret = error.caret()
     if caret:
         lines.append(_line(caret, None, colour))
+    if error.detail:
+        lines.append(_line(error.detail, None, colour))
     if error.hint:
         lines.append(_line(f"hint: {error.hint}", "hint", colour))
     print("\n".join(lines), file=sys.stderr, flush=True)

@@ -152,5 +152,7 @@ def print_error(error: GradflowError, err: Console):
     caret = error.caret()
     if caret:
         err.print(Text(caret), soft_wrap=True)  # never wrap: the caret must stay under its column
+    if error.detail:
+        err.print(Text(error.detail), soft_wrap=True)
     if error.hint:
         err.print(Text(visible(f"hint: {error.hint}"), style="cyan"), soft_wrap=True)

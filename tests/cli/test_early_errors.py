@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from gradflow.render import plain as diagnostics
-from gradflow.errors import ParseError, Span, ValueInputError
+from gradflow.errors import ParseError, Span, UserCodeError, ValueInputError
 from gradflow.render.table import print_error as rich_print_error
 
 from ..processes import GRADFLOW, run
@@ -17,6 +17,8 @@ ERRORS = [
                span=Span(22, 22), source="(x*y1 - detach(x*y2)^2"),
     ParseError("syntax", "syntax error: unexpected '*' at position 4", span=Span(4, 5), source="x\t+ * 2\r"),
     ValueInputError("usage", "no program given [x] *not markup*", hint="gradflow eval \"x\" --x 1"),
+    UserCodeError("user_code", "main() raised ValueError: bad [x] (at m.py:2)", hint="fix it",
+                  frames=[("m.py", 2, "main", "raise ValueError('bad [x]')\t# tab")]),
 ]
 
 
@@ -30,6 +32,12 @@ def test_syntax_error_loads_no_rich_console_nor_node_classes():
     assert res.returncode == 2
     assert "error: syntax error: unexpected end of input at position 22" in res.stderr
     assert not {"rich.console", "rich.text", "gradflow.render.table", "gradflow.language.graph", "torch"} & mods
+
+
+def test_inspect_of_a_missing_file_loads_no_torch():
+    res, mods = _imported("inspect", "no_such_model.py:main")
+    assert res.returncode == 2 and "error: no such file: no_such_model.py" in res.stderr
+    assert not {"torch", "rich.console"} & mods
 
 
 def test_help_loads_no_rich_console():

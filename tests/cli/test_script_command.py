@@ -94,13 +94,13 @@ def test_a_variable_named_like_an_eval_option_goes_through_var(cli, tmp_path):
 
 @pytest.mark.parametrize("source, code, message", [
     ("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\nraise ValueError('bad')\n",
-     2, "user_script.py raised ValueError: bad (at "),
+     5, "user_script.py raised ValueError: bad (at "),
     ("import torch\nprint('training')\n", 3, "user_script.py ran to its end without calling backward()"),
     ("import torch\nx = torch.ones(2, requires_grad=True)\nx.detach().sum().backward()\n", 3,
      "does not require grad"),
-    ("import sys, torch\nx = torch.ones(1, requires_grad=True)\nx.sum().backward()\nsys.exit(5)\n", 2,
+    ("import sys, torch\nx = torch.ones(1, requires_grad=True)\nx.sum().backward()\nsys.exit(5)\n", 5,
      "called sys.exit(5)"),
-    ("import torch\nx = (\n", 2, "user_script.py:2: SyntaxError: '(' was never closed"),
+    ("import torch\nx = (\n", 5, "user_script.py:2: SyntaxError: '(' was never closed"),
 ])
 def test_exit_codes_and_messages(cli, tmp_path, source, code, message):
     res = cli("script", script(tmp_path, source))

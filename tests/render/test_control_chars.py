@@ -117,7 +117,7 @@ def test_inspect_json_keeps_the_true_names(cli, user_code):
 @pytest.mark.parametrize("extra", [[], ["--json"]])
 def test_an_exception_message_from_user_code_is_escaped(cli, user_code, extra):
     res = cli("inspect", f"{user_code}:fails", *extra)
-    assert res.exit_code == 2
+    assert res.exit_code == 5  # the user's own code failed (ExitCode.USER_CODE)
     assert not RAW.search(res.stdout) and not RAW.search(res.stderr)
     assert "error: fails() raised ValueError: \\x1b[2Jthe screen is gone" in res.stderr
 

@@ -1,0 +1,135 @@
+"""Running someone else's code (`gradflow inspect FILE.py:FUNCTION`) so that it cannot take the command with it.
+
+While their code runs (the import, FUNCTION, the backward pass with their hooks):
+- stdout: what it writes goes to stderr, at the file-descriptor level (fd 1 points at stderr), so print,
+  sys.__stdout__, os.write(1, ...) and a C extension's printf all stay out of `--json`; Python's and C's
+  buffers are flushed before fd 1 is given back;
+- sys.path: their file's folder comes first, as with `python FILE.py` (their sibling modules import), and is
+  taken off afterwards; gradflow imports what it needs beforehand (`preload`), so a `rich.py` beside the model
+  shadows nothing of gradflow's;
+- failures: any exception, SystemExit (sys.exit) and a KeyboardInterrupt they raise included, is their failure
+  (UserCodeError, exit 5, with their frames of the traceback); a real Ctrl-C (SIGINT) stays an interrupt (130).
+Threads they leave running are reported; the command then exits without waiting for them (streams.exit_hard).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gradflow.errors import GradflowError
+
+
+def preload() -> None:
+    """Import everything the command needs after the user's code ran, while sys.path is still gradflow's own."""
+    import ctypes  # noqa: F401  (flushing C's stdio buffers)
+
+    import rich.console  # noqa: F401
+    import rich.table  # noqa: F401
+
+    import gradflow.analysis.explanation  # noqa: F401
+    import gradflow.inspect.picture  # noqa: F401
+    import gradflow.inspect.report  # noqa: F401
+    import gradflow.inspect.table  # noqa: F401
+    import gradflow.inspect.teardown  # noqa: F401
+    import gradflow.render.table  # noqa: F401
+    import gradflow.values.jsonable  # noqa: F401
+
+
+class UserCode:
+    """What `contained` yields: `run` calls into the user's code; `leftover_threads` after it."""
+
+    def __init__(self) -> None:
+        self.threads = set(threading.enumerate())
+        self.interrupted = False  # a real SIGINT arrived while their code ran
+        self.can_tell = False  # our SIGINT handler is in place (else every KeyboardInterrupt counts as Ctrl-C)
+
+    def run(self, what: str, fn: Callable[..., Any], *args, all_errors: bool = True, **kwargs):
+        """fn(*args, **kwargs); what it raises is the user's failure (`what` names the step), except
+        gradflow's own errors, a real Ctrl-C, and with all_errors=False any Exception (gradflow sorted those)."""
+        from gradflow.inspect.source import user_failure
+
+        try:
+            return fn(*args, **kwargs)
+        except GradflowError:
+            raise
+        except BaseException as err:
+            if isinstance(err, KeyboardInterrupt) and (self.interrupted or not self.can_tell):
+                raise
+            if not all_errors and isinstance(err, Exception):
+                raise
+            raise user_failure(what, err) from err
+
+    def leftover_threads(self) -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t not in self.threads and t.is_alive() and not t.daemon]
+
+
+@contextlib.contextmanager
+def contained(folder: str) -> Iterator[UserCode]:
+    user = UserCode()
+    saved = _stdout_to_stderr()
+    old_sigint = _watch_sigint(user)
+    sys.path.insert(0, folder)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield user
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        if old_sigint is not None:
+            signal.signal(signal.SIGINT, old_sigint)
+        _give_stdout_back(saved)
+
+
+def _watch_sigint(user: UserCode):
+    """Tell a real Ctrl-C from a KeyboardInterrupt raised by code: returns the handler to restore, if replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.getsignal(signal.SIGINT)
+    if old is not signal.default_int_handler:  # ignored, or someone else's: leave it alone
+        return None
+
+    def on_sigint(signum, frame):
+        user.interrupted = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    user.can_tell = True
+    return old
+
+
+def flush_all() -> None:
+    """Python's standard streams and C's stdio buffers (a C extension's printf)."""
+    for stream in (sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()  # type: ignore[union-attr]
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
+def _stdout_to_stderr() -> int | None:
+    """Point fd 1 at stderr; returns a duplicate of the old fd 1 (None if either is closed)."""
+    flush_all()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _give_stdout_back(saved: int | None) -> None:
+    flush_all()  # what their code buffered goes to stderr, before fd 1 is stdout again
+    if saved is not None:
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -1,0 +1,165 @@
+"""The gradients behind the report, and torch's own answer when the trace cannot see part of the computation.
+
+`explain` asks `torch.autograd.grad` for the parameters' gradients (`.grad` is left alone). One case is blind
+to both the trace and autograd.grad: a custom autograd.Function that uses a parameter it was not given (a
+reentrant `torch.utils.checkpoint` uses the whole checkpointed module that way). The forward ran with grad off,
+so the graph has no edge to that parameter; in a plain `loss.backward()` the Function's backward builds one
+and accumulates into `.grad` itself. autograd.grad then says None where training gets a gradient, and for a
+reentrant checkpoint it refuses to run at all when a leaf it needs lies behind it.
+
+So when the trace saw such a use, the truth is checked: a plain `loss.backward()` runs with every `.grad` the
+trace can reach saved and put back. A parameter on which the two disagree is reported "untraced".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gradflow.errors import GradflowError, UntracedError
+from gradflow.inspect.source import raised_by_gradflow, user_failure
+
+BACKWARD_HINT = ("the backward pass through your model failed (a hook that raises, a tensor changed in place "
+                 "after it was saved...); fix it there, rerun with --debug for the full traceback")
+
+
+@dataclass
+class Gradients:
+    grads: list  # per tensor: what the report shows (torch.autograd.grad's, or the plain backward's)
+    plain: list | None = None  # per tensor: a plain loss.backward()'s .grad, when it was checked
+    checked: bool = False  # a plain backward could run (no post-accumulate-grad hook would fire)
+
+
+class _Refused(Exception):
+    """autograd.grad cannot run through a reentrant checkpoint in the way."""
+
+
+def hidden_serials(trace, serials: set[int]) -> set[int]:
+    """The parameters used inside a custom Function that was not given them."""
+    return {u.serial for u in trace.state.uses if u.hidden and u.serial in serials}
+
+
+def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) -> Gradients:
+    """Each tensor's gradient; with hidden uses, also what a plain backward gives (see the module's doc)."""
+    wanted = [t for t in tensors if t.requires_grad]
+    if not loss.requires_grad or not wanted:
+        return Gradients([None] * len(tensors))
+    leaves = _leaves(trace, tensors) if hidden else []
+    may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
+    try:
+        with _grads_put_back(leaves):  # a reentrant backward accumulates into .grad even under autograd.grad
+            grads = _grad(loss, tensors, wanted, retain_graph or bool(hidden) or may_refuse)
+    except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
+        plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
+        if plain is None:
+            raise GradflowError("untraceable", "torch.autograd.grad cannot run through the reentrant checkpoint "
+                                "in this model, and a plain backward would run a post-accumulate-grad hook",
+                                hint="use torch.utils.checkpoint(..., use_reentrant=False)") from None
+        return Gradients(plain, plain, checked=True)
+    if not hidden:
+        return Gradients(grads)
+    flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in the plain backward
+    plain = _plain(loss, leaves, tensors, retain_graph)
+    for u, f in zip(trace.state.uses, flows):
+        u.flow = f
+    return Gradients(grads, plain, checked=plain is not None)
+
+
+def _grad(loss, tensors: list, wanted: list, retain_graph: bool) -> list:
+    try:
+        grads = iter(torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph))
+    except Exception as err:
+        if isinstance(err, RuntimeError) and "second time" in str(err):
+            raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
+                                hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
+        if isinstance(err, RuntimeError) and "incompatible with .grad()" in str(err):
+            raise _Refused() from None
+        if raised_by_gradflow(err):
+            raise
+        raise user_failure("backward", err, hint=BACKWARD_HINT) from err  # a hook, a tensor changed in place, ...
+    return [dense(next(grads)) if t.requires_grad else None for t in tensors]
+
+
+def dense(t):
+    """Sparse gradients (nn.Embedding(sparse=True)) as dense tensors for norms and shares."""
+    return t.to_dense() if t is not None and t.is_sparse else t
+
+
+def _leaves(trace, tensors: list) -> list:
+    """Every live tensor whose .grad a backward may write: the parameters, and what the trace saw."""
+    found = {id(t): t for t in [*tensors, *trace.seen()] if isinstance(t, torch.Tensor)
+             and ((t.is_leaf and t.requires_grad) or t.retains_grad)}
+    return list(found.values())
+
+
+class _grads_put_back:
+    """Save the tensors' .grad and set them to None; put the saved ones back on exit."""
+
+    def __init__(self, leaves: list):
+        self.leaves = leaves
+        self.saved: list = []
+
+    def __enter__(self):
+        self.saved = [t.grad for t in self.leaves]
+        for t in self.leaves:
+            t.grad = None
+
+    def __exit__(self, *exc):
+        for t, g in zip(self.leaves, self.saved):
+            t.grad = g
+        return False
+
+
+def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None:
+    """The .grad a plain loss.backward() leaves on each tensor, every .grad put back as it was; None when that
+    cannot be done harmlessly (a post-accumulate-grad hook, an optimizer step in backward, would run)."""
+    if any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves):
+        return None
+    with _grads_put_back(leaves):
+        try:
+            torch.autograd.backward(loss, retain_graph=retain_graph)
+        except Exception as err:
+            if raised_by_gradflow(err):
+                raise
+            raise user_failure("backward", err, hint=BACKWARD_HINT) from err
+        return [dense(t.grad) if t.requires_grad else None for t in tensors]
+
+
+def settle(trace, got: Gradients, i: int, t, hidden: set[int]) -> tuple[object, str | None]:
+    """(the gradient to report, why the parameter is untraced or None). Untraced: used where the trace cannot
+    see, and torch's plain backward disagrees with autograd.grad, refused it, or could not be asked."""
+    serial = trace.known(t)
+    if serial not in hidden or not t.requires_grad:
+        return got.grads[i], None
+    if got.plain is None:
+        disagree = got.grads[i] is None
+    else:  # when autograd.grad refused, its answer is unknown: the plain backward's is the report's
+        disagree = got.plain is got.grads or (got.grads[i] is None) != (got.plain[i] is None)
+    if not disagree:
+        return got.grads[i], None
+    grad = got.grads[i] if got.plain is None else got.plain[i]
+    use = next(u for u in trace.state.uses if u.serial == serial and u.hidden)
+    rec = trace.ops[use.op]
+    at = f" at {rec.line}" if rec.line else ""
+    where = (f"computed inside a reentrant checkpoint (use_reentrant=True){at}, which gradflow cannot trace yet"
+             if rec.inside == "CheckpointFunction" else
+             f"used inside the autograd.Function {rec.inside}{at} without being one of its inputs, so gradflow "
+             "cannot see how its gradient flows")
+    if not got.checked:
+        return grad, f"{where}; gradflow could not check what a plain loss.backward() gives it (a " \
+                     "post-accumulate-grad hook would run)"
+    return grad, f"{where}; a plain loss.backward() gives it {'a' if grad is not None else 'no'} gradient"
+
+
+def untraced_error(params: list) -> UntracedError:
+    """The report's error when some parameters are untraced (exit 4: the rest of the report stands)."""
+    untraced = [p for p in params if p.status == "untraced"]
+    names = [p.name for p in untraced]
+    reasons = " ".join(p.reason or "" for p in untraced)
+    hint = "pass use_reentrant=False to torch.utils.checkpoint, which gradflow can trace" \
+        if "reentrant checkpoint" in reasons else "pass the tensors your autograd.Function uses as its inputs" \
+        if "autograd.Function" in reasons else "compute the whole loss inside FUNCTION (or the trace), in one thread"
+    return UntracedError("untraced", f"{len(names)} parameter{'s' * (len(names) != 1)} could not be traced: "
+                         f"{', '.join(names[:3])}{f' (+{len(names) - 3} more)' if len(names) > 3 else ''}; "
+                         "their gradient is torch's, but gradflow cannot say how it flows (see the reasons)",
+                         hint=hint)
