@@ -11,7 +11,9 @@ index alone. Every input goes through explain() + table + strict JSON, every
 the Hypothesis tests in tests/system/test_fuzz.py. Prints the count, the outcome kinds,
 the failures (and exits 1 if there are any). Every `--batch-every`-th input also feeds a generated batch
 input (bytes: nested JSON, invalid UTF-8, \r, \r\n, byte-order marks, binary) to `gradflow batch -`: one
-record per non-blank line, in order.
+record per non-blank line, in order. `--user-code N` also runs `gradflow inspect` on N generated modules
+(tests/fuzz_user_code.py: sys.exit, exceptions, writes to fd 1, threads left running, broken hooks) in real
+processes: a documented exit code, no traceback, and with --json exactly one JSON document on stdout.
 """
 from __future__ import annotations
 
@@ -58,6 +60,37 @@ def run_range(job: tuple) -> tuple[collections.Counter, list[int]]:
     return outcomes, failures
 
 
+def run_user_code(opts) -> tuple[collections.Counter, list[int]]:
+    """`gradflow inspect` on generated user code (tests/fuzz_user_code.py), in real processes."""
+    import subprocess
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.fuzz_user_code import check_user_code, gen_user_code
+
+    outcomes: collections.Counter[str] = collections.Counter()
+    failures: list[int] = []
+
+    def one(i: int, folder: str) -> None:
+        rng = random.Random(f"{opts.seed}:u:{i}")
+        path = os.path.join(folder, f"user_{i}.py")
+        with open(path, "w") as fh:
+            fh.write(gen_user_code(rng))
+        as_json = rng.random() < 0.6
+        try:
+            res = subprocess.run([sys.executable, "-m", "gradflow", "inspect", f"{path}:main",
+                                  *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=120)
+            outcomes[f"inspect exit {check_user_code(res.stdout, res.stderr, res.returncode, as_json)}"] += 1
+        except (AssertionError, subprocess.TimeoutExpired):
+            failures.append(i)
+            print(f"FAILURE at user code {i}:\n{open(path).read()}\n{traceback.format_exc(limit=-2)}",
+                  file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(opts.jobs) as pool:
+        list(pool.map(lambda i: one(i, folder), range(opts.user_code)))
+    return outcomes, failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=100_000)
@@ -66,6 +99,8 @@ def main() -> int:
     ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
     ap.add_argument("--batch-every", type=int, default=10, help="also run a generated batch input (bytes) every Nth")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the inputs are split between them)")
+    ap.add_argument("--user-code", type=int, default=0,
+                    help="also run `gradflow inspect` on N generated modules that exit, raise, write to fd 1, ...")
     opts = ap.parse_args()
     start, end = time.monotonic(), opts.start + opts.inputs
     step = -(-opts.inputs // opts.jobs)
@@ -75,11 +110,15 @@ def main() -> int:
             parts = pool.map(run_range, jobs)
     else:
         parts = [run_range(job) for job in jobs]
+    if opts.user_code:
+        parts.append(run_user_code(opts))
     outcomes = sum((p[0] for p in parts), collections.Counter())
     failures = [i for p in parts for i in p[1]]
     cli = sum(v for k, v in outcomes.items() if k.startswith("cli"))
-    print(f"inputs: {opts.inputs:,} through explain() + table + JSON ({cli:,} also through the CLI), "
-          f"seed {opts.seed}; failures: {len(failures)} {failures[:20]}; {time.monotonic() - start:.0f} s")
+    batch = sum(v for k, v in outcomes.items() if k.startswith("batch"))
+    print(f"inputs: {opts.inputs:,} through explain() + table + JSON ({cli:,} also through the CLI, {batch:,} "
+          f"batch inputs as bytes, {opts.user_code:,} generated user modules through inspect), seed {opts.seed}; "
+          f"failures: {len(failures)} {failures[:20]}; {time.monotonic() - start:.0f} s")
     for kind, n in outcomes.most_common(20):
         print(f"  {kind:24} {n:,}")
     return 1 if failures else 0
