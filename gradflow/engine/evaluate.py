@@ -26,7 +26,7 @@ from gradflow.engine.budget import account, account_flow, precheck
 from gradflow.engine.hooks import torch_imported
 from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.errors import EvalError, GradflowError, NoGradientError
-from gradflow.language.graph import FlagStep, Graph, Node
+from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import OPS, is_cut, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note
@@ -147,7 +147,7 @@ class _Run:
         precheck(node, args, self.g.source)
         try:
             with _context(self.modes(node)):
-                out = OPS[node.op].fn(*args)
+                out = OPS[node.op].fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise _torch_error(node, args, err, self.g.source) from None
         if self.measure and out.requires_grad:
@@ -168,20 +168,33 @@ class _Run:
         try:
             t.requires_grad_(step.value)
         except RuntimeError as err:
+            cut = f"{label}.detach()" if "requires_grad_(" in step.text else f"detach({label})"
             raise EvalError(
                 "requires_grad_non_leaf",
                 f"cannot set requires_grad on '{label}': it is computed "
                 f"({self.g.nodes[step.node].text}), not a leaf. torch says: {err}",
-                hint=f"to stop gradient flowing through it, use detach({label}); "
+                hint=f"to stop gradient flowing through it, use {cut}; "
                      "requires_grad can only be set on input variables",
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
+
+    def retain(self, step: RetainStep):
+        """Every grad is shown anyway; torch refuses retain_grad() on a tensor that does not require grad."""
+        if not self.t[step.node].requires_grad:
+            label = self.g.nodes[step.node].label
+            raise EvalError("retain_grad", f"cannot retain the grad of '{label}': it does not require grad. "
+                            "torch says: can't retain_grad on Tensor that has requires_grad=False",
+                            hint=f"nothing flows back into {label}; its row in the table says why",
+                            span=step.span, source=self.g.source)
 
     def run(self) -> dict[int, torch.Tensor]:
         for step in self.g.steps:
             if isinstance(step, FlagStep):
                 if self.cuts:
                     self.set_flag(step)
+            elif isinstance(step, RetainStep):
+                if self.cuts:
+                    self.retain(step)
             else:
                 t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
                 held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
