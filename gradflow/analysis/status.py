@@ -37,7 +37,7 @@ def _cutter(graph: Graph, node_id: int) -> str:
     """The label of the construct that cut edges into this node."""
     n = graph.nodes[node_id]
     if role(n.op) == "cut" or n.region is None:
-        return n.label
+        return n.block or n.label if role(n.op) != "cut" else n.label  # a `with` block, or the node itself
     return graph.nodes[n.region].label
 
 

@@ -25,6 +25,7 @@ from gradflow.analysis.status import annotate
 from gradflow.engine.budget import account, account_flow, precheck
 from gradflow.engine.hooks import torch_imported
 from gradflow.engine.nonfinite import find_nonfinite
+from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import OPS, is_cut, is_region
@@ -149,7 +150,7 @@ class _Run:
             with _context(self.modes(node)):
                 out = OPS[node.op].fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
-            raise _torch_error(node, args, err, self.g.source) from None
+            raise torch_error(node, args, err, self.g.source) from None
         if self.measure and out.requires_grad:
             out.retain_grad()
         return out
@@ -200,24 +201,6 @@ class _Run:
                 held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
                 self.total = account(self.total, step, t, self.g.source, grad=held)
         return self.t
-
-
-def _torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
-    text = str(err).split("\n")[0]
-    shapes = " and ".join(str(tuple(a.shape)) for a in args)
-    if "Inference tensors cannot be saved for backward" in text:
-        return EvalError(
-            "inference_tensor",
-            f"'{node.text}' needs to save a tensor made under inference_mode() for backward, "
-            f"which torch refuses. torch says: {text}",
-            hint="use no_grad() instead of inference_mode() there, or detach()", span=node.span, source=source)
-    if any(k in text for k in ("size of tensor", "shapes cannot", "mat1 and mat2", "dimension", "at least 1D",
-                               "size mismatch", "inconsistent")):
-        return EvalError("shape", f"shape mismatch at '{node.text}': {OPS[node.op].name} of shapes {shapes}. "
-                         f"torch says: {text}",
-                         hint="make the shapes agree (or broadcast), or reduce with sum()/mean() first",
-                         span=node.span, source=source)
-    return EvalError("torch", f"torch failed at '{node.text}': {text}", span=node.span, source=source)
 
 
 def _grad_fn_name(t: torch.Tensor) -> str | None:

@@ -91,9 +91,9 @@ class _Lowering:
         nid = len(self.nodes)
         modes = tuple(mode for _, mode in regions)
         innermost = regions[-1][0] if regions else None
-        extra = {} if call is None else {"params": call.params, "inner": call.inner}
         self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, modes=modes,
-                               block=innermost.header if isinstance(innermost, With) else None, **extra))
+                               params=() if call is None else call.params, inner=None if call is None else call.inner,
+                               block=innermost.header if isinstance(innermost, With) else None))
         if isinstance(innermost, Call):
             self.regions[nid] = innermost
         self.steps.append(nid)

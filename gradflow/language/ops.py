@@ -124,12 +124,12 @@ def _max(a, b=None):
     return a.max() if b is None else a.maximum(b)
 
 
-def _reduce(method: str):
-    def run(a, dim=None, keepdim=False):
-        if dim is None and not keepdim:
-            return getattr(a, method)()  # SumBackward0 / MeanBackward0, as a.sum() records it
-        return getattr(a, method)(dim=dim, keepdim=keepdim)
-    return run
+def _sum(a, dim=None, keepdim=False):
+    return a.sum() if dim is None and not keepdim else a.sum(dim=dim, keepdim=keepdim)  # a.sum(): SumBackward0
+
+
+def _mean(a, dim=None, keepdim=False):
+    return a.mean() if dim is None and not keepdim else a.mean(dim=dim, keepdim=keepdim)
 
 
 def _class_target(a, target):
@@ -155,7 +155,7 @@ def index_key(spec) -> Any:
                  for item in spec)
 
 
-T, I = Param("input"), Param("other")
+T, OTHER = Param("input"), Param("other")
 _DIM = Param("dim", "dims", None)
 _KEEP = Param("keepdim", "bool", False)
 _RED = Param("reduction", "str", "mean", ("mean", "sum", "none"))
@@ -168,18 +168,18 @@ def _fn(name: str, doc: str, fn, **kw) -> Op:
 
 
 def _cmp(name: str, symbol: str, fn, doc: str) -> Op:
-    return Op(name, (T, I), fn, doc, symbol, "comparison", methods=(name,), torch=(f"torch.{name}",))
+    return Op(name, (T, OTHER), fn, doc, symbol, "comparison", methods=(name,), torch=(f"torch.{name}",))
 
 
 _ROWS = [
     # operators (the grammar maps the symbols to these names)
-    Op("add", (T, I), lambda a, b: a + b, "a + b", "+", "operator", methods=("add",), torch=("torch.add",)),
-    Op("sub", (T, I), lambda a, b: a - b, "a - b", "-", "operator", methods=("sub",), torch=("torch.sub",)),
-    Op("mul", (T, I), lambda a, b: a * b, "a * b, elementwise", "*", "operator", methods=("mul",),
+    Op("add", (T, OTHER), lambda a, b: a + b, "a + b", "+", "operator", methods=("add",), torch=("torch.add",)),
+    Op("sub", (T, OTHER), lambda a, b: a - b, "a - b", "-", "operator", methods=("sub",), torch=("torch.sub",)),
+    Op("mul", (T, OTHER), lambda a, b: a * b, "a * b, elementwise", "*", "operator", methods=("mul",),
        torch=("torch.mul",)),
-    Op("div", (T, I), lambda a, b: a / b, "a / b, elementwise", "/", "operator", methods=("div",),
+    Op("div", (T, OTHER), lambda a, b: a / b, "a / b, elementwise", "/", "operator", methods=("div",),
        torch=("torch.div",)),
-    Op("matmul", (T, I), lambda a, b: a @ b, "a @ b, matrix product (torch.matmul)", "@", "operator",
+    Op("matmul", (T, OTHER), lambda a, b: a @ b, "a @ b, matrix product (torch.matmul)", "@", "operator",
        methods=("matmul",), torch=("torch.matmul",), shape="matmul"),
     Op("neg", (T,), lambda a: -a, "-a", "-", "operator", methods=("neg",), torch=("torch.neg",), shape="first"),
     Op("pow", (T, Param("exponent")), lambda a, b: a ** b, "a ^ b (also a ** b, pow(a, b)); right-associative",
@@ -230,17 +230,17 @@ _ROWS = [
        lambda a, min=None, max=None: a.clamp(min=min, max=max), "a limited to [min, max] (numbers; either may "
        "be left out); gradient 1 inside, 0 where clamped", functions=("clamp",), methods=("clamp", "clip"),
        torch=("torch.clamp", "torch.clip"), shape="first"),
-    Op("maximum", (T, I), lambda a, b: a.maximum(b), "elementwise maximum", functions=("maximum",),
+    Op("maximum", (T, OTHER), lambda a, b: a.maximum(b), "elementwise maximum", functions=("maximum",),
        methods=("maximum",), torch=("torch.maximum",)),
-    Op("minimum", (T, I), lambda a, b: a.minimum(b), "elementwise minimum", functions=("minimum",),
+    Op("minimum", (T, OTHER), lambda a, b: a.minimum(b), "elementwise minimum", functions=("minimum",),
        methods=("minimum",), torch=("torch.minimum",)),
-    Op("where", (Param("condition"), T, I), lambda c, a, b: _torch().where(c, a, b),
+    Op("where", (Param("condition"), T, OTHER), lambda c, a, b: _torch().where(c, a, b),
        "a where condition is true, else other (condition: a comparison, e.g. x > 0)", functions=("where",),
        torch=("torch.where",)),
     # reductions
-    Op("sum", (T, _DIM, _KEEP), _reduce("sum"), "sum of all elements, or along dim", kind="reduction",
+    Op("sum", (T, _DIM, _KEEP), _sum, "sum of all elements, or along dim", kind="reduction",
        functions=("sum",), methods=("sum",), torch=("torch.sum",), shape="first"),
-    Op("mean", (T, _DIM, _KEEP), _reduce("mean"), "mean of all elements, or along dim", kind="reduction",
+    Op("mean", (T, _DIM, _KEEP), _mean, "mean of all elements, or along dim", kind="reduction",
        functions=("mean",), methods=("mean",), torch=("torch.mean",), shape="first"),
     Op("min", (T, Param("other", default=None)), _min, "min(a): smallest element; min(a, b): elementwise "
        "minimum", kind="reduction", functions=("min",), methods=("min",), torch=("torch.min",)),

@@ -329,8 +329,8 @@ for _op in ("add", "sub", "mul", "div", "matmul", "pow", "lt", "gt", "le", "ge",
 def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     pos = getattr(err, "pos_in_stream", None)
     tok = getattr(err, "token", None)
-    at_end = getattr(tok, "type", None) == "$END" or (getattr(tok, "type", "") in ("_NL", "_DEDENT") and
-                                                       str(tok) == "" and pos is not None and pos >= len(source.rstrip()))
+    synthetic = getattr(tok, "type", "") in ("_NL", "_DEDENT") and str(tok) == ""  # lexing.py's, at the end
+    at_end = getattr(tok, "type", None) == "$END" or (synthetic and pos is not None and pos >= len(source.rstrip()))
     if isinstance(err, UnexpectedEOF) or pos is None or at_end:
         pos = len(source.rstrip())  # just after the last character, even with a trailing new line
     if isinstance(err, UnexpectedCharacters):
@@ -342,7 +342,7 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     else:
         found = "end of input" if tok is None or at_end else repr(str(tok))
         found = "end of line" if not at_end and getattr(tok, "type", None) == "_NL" else found
-        found = {"_INDENT": "indent", "_DEDENT": "end of the block"}.get(getattr(tok, "type", None), found)
+        found = {"_INDENT": "indent", "_DEDENT": "end of the block"}.get(getattr(tok, "type", ""), found)
         msg = f"unexpected {found}"
         expected = _accepted(err, err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set())
     names = sorted({_READABLE.get(t, t) for t in expected or () if not t.startswith("__")})

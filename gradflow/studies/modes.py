@@ -8,7 +8,7 @@ Graph; the program text shown per row is only for reading.
 from __future__ import annotations
 
 from gradflow.engine.prepare import prepare
-from gradflow.errors import ValueInputError
+from gradflow.errors import Span, ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, ancestors, cut_nodes, off_flags
 from gradflow.language.graph import Graph
@@ -51,8 +51,8 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     """
     edits = []
     for c in cut_nodes(graph):
-        head = (c.span.start, c.span.start + len(c.op) + 1)
-        tail = (c.span.end - 1, c.span.end)
+        inner = _operand(graph, c)
+        head, tail = (c.span.start, inner.start), (inner.end, c.span.end)
         if mechanism in CUT_OPS:
             edits += [(head, mechanism + "("), (tail, ")")]
         else:
@@ -62,6 +62,14 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     for (start, end), new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return "".join(f"{leaf}.requires_grad = false; " for leaf in flagged) + text
+
+
+def _operand(graph: Graph, cut) -> Span:
+    """Where the cut's operand is written: inside detach(e), (e).detach(), y.detach_(); without the parentheses
+    of (e).detach()."""
+    inner = cut.inner or Span(cut.span.start + len(cut.op) + 1, cut.span.end - 1)
+    arg = graph.nodes[cut.args[0]].span
+    return arg if inner.start <= arg.start and arg.end <= inner.end else inner
 
 
 def _inner(graph: Graph, cut_spans: list, result) -> dict[str, bool]:
