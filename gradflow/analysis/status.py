@@ -91,9 +91,21 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
                 cuts.append(label)
     if cuts:
         return f"every path from {leaf} to {_out(result)} is cut by " + " and ".join(cuts)
+    flat = _no_gradient_ops(result, deps, reach, i)
+    if flat:
+        return (f"every path from {leaf} to {_out(result)} goes through {' and '.join(flat)}, which carr"
+                f"{'ies' if len(flat) == 1 else 'y'} no gradient (a comparison gives a boolean tensor)")
     if result.error is not None:
         return f"backward did not run: {result.error.message}"
     return f"no gradient reached {leaf}"
+
+
+def _no_gradient_ops(result: Explanation, deps, reach: list[bool], i: int) -> list[str]:
+    """Nodes on the leaf's paths whose result does not require grad although an input does, with no cut:
+    ops with no derivative (comparisons)."""
+    nodes = result.nodes
+    return list(dict.fromkeys(nodes[e.dst].name for e in result.edges if not e.cut and deps[e.src] >> i & 1
+                              and reach[e.dst] and nodes[e.src].requires_grad and not nodes[e.dst].requires_grad))
 
 
 def tracked_from(result: Explanation, graph: Graph) -> list[int]:

@@ -46,6 +46,9 @@ def torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
         n = first.numel() if hasattr(first, "numel") else "?"
         return error("shape", f"cannot reshape at '{node.text}': the new shape must hold the {n} elements of "
                      f"{_shape(first)}. torch says: {text}", "-1 in a shape stands for the size that fits")
+    if "Can't detach views in-place" in text:
+        return error("torch", f"torch failed at '{node.text}': {text.split('. If ')[0]}",
+                     f"{node.text.replace('.detach_()', '.detach()')} makes a detached copy instead")
     if "where expected condition to be a boolean tensor" in text:
         return error("torch", f"torch failed at '{node.text}': {text}",
                      "the condition is a comparison, e.g. torch.where(x > 0, x, 0)")

@@ -47,7 +47,8 @@ class Binder:
             positional[len(params) - 1:] = [Seq(Span(rest[0].full.start, rest[-1].full.end),
                                                 Span(rest[0].full.start, rest[-1].full.end), list(rest))]
         given = len(positional) + len(keywords)
-        if len(positional) > len(params) or (not keywords and len(positional) < self.op.min_args):
+        operands = len([p for p in params if p.required and p.kind in ("tensor", "tensors")])
+        if len(positional) > len(params) or (not keywords and len(positional) < operands):
             skip = receiver is not None
             raise self.fail("arity", f"{self.shown}() takes {takes(self.op.min_args - skip, len(params) - skip)}, "
                             f"got {given - skip}", hint=f"{self.shown}: {self.op.doc}")
@@ -60,7 +61,8 @@ class Binder:
         missing = [p.name for p in params if p.required and p.name not in bound]
         if missing:
             raise self.fail("arity", f"{self.shown}() missing required argument '{missing[0]}'",
-                            hint=f"{self.shown}({self.op.signature()})")
+                            hint=f"{self.shown}({self.op.signature()})" + (", e.g. dim=-1 for the last dim"
+                                                                           if missing[0] == "dim" else ""))
         operands: list[Expr] = []
         others = []
         for p in params:
@@ -94,6 +96,11 @@ class Binder:
         for p in self.op.params:
             if p.name == kw.name and p.name in names:
                 return p
+        if self.op.name in ("min", "max") and kw.name == "dim":
+            raise self.fail("unknown_keyword", f"{self.shown}(dim=...) returns (values, indices) in torch, which "
+                            "gradflow does not support", span=Span(kw.span.start, kw.span.start + len(kw.name)),
+                            hint=f"{self.shown}() takes the whole tensor, or a second tensor for the elementwise "
+                                 f"{self.op.name}imum")
         near = suggest(kw.name, names)
         listing = ", ".join(names) if names else "no keywords"
         raise self.fail("unknown_keyword", f"{self.shown}() got an unexpected keyword argument '{kw.name}'",

@@ -151,6 +151,9 @@ class _Lowering:
         if e.op == "requires_grad_":
             self.steps.append(FlagStep(args[0], dict(e.params)["requires_grad"], e.span, text))
             return args[0]
+        if e.op == "detach" and e.inplace and self.nodes[args[0]].op == "var":
+            self.steps.append(FlagStep(args[0], False, e.span, text))  # a leaf's detach_(): requires_grad_(False)
+            return args[0]
         nid = self.new(e.op, args, e.span, regions=reg, call=e)
         if e.inplace and isinstance(e.args[0], Var):
             self.env[e.args[0].name] = nid  # y.detach_(): y itself is detached for every later use

@@ -116,6 +116,14 @@ def _torch():
     return sys.modules["torch"]  # loaded: these callables only run on tensors
 
 
+def _detach(a, inplace=False):
+    """a.detach(); a.detach_() (`inplace`) is modelled by it too: later uses read the detached value, earlier
+    ones keep their path, as in torch. torch refuses it on a view: then the real call raises that error."""
+    if inplace and a._is_view():
+        a.detach_()  # raises before changing anything: "Can't detach views in-place"
+    return a.detach()
+
+
 def _min(a, b=None):
     return a.min() if b is None else a.minimum(b)
 
@@ -195,7 +203,7 @@ _ROWS = [
     Op("index", (T, Param("index", "index")), lambda a, index: a[index_key(index)],
        "a[i], a[i:j:k], a[:, i], a[..., i]: indexing and slicing", "[]", "indexing", shape="first"),
     # cuts
-    Op("detach", (T,), lambda a: a.detach(), "a's value with no gradient path back (tensor.detach(); "
+    Op("detach", (T,), _detach, "a's value with no gradient path back (tensor.detach(); "
        "a.detach_() also makes later uses of a read it)", kind="cut", role="cut",
        torch_names=("detach", "detach_", "data"), functions=("detach",), methods=("detach", "detach_"),
        torch=("torch.detach",), shape="first", properties=("data",)),

@@ -170,7 +170,10 @@ class _Build(Transformer_NonRecursive):
         if op is None:
             raise self._unknown_attribute(recv, name, called=True)
         inplace = op.kind == "flag" or str(name).endswith("_")
-        return self._make(op, f".{name}", args, recv, s, inplace=inplace)
+        call = self._make(op, f".{name}", args, recv, s, inplace=inplace)
+        if op.name == "detach" and inplace:
+            call.params = (("inplace", True),)  # torch refuses to detach a view in place
+        return call
 
     def attr(self, c):
         recv, name = c
