@@ -10,7 +10,7 @@ import sympy as sp
 from gradflow import compare
 
 from ..conftest import BLOG
-from ..exprgen import generate
+from ..exprgen import STYLES, generate
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 THREE = ["(x*y1 - x*y2)^2", "(detach(x*y1) - x*y2)^2", "(x*y1 - detach(x*y2))^2"]
@@ -150,11 +150,13 @@ def _flat(t):
     return [0.0] * 3 if t is None else t.double().reshape(-1).tolist()
 
 
+@pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("vector", [False, True])
-def test_modes_rewrites_match_sympy(vector):
+def test_modes_rewrites_match_sympy(vector, style):
+    """Each cut rewritten to each mechanism, whether written detach(e), e.detach() or torch.detach(e)."""
     checked = 0
     for seed in range(30):
-        cut, uncut = generate(seed, vector), generate(seed, vector, cuts=False)
+        cut, uncut = generate(seed, vector, style=style), generate(seed, vector, cuts=False, style=style)
         if not cut.values or "detach(" not in cut.source and "no_grad(" not in cut.source:
             continue
         m = _modes(compare(cut.source, modes=True, wrt=list(cut.values), dtype="float64", **cut.values))
