@@ -128,7 +128,7 @@ class _Lowering:
             elif isinstance(e, Var):
                 results[id(e)] = self.lookup(e)
             elif isinstance(e, Namespace):
-                raise self.fail(f"'{e.name}' is a module, not a value", e.span, "call a function of it, "
+                raise self.fail(f"'{e.name}' is a module or function, not a value", e.span, "call a function, "
                                 "e.g. torch.sum(x)", kind="unknown_function")
             elif not done:
                 stack.append((e, True, reg))

@@ -48,6 +48,7 @@ _READABLE = {
     "ELLIPSIS": "'...'", "STRING": "a string", "LT": "'<'", "GT": "'>'", "LE": "'<='", "GE": "'>='", "EQ": "'=='",
     "NE": "'!='", "WITH": "with", "_INDENT": "an indented block", "_DEDENT": "the end of the block",
 }
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "LT", "GT", "LE", "GE", "EQ", "NE"}
 NAMESPACES = ("torch", "F")  # torch.f(...), F.f(...) (import torch.nn.functional as F)
 _NOT_VALUES = {  # a.NAME that is no value in gradflow: why, and what to write
     "grad": "the table shows every node's grad, and each chosen leaf's .grad under it",
@@ -221,6 +222,9 @@ class _Build(Transformer_NonRecursive):
                               "spelling")
 
     def _module(self, ns) -> ParseError:
+        if qualified(ns.name) in QUALIFIED:
+            return self.fail("unknown_function", f"'{ns.name}' is a function: call it, {ns.name}(...)", ns.full,
+                             hint=f"{QUALIFIED[qualified(ns.name)].name}: {QUALIFIED[qualified(ns.name)].doc}")
         return self.fail("unknown_function", f"'{ns.name}' is a module, not a value", ns.full,
                          hint="call a function of it, e.g. torch.sum(x)")
 
@@ -272,6 +276,8 @@ class _Build(Transformer_NonRecursive):
     # ---- statements ----
     def assign(self, c):
         name, expr = c
+        if isinstance(expr, Namespace):
+            raise self._module(expr)
         return Assign(str(name), expr, Span(name.start_pos, expr.full.end))
 
     def setflag(self, c):
@@ -348,7 +354,9 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
         found = {"_INDENT": "indent", "_DEDENT": "end of the block"}.get(getattr(tok, "type", ""), found)
         msg = f"unexpected {found}"
         expected = _accepted(err, err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set())
-    names = sorted({_READABLE.get(t, t) for t in expected or () if not t.startswith("__")})
+    expected = {t for t in expected or () if not t.startswith("__")}
+    operators = expected & _OPERATORS if len(expected & _OPERATORS) >= 4 else set()  # after an operand
+    names = sorted({_READABLE.get(t, t) for t in expected - operators}) + (["an operator"] if operators else [])
     hint = ("expected " + ", ".join(names)) if names else None
     end = pos + 1 if pos < len(source) else pos
     return ParseError("syntax", f"syntax error: {msg} at {_where(source, pos)}", hint=hint,

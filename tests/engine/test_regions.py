@@ -77,3 +77,38 @@ def test_three_levels_and_a_region_around_a_cut_free_part():
     no_grad only (saving nothing): L = that + x*x has dL/dx = 2x = 4."""
     assert gradflow_answer("no_grad(x * inference_mode(y*x)) + x*x") == ("ok", 4.0)
     assert gradflow_answer("no_grad(no_grad(inference_mode(x*y)))*x") == ("inference_tensor", None)
+
+
+def block_program(outer: str, inner: str, how: str, inner_expr: str) -> str:
+    """The same nesting as PyTorch code writes it: `with torch.no_grad():` blocks for the contexts, methods
+    for detach (a block's assignments are computed under it; what follows the block is not)."""
+    lines, indent = [], ""
+    for kind in (outer, inner):
+        if kind in CONTEXTS:
+            lines.append(f"{indent}with torch.{kind}():")
+            indent += "    "
+    inside = ".detach()" if inner == "detach" else ""
+    inside += ".detach()" if outer == "detach" and inner == "detach" else ""
+    lines.append(f"{indent}t = ({inner_expr}){inside}")
+    if outer == "detach" and inner in CONTEXTS:
+        lines.append("t = t.detach()")  # after the block: detach() outside the inner context
+    lines.append({"*": "t*x", "+": "t + x", "exp": "(t*x).exp()"}[how])
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("outer,inner,how,inner_expr", CASES)
+def test_nested_with_blocks_match_torch(outer, inner, how, inner_expr):
+    source = block_program(outer, inner, how, inner_expr)
+    assert gradflow_answer(source) == pytest.approx(torch_reference(outer, inner, how, inner_expr)), source
+
+
+def test_block_nodes_enter_every_enclosing_region_outermost_first():
+    from gradflow.language.compile import compile_program
+
+    g = compile_program("with torch.no_grad():\n    with torch.inference_mode():\n        a = x*y\n"
+                        "    b = no_grad(a*x)\nc = b + x")
+    modes = {n.text: n.modes for n in g.nodes if n.op != "var"}
+    assert modes == {"x*y": ("no_grad", "inference_mode"), "a*x": ("no_grad", "no_grad"),
+                     "no_grad(a*x)": ("no_grad",), "b + x": ()}
+    assert [n.block for n in g.nodes if n.op != "var"] == ["`with torch.inference_mode():` on line 2", None,
+                                                          "`with torch.no_grad():` on line 1", None]
