@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -147,10 +148,14 @@ class _Run:
             return args[0]
         precheck(node, args, self.g.source)
         try:
-            with _context(self.modes(node)):
+            with _context(self.modes(node)), warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
                 out = OPS[node.op].fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
+        for w in said:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, never printed
+            self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
+                                         f"{str(w.message).splitlines()[0]}", node.id))
         if self.measure and out.requires_grad:
             out.retain_grad()
         return out
