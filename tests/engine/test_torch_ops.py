@@ -180,3 +180,22 @@ def test_shape_and_index_mistakes_speak_torch(source, kind, words):
 def test_class_indices_must_be_whole():
     with pytest.raises(EvalError, match="must be whole numbers"):
         explain("F.cross_entropy(x, t)", x=[[1, 2, 3]], t=[0.5])
+
+
+def test_torch_warnings_are_reported_not_leaked():
+    """torch warns when mse_loss broadcasts its target (found by fuzzing): a gradflow warning, no Python one."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = explain("F.mse_loss(x, y)", wrt="x", x=1, y=[1, 2])
+    assert r.grad("x") == -1.0  # mean((1-1)^2, (1-2)^2): d/dx = ((1-1) + (1-2)) * 2 / 2
+    (w,) = r.warnings
+    assert w.kind == "torch_warning" and w.message.startswith("torch warns at 'F.mse_loss(x, y)': Using a target")
+
+
+def test_numeric_check_of_a_boolean_output(cli):
+    """A comparison as the output (found by fuzzing): --check used to subtract two booleans (internal error)."""
+    res = cli("eval", "y = 0 - x == 7.", "--x", "1", "--check")
+    assert res.exit_code == 3 and "internal error" not in res.stderr
+    assert "goes through y, which carries no gradient" in res.stderr
