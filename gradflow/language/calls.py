@@ -47,8 +47,8 @@ class Binder:
             positional[len(params) - 1:] = [Seq(Span(rest[0].full.start, rest[-1].full.end),
                                                 Span(rest[0].full.start, rest[-1].full.end), list(rest))]
         given = len(positional) + len(keywords)
-        operands = len([p for p in params if p.required and p.kind in ("tensor", "tensors")])
-        if len(positional) > len(params) or (not keywords and len(positional) < operands):
+        needed = len([p for p in params if p.required and p.kind in ("tensor", "tensors")])
+        if len(positional) > len(params) or (not keywords and len(positional) < needed):
             skip = receiver is not None
             raise self.fail("arity", f"{self.shown}() takes {takes(self.op.min_args - skip, len(params) - skip)}, "
                             f"got {given - skip}", hint=f"{self.shown}: {self.op.doc}")
