@@ -91,6 +91,10 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
                 cuts.append(label)
     if cuts:
         return f"every path from {leaf} to {_out(result)} is cut by " + " and ".join(cuts)
+    indices = _class_indices(result, deps, i)
+    if indices:
+        return (f"{leaf} is the class indices of {' and '.join(indices)}: whole numbers, taken as integers, "
+                "carry no gradient")
     flat = _no_gradient_ops(result, deps, reach, i)
     if flat:
         return (f"every path from {leaf} to {_out(result)} goes through {' and '.join(flat)}, which carr"
@@ -98,6 +102,13 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
     if result.error is not None:
         return f"backward did not run: {result.error.message}"
     return f"no gradient reached {leaf}"
+
+
+def _class_indices(result: Explanation, deps, i: int) -> list[str]:
+    """cross_entropy nodes whose target (computed from leaf i) holds class indices: one dim fewer than the input."""
+    nodes = result.nodes
+    return [nodes[e.dst].name for e in result.edges if e.pos == 1 and nodes[e.dst].op == "cross_entropy"
+            and deps[e.src] >> i & 1 and nodes[e.src].value.dim() == nodes[nodes[e.dst].args[0]].value.dim() - 1]
 
 
 def _no_gradient_ops(result: Explanation, deps, reach: list[bool], i: int) -> list[str]:

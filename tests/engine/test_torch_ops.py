@@ -199,3 +199,11 @@ def test_numeric_check_of_a_boolean_output(cli):
     res = cli("eval", "y = 0 - x == 7.", "--x", "1", "--check")
     assert res.exit_code == 3 and "internal error" not in res.stderr
     assert "goes through y, which carries no gradient" in res.stderr
+
+
+def test_class_indices_say_why_they_get_no_gradient():
+    r = explain("F.cross_entropy(x, t)", wrt="all", x=[1, 2, 3], t=2)
+    assert r.grad("t") is None and r.why["t"] == ("t is the class indices of F.cross_entropy(x, t): whole numbers, "
+                                                  "taken as integers, carry no gradient")
+    r = explain("F.cross_entropy(x, p)", wrt="all", dtype="float64", x=[1, 2, 3], p=[0, 0, 1])  # probabilities
+    assert r.grad("p") == pytest.approx((-np.log(np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())).tolist())
