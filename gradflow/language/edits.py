@@ -74,7 +74,7 @@ class Edit:
     def set_cut(self, cid: int, op: str):
         """Make cut `cid` use mechanism `op` (detach, no_grad or inference_mode)."""
         self._unwrap(cid)
-        c = self._change(cid, text=f"{op}({self.operand_text(cid)})", op=op)
+        c = self._change(cid, text=f"{op}({self.operand_text(cid)})", op=op, params=())  # as if written op(e)
         if is_region(op):
             depth = len(c.modes)
             for n in self.inside(cid):

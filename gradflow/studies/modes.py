@@ -53,8 +53,11 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     for c in cut_nodes(graph):
         inner = _operand(graph, c)
         head, tail = (c.span.start, inner.start), (inner.end, c.span.end)
+        rebind = f"{graph.source[inner.start:inner.end]} = " if dict(c.params).get("inplace") else ""  # y.detach_()
         if mechanism in CUT_OPS:
-            edits += [(head, mechanism + "("), (tail, ")")]
+            edits += [(head, rebind + mechanism + "("), (tail, ")")]
+        elif rebind:
+            edits += [(head, rebind), (tail, "")]
         else:
             keep = _needs_parens(graph, c)
             edits += [(head, "(" if keep else ""), (tail, ")" if keep else "")]
@@ -126,8 +129,11 @@ def _not_expressible(graph: Graph, flagged: list[str], detached: Row) -> Row | N
 def compare_modes(source: str, values: dict, wrt, dtype: str, device: str) -> Comparison:
     graph = compile_program(source)
     if not cut_nodes(graph):
+        blocks = any(n.block for n in graph.nodes)
         raise ValueInputError("no_cut", "--modes rewrites the program's detach/no_grad/inference_mode cuts, "
-                              "and it has none", hint='e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
+                              "and it has none" + (" (it does not rewrite `with` blocks)" if blocks else ""),
+                              hint=("write the cut as no_grad(expr) or (expr).detach() instead of a block; "
+                                    if blocks else "") + 'e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
                               "--x 1 --y1 2 --y2 7")
     graph, vals, leaves = prepare(graph, values, wrt, dtype=dtype)
     ctx = (vals, leaves, dtype, device)

@@ -181,3 +181,13 @@ def test_modes_display_and_identity_no_grad():
     assert m["detach"].error.kind == "no_gradient"
     nested = _modes(compare("detach(no_grad(x*y))*x", modes=True, x=2, y=3))
     assert nested["no cut"].program == "x*y*x" and _grads(nested["no cut"]) == 12.0  # d(x^2*y)/dx = 2xy
+
+
+def test_modes_rewrite_cuts_written_as_methods():
+    """(x*y2).detach() is rewritten around its operand (its parentheses dropped), y.detach_() as y = op(y)."""
+    m = _modes(compare("(x*y1 - (x*y2).detach())**2", modes=True, x=1, y1=2, y2=7))
+    assert m["no_grad"].program == "(x*y1 - no_grad(x*y2))**2" and m["no cut"].program == "(x*y1 - x*y2)**2"
+    assert (m["detach"].grads["x"], m["no cut"].grads["x"]) == (-20.0, 50.0)
+    m = _modes(compare("z = x*y; z.detach_(); z*x", modes=True, x=2, y=3))
+    assert m["detach"].program == "z = x*y; z = detach(z); z*x" and m["no cut"].program == "z = x*y; z = z; z*x"
+    assert (m["detach"].grads["x"], m["no_grad"].grads["x"]) == (6.0, 12.0)  # z*x: x*y held / z is z itself
