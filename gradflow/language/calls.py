@@ -101,7 +101,7 @@ class Binder:
                             "gradflow does not support", span=Span(kw.span.start, kw.span.start + len(kw.name)),
                             hint=f"{self.shown}() takes the whole tensor, or a second tensor for the elementwise "
                                  f"{self.op.name}imum")
-        near = suggest(kw.name, names)
+        near = "dim" if kw.name in ("axis", "dims") and "dim" in names else suggest(kw.name, names)  # numpy's word
         listing = ", ".join(names) if names else "no keywords"
         raise self.fail("unknown_keyword", f"{self.shown}() got an unexpected keyword argument '{kw.name}'",
                         hint=(f"did you mean '{near}'? " if near else "") + f"{self.shown}() takes: {listing}",
