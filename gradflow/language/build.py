@@ -129,13 +129,14 @@ class Build(Transformer_NonRecursive):
     def method(self, c):
         recv, name, lpar, args, rpar = c
         s = Span(recv.full.start, rpar.end_pos)
-        if self._is_namespace(recv):
-            dotted = f"{recv.name}.{name}"
+        dotted = f"{getattr(recv, 'name', '')}.{name}"
+        if self._is_namespace(recv) and (qualified(dotted) in QUALIFIED or isinstance(recv, Namespace)
+                                         or str(name) not in METHODS):
             op = QUALIFIED.get(qualified(dotted))
             if op is None:
                 raise self._unknown_qualified(dotted, Span(recv.full.start, name.end_pos))
             return self._make(op, dotted, args, None, s)
-        op = METHODS.get(str(name))
+        op = METHODS.get(str(name))  # a.f(...); also F.sum() on a variable named F, which F. has no sum of
         if op is None:
             raise self._unknown_attribute(recv, name, called=True)
         inplace = op.kind == "flag" or str(name).endswith("_")

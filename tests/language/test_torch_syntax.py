@@ -268,3 +268,9 @@ def test_every_spelling_table_is_consistent():
         for name, op in table.items():
             assert op.name in OPS and name
     assert isinstance(parse("x").stmts[0], ExprStmt) and isinstance(parse("x.exp()").stmts[0].expr, Call)
+
+
+def test_torch_and_F_name_the_modules_unless_a_method_is_meant():
+    assert tree("F.relu(x)") == "(relu x)" and tree("torch.sum(x)") == "(sum x dim=None keepdim=False)"
+    g = lower(parse("F = x*2; F.sum()"))  # F.sum is no function of torch.nn.functional: the variable's method
+    assert [n.op for n in g.nodes] == ["var", "const", "mul", "sum"]
