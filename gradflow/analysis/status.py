@@ -36,8 +36,10 @@ def reaches_output(graph: Graph) -> list[bool]:
 def _cutter(graph: Graph, node_id: int) -> str:
     """The label of the construct that cut edges into this node."""
     n = graph.nodes[node_id]
-    if role(n.op) == "cut" or n.region is None:
-        return n.block or n.label if role(n.op) != "cut" else n.label  # a `with` block, or the node itself
+    if role(n.op) == "cut":
+        return n.label
+    if n.region is None:
+        return n.block or n.label  # the `with` block it is computed in, or the node itself
     return graph.nodes[n.region].label
 
 

@@ -172,11 +172,17 @@ class _Lowering:
         return Graph(self.source, nodes, steps, MappingProxyType(self.inputs), last)
 
     def statements(self, stmts: list[Stmt]) -> None:
-        for st in stmts:
+        """In order; a `with` block's statements inside its region (a stack, not recursion: blocks may nest
+        as deep as the depth limit allows)."""
+        todo = [(iter(stmts), self.blocks)]
+        while todo:
+            st = next(todo[-1][0], None)
+            if st is None:
+                todo.pop()
+                continue
+            self.blocks = todo[-1][1]
             if isinstance(st, With):
-                outer, self.blocks = self.blocks, (*self.blocks, (st, st.mode))
-                self.statements(st.body)
-                self.blocks = outer
+                todo.append((iter(st.body), (*self.blocks, (st, st.mode))))
             elif isinstance(st, SetFlag):
                 name_span = Span(st.span.start, st.span.start + len(st.name))
                 target = self.lookup(Var(name_span, name_span, st.name))

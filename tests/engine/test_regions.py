@@ -112,3 +112,13 @@ def test_block_nodes_enter_every_enclosing_region_outermost_first():
                      "no_grad(a*x)": ("no_grad",), "b + x": ()}
     assert [n.block for n in g.nodes if n.op != "var"] == ["`with torch.inference_mode():` on line 2", None,
                                                           "`with torch.no_grad():` on line 1", None]
+
+
+def test_deeply_nested_blocks_are_limited_then_run_without_recursion():
+    n = 1200
+    src = "".join(" " * i + "with torch.no_grad():\n" for i in range(n)) + " " * n + "c = x*2\nc*x"
+    with pytest.raises(Exception) as info:
+        explain(src, x=2, limits={"length": 10**7})
+    assert info.value.kind == "limit_depth" and "the `with` blocks nest 501 levels" in info.value.message
+    r = explain(src, x=2, limits={"depth": 2000, "length": 10**7})  # every context entered: c is a constant
+    assert r.grad("x") == 4.0 and len(r.graph.nodes[2].modes) == n
