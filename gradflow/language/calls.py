@@ -110,7 +110,7 @@ class Binder:
     def convert(self, p: Param, e):
         kind = p.kind
         word = e.name if isinstance(e, Var) and e.name in WORDS else None
-        if word == "None" and not p.required:
+        if word == "None" and p.default is None:  # only where torch takes None
             return None
         if kind == "tensor":
             if word or not isinstance(e, Expr) or isinstance(e, (Str, Seq, Namespace)):

@@ -117,6 +117,8 @@ def test_node_text_is_the_expression_as_written():
     ("x.sum(dim=y)", "argument", ".sum(): dim must be a whole number written in the program, got y", None),
     ("x.reshape(2, 1.5)", "argument", "shape must be a whole number, got 1.5", None),
     ("x.sum(keepdim=1)", "argument", "keepdim must be True or False, got 1", None),
+    ("x.requires_grad_(None)", "argument", "requires_grad must be True or False, got None", None),  # fuzzing
+    ("F.softmax(x, dim=None)", "argument", "dim must be a whole number", None),
     ("F.mse_loss(x, y, reduction='avg')", "argument", "reduction must be 'mean' or 'sum' or 'none', got 'avg'",
      None),
     ("torch.cat(x, y)", "argument", "tensors must be a list of tensors", None),
