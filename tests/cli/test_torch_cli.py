@@ -51,6 +51,9 @@ def test_indexing_flows_per_use(cli):
     (["x.sum(dim=0.5)", "--x", "[1,2,3]"], "argument", "whole number"),
     (["with torch.no_grad():\n  c = x\n d = c\nd", "--x", "1"], "syntax", "unindent does not match"),
     (["y.retain_grad(); x*y", "--x", "1", "--y", "2"], "retain_grad", "does not require grad"),
+    (["z = x*y; z.requires_grad_(False); z", "--x", "1", "--y", "2"], "requires_grad_non_leaf",
+     "you can only change requires_grad flags of leaf variables"),
+    (["v = x[0]; v.detach_(); v*x[1]", "--x", "[1,2]"], "torch", "Can't detach views in-place"),
 ])
 def test_mistakes_exit_2_with_a_clear_error(cli, args, kind, words):
     res = cli("eval", *args, "--json")
