@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from gradflow import GradflowError, explain
 from gradflow.language.compile import compile_program
 from gradflow.cli.app import app
-from gradflow.language.ops import FUNCTIONS
+from gradflow.language.ops import FUNCTIONS, METHODS, QUALIFIED, short
 from gradflow.render.table import print_error, print_explanation
 
 VARS = ["x", "y", "z", "w"]
@@ -29,9 +29,17 @@ VALUE_TEXT = ["0", "-0", "1", "-2", "0.5", "1e38", "-1e38", "1e-45", "1e400", "n
               "[true]", "{}", "1j", "[" * 40 + "1" + "]" * 40, "[1e400, -1e400]", "[[1,2,3]]", "[[1],[2],[3]]"]
 SYMBOLS = ["+", "-", "*", "/", "@", "^", "**"]
 CALLS = sorted(FUNCTIONS) + ["foo", "__class__", "eval", "exec"]
-ALPHABET = list("xyzw0123456789.eE+-*/@^()_,;=\n\t #[]'\"\\") + [
+METHOD_NAMES = sorted(METHODS) + ["T", "data", "grad", "foo", "requires_grad"]
+TORCH_CALLS = sorted({short(q) for q in QUALIFIED}) + ["torch.foo", "F.bar", "torch.no_grad"]
+KEYWORDS = ["dim=0", "dim=-1", "dim=(0, 1)", "keepdim=True", "reduction='sum'", "reduction='none'", "p=1",
+            "min=0", "max=1", "dim=1.5", "foo=1", "[x, y]", "(2, -1)", "'mean'", "None", "True"]
+SUBSCRIPTS = ["0", "-1", "1:3", ":, 0", "..., -1", "::2", "5", "1.5", "::-1", "None", "x"]
+COMPARISONS = [">", "<", ">=", "<=", "==", "!="]
+BLOCKS = ["with torch.no_grad():", "with torch.inference_mode():", "with no_grad():", "with torch.enable_grad():"]
+ALPHABET = list("xyzw0123456789.eE+-*/@^()_,;=\n\t #[]'\"\\:<>!") + [
     "**", "requires_grad", "true", "false", "sum(", "detach(", "no_grad(", "inference_mode(", "log(", "sqrt(",
-    "1e400", "\udcff", "\x00", "é", "__class__", "x.", "."]
+    "1e400", "\udcff", "\x00", "é", "__class__", "x.", ".", "torch.", "F.", ".sum(", "dim=", "keepdim=True",
+    "...", "with torch.no_grad():\n    ", "\n    ", ".detach_()", ".requires_grad_(False)", "[0]", "[1:]"]
 
 scalars = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, 1e38, -1e38, 1e-45, 3e38, 1e308,
                                      float("inf"), float("-inf"), float("nan")]),
@@ -46,7 +54,15 @@ def _extend(children):
     binary = st.tuples(children, st.sampled_from(SYMBOLS), children).map(lambda t: f"{t[0]} {t[1]} {t[2]}")
     call = st.tuples(st.sampled_from(CALLS), st.lists(children, max_size=3)).map(
         lambda t: f"{t[0]}({', '.join(t[1])})")
-    return st.one_of(binary, binary, call, children.map(lambda c: f"-{c}"), children.map(lambda c: f"({c})"))
+    arguments = st.lists(st.one_of(children, st.sampled_from(KEYWORDS)), max_size=3).map(", ".join)
+    method = st.tuples(children, st.sampled_from(METHOD_NAMES), arguments, st.booleans()).map(
+        lambda t: f"({t[0]}).{t[1]}({t[2]})" if t[3] else f"({t[0]}).{t[1]}")
+    torch_call = st.tuples(st.sampled_from(TORCH_CALLS), children, arguments).map(
+        lambda t: f"{t[0]}({t[1]}{', ' + t[2] if t[2] else ''})")
+    index = st.tuples(children, st.sampled_from(SUBSCRIPTS)).map(lambda t: f"({t[0]})[{t[1]}]")
+    compare = st.tuples(children, st.sampled_from(COMPARISONS), children).map(lambda t: f"{t[0]} {t[1]} {t[2]}")
+    return st.one_of(binary, binary, call, children.map(lambda c: f"-{c}"), children.map(lambda c: f"({c})"),
+                     method, torch_call, index, compare)
 
 
 expressions = st.recursive(st.sampled_from(VARS + NUMBERS), _extend, max_leaves=12)
@@ -55,8 +71,12 @@ statements = st.one_of(
     st.tuples(st.sampled_from(VARS + ["a", "b"]), expressions).map(lambda t: f"{t[0]} = {t[1]}"),
     st.tuples(st.sampled_from(VARS + ["a"]), st.sampled_from(["true", "false", "1"])).map(
         lambda t: f"{t[0]}.requires_grad = {t[1]}"))
-programs = st.lists(statements, min_size=1, max_size=4).flatmap(
+plain_programs = st.lists(statements, min_size=1, max_size=4).flatmap(
     lambda ss: st.sampled_from(["; ", "\n", ";"]).map(lambda sep: sep.join(ss)))
+blocks = st.tuples(st.sampled_from(BLOCKS), st.lists(statements, min_size=1, max_size=3), plain_programs,
+                   st.sampled_from(["    ", "  ", "\t", " "])).map(
+    lambda t: f"{t[0]}\n" + "".join(f"{t[3]}{s}\n" for s in t[1]) + t[2])
+programs = st.one_of(plain_programs, plain_programs, blocks)
 
 
 @st.composite
@@ -176,12 +196,21 @@ def gen_expr(rng, budget: int) -> str:
     if kind < 0.45:
         left = rng.randint(1, budget - 1)
         return f"{gen_expr(rng, left)} {rng.choice(SYMBOLS)} {gen_expr(rng, budget - left)}"
-    if kind < 0.75:
+    if kind < 0.65:
         name = rng.choice(CALLS) if rng.random() < 0.08 else rng.choice(sorted(FUNCTIONS))
         op = FUNCTIONS.get(name)
         n = rng.randint(op.min_args, op.max_args) if op and rng.random() < 0.9 else rng.randint(0, 3)
         return f"{name}({', '.join(gen_expr(rng, budget // max(n, 1)) for _ in range(n))})"
-    return ("-{}" if kind < 0.87 else "({})").format(gen_expr(rng, budget - 1))
+    if kind < 0.72:
+        extra = rng.choice(KEYWORDS) if rng.random() < 0.4 else ""
+        return f"({gen_expr(rng, budget - 1)}).{rng.choice(METHOD_NAMES)}({extra})"
+    if kind < 0.77:
+        return f"{rng.choice(TORCH_CALLS)}({gen_expr(rng, budget - 1)}, {rng.choice(KEYWORDS)})"
+    if kind < 0.81:
+        return f"({gen_expr(rng, budget - 1)})[{rng.choice(SUBSCRIPTS)}]"
+    if kind < 0.84:
+        return f"{gen_expr(rng, budget // 2)} {rng.choice(COMPARISONS)} {gen_expr(rng, budget // 2)}"
+    return ("-{}" if kind < 0.92 else "({})").format(gen_expr(rng, budget - 1))
 
 
 def gen_program(rng) -> str:
@@ -195,6 +224,9 @@ def gen_program(rng) -> str:
         else:
             flag = rng.choice(["true", "false", "True", "false", "1"])
             stmts.append(f"{rng.choice(VARS + ['a'])}.requires_grad = {flag}")
+    if rng.random() < 0.15:  # the first statements inside a `with` block
+        k = rng.randint(1, len(stmts))
+        return f"{rng.choice(BLOCKS)}\n" + "".join(f"    {s}\n" for s in stmts[:k]) + "\n".join(stmts[k:])
     return rng.choice(["; ", "\n", ";"]).join(stmts)
 
 
@@ -302,14 +334,14 @@ def gen_batch_bytes(rng) -> bytes:
 
 
 def expected_lines(data: bytes) -> list[int]:
-    """The line numbers that must each get exactly one record: lines split on \\n only, a \\r\\n's \\r
-    dropped, blank lines (only spaces, tabs, \\r) skipped but counted."""
+    """The line numbers that must each get exactly one record: lines split on \\n only, blank lines (only
+    whitespace as Python's str counts it: \\x1c-\\x1f too, as in RFC 7464's record separator) skipped but counted."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     parts = data.split(b"\n")
     if parts and parts[-1] == b"":
         parts.pop()
-    return [i + 1 for i, raw in enumerate(parts) if raw.strip(b" \t\r")]
+    return [i + 1 for i, raw in enumerate(parts) if raw.decode("utf-8", "replace").strip()]  # str's whitespace
 
 
 def check_batch_bytes(data: bytes, runner: CliRunner | None = None) -> int:

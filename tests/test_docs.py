@@ -82,8 +82,12 @@ def test_every_op_in_ops_listing():
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["ops"], env={"COLUMNS": "200"})
-    names = [line.split("│")[1].strip() for line in res.stdout.splitlines() if line.startswith("│")]
-    assert [n for n in names if n] == list(OPS)
+    cells = [line.split("│")[1] for line in res.stdout.splitlines() if line.startswith("│")]
+    assert [c.split()[0] for c in cells if c.strip() and not c.startswith("   ")] == list(OPS)
+    shown = {c.strip() for c in cells}
+    for op in OPS.values():  # every spelling: F.f(...) also stands for torch.nn.functional.f(...), as said under it
+        assert {s for s in op.spellings() if not s.startswith("torch.nn.functional.")} <= shown, op.name
+        assert all(s.replace("torch.nn.functional.", "F.", 1) in shown for s in op.spellings())
 
 
 def readme_section(title: str) -> str:

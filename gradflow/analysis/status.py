@@ -36,8 +36,10 @@ def reaches_output(graph: Graph) -> list[bool]:
 def _cutter(graph: Graph, node_id: int) -> str:
     """The label of the construct that cut edges into this node."""
     n = graph.nodes[node_id]
-    if role(n.op) == "cut" or n.region is None:
+    if role(n.op) == "cut":
         return n.label
+    if n.region is None:
+        return n.block or n.label  # the `with` block it is computed in, or the node itself
     return graph.nodes[n.region].label
 
 
@@ -91,9 +93,32 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
                 cuts.append(label)
     if cuts:
         return f"every path from {leaf} to {_out(result)} is cut by " + " and ".join(cuts)
+    indices = _class_indices(result, deps, i)
+    if indices:
+        return (f"{leaf} is the class indices of {' and '.join(indices)}: whole numbers, taken as integers, "
+                "carry no gradient")
+    flat = _no_gradient_ops(result, deps, reach, i)
+    if flat:
+        return (f"every path from {leaf} to {_out(result)} goes through {' and '.join(flat)}, which carr"
+                f"{'ies' if len(flat) == 1 else 'y'} no gradient (a comparison gives a boolean tensor)")
     if result.error is not None:
         return f"backward did not run: {result.error.message}"
     return f"no gradient reached {leaf}"
+
+
+def _class_indices(result: Explanation, deps, i: int) -> list[str]:
+    """cross_entropy nodes whose target (computed from leaf i) holds class indices: one dim fewer than the input."""
+    nodes = result.nodes
+    return [nodes[e.dst].name for e in result.edges if e.pos == 1 and nodes[e.dst].op == "cross_entropy"
+            and deps[e.src] >> i & 1 and nodes[e.src].value.dim() == nodes[nodes[e.dst].args[0]].value.dim() - 1]
+
+
+def _no_gradient_ops(result: Explanation, deps, reach: list[bool], i: int) -> list[str]:
+    """Nodes on the leaf's paths whose result does not require grad although an input does, with no cut:
+    ops with no derivative (comparisons)."""
+    nodes = result.nodes
+    return list(dict.fromkeys(nodes[e.dst].name for e in result.edges if not e.cut and deps[e.src] >> i & 1
+                              and reach[e.dst] and nodes[e.src].requires_grad and not nodes[e.dst].requires_grad))
 
 
 def tracked_from(result: Explanation, graph: Graph) -> list[int]:

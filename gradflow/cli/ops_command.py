@@ -11,28 +11,27 @@ HELP_END = help_end(["gradflow ops", "gradflow ops --json"],
 
 
 def ops_cmd(json_: JsonOpt = False):
-    """List every operation and function the language knows."""
-    from gradflow.language.ops import OPS
+    """List every operation of the language with every way to write it."""
+    from gradflow.language.ops import F_PREFIX, OPS
 
     if json_:
         from gradflow.values.jsonable import dumps
 
-        print(dumps([{"name": o.name, "symbol": o.symbol, "syntax": _syntax(o), "arity": o.arity, "kind": o.kind,
-                      "doc": o.doc}
-                     for o in OPS.values()]))
+        print(dumps([{"name": o.name, "symbol": o.symbol, "syntax": " or ".join(o.spellings()),
+                      "spellings": o.spellings(), "params": o.signature(), "arity": o.arity, "kind": o.kind,
+                      "doc": o.doc} for o in OPS.values()]))
         return
     from rich.table import Table
     from rich.text import Text
 
-    table = Table("name", "syntax", "args", "kind", "what it does")
+    table = Table(show_lines=True, caption="F. stands for torch.nn.functional. (import torch.nn.functional as F): "
+                  "F.relu(a) is also torch.nn.functional.relu(a). `gradflow ops --json` lists both.",
+                  caption_justify="left")
+    table.add_column("op: its spellings", no_wrap=True)
+    table.add_column("what it does")
     for o in OPS.values():
-        table.add_row(o.name, Text(_syntax(o)), o.arity, o.kind, Text(o.doc))
+        plain = all(p.kind == "tensor" and p.required for p in o.params)  # nothing to say beyond the spellings
+        doc = o.doc if plain else f"{o.doc}\nparameters: {o.signature()}"
+        shown = [s for s in o.spellings() if not s.startswith(F_PREFIX)]
+        table.add_row(Text.assemble((o.name, "bold"), (f"  {o.kind}", "dim"), *(f"\n  {s}" for s in shown)), Text(doc))
     consoles()[0].print(table)
-
-
-def _syntax(o) -> str:
-    """How a program writes the op: a * b, -a, f(a), f(a, b)."""
-    calls = [f"{o.name}({', '.join('ab'[:n])})" for n in range(o.min_args, o.max_args + 1)]
-    if o.kind == "operator":
-        return f"a {o.symbol} b" if o.min_args == 2 else f"{o.symbol}a"
-    return " or ".join(([f"a {o.symbol} b"] if o.symbol else []) + calls)

@@ -1,8 +1,8 @@
 """Element budgets during evaluation: refuse a result before allocating it.
 
-Torch-free: a result's shape is computed from its operands' shapes (broadcasting,
-matmul's rules). Running the operation on "meta" tensors would give the same,
-but the first such call imports torch._dynamo (~1-2 s).
+Torch-free: a result's shape is computed from its operands' shapes by the op row's rule (broadcasting,
+matmul's, cat's, stack's). Running the operation on "meta" tensors would give the same, but the first such
+call imports torch._dynamo (~1-2 s).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import itertools
 import math
 
 from gradflow.language.graph import Node
+from gradflow.language.ops import OPS
 from gradflow.limits import check, check_elements, current
 
 
@@ -24,12 +25,26 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def result_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """The shape of `op` (an elementwise op, or matmul) applied to tensors of `shapes`. Inner sizes are not
-    checked: when they do not fit, the real call reports it."""
-    if op != "matmul":
+def result_shape(op: str, shapes: list[tuple[int, ...]], params: dict | None = None) -> tuple[int, ...]:
+    """The shape of `op` applied to tensors of `shapes` (its row's rule: broadcast, matmul, cat, stack).
+    Inner sizes are not always checked: when they do not fit, the real call reports it. ValueError when the
+    shapes cannot combine; ops whose result is never bigger than their first operand have no rule here."""
+    rule = OPS[op].shape if op in OPS else "broadcast"
+    if rule == "broadcast":
         return broadcast(*shapes)
-    a, b = shapes
+    if rule == "matmul":
+        return _matmul(*shapes)
+    dim = (params or {}).get("dim", 0)
+    if rule == "stack":
+        if len(set(shapes)) != 1:
+            raise ValueError("stack needs tensors of one shape")
+        return _stack(shapes[0], dim, len(shapes))
+    if rule == "cat":
+        return _cat(shapes, dim)
+    raise ValueError(f"no shape rule for {op}")
+
+
+def _matmul(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if not a or not b:
         raise ValueError("matmul needs tensors of at least one dimension")
     if len(a) == 1 and len(b) == 1:
@@ -41,17 +56,44 @@ def result_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return broadcast(a[:-2], b[:-2]) + (a[-2], b[-1])
 
 
+def _axis(dim: int, ndim: int) -> int:
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"dim {dim} out of range")
+    return dim % ndim
+
+
+def _stack(shape: tuple[int, ...], dim: int, n: int) -> tuple[int, ...]:
+    d = _axis(dim, len(shape) + 1)
+    return shape[:d] + (n,) + shape[d:]
+
+
+def _cat(shapes: list[tuple[int, ...]], dim: int) -> tuple[int, ...]:
+    full = [s for s in shapes if s != (0,)]  # torch skips 1-d empty tensors in cat
+    if not full:
+        return (0,)
+    ndim = len(full[0])
+    if ndim == 0 or any(len(s) != ndim for s in full):
+        raise ValueError("cat needs tensors of one number of dimensions")
+    d = _axis(dim, ndim)
+    rest = {s[:d] + s[d + 1:] for s in full}
+    if len(rest) != 1:
+        raise ValueError("cat needs tensors of one shape but for dim")
+    return full[0][:d] + (sum(s[d] for s in full),) + full[0][d + 1:]
+
+
 def precheck(node: Node, args, source: str) -> None:
     """Refuse `node`'s result when its shape would exceed the per-tensor element limit."""
     tensors = [a for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
-    if len(tensors) < 2:
-        return  # one operand: the result is no bigger than it (reductions, elementwise functions)
+    rule = OPS[node.op].shape if node.op in OPS else "broadcast"
+    if len(tensors) < 2 or rule not in ("broadcast", "matmul", "cat", "stack"):
+        return  # the result is no bigger than one operand (reductions, elementwise functions, losses, shapes)
     sizes = [a.numel() for a in tensors]
-    if 0 not in sizes and math.prod(sizes) <= current().elements:
-        return  # a result has at most the product of its operands' elements ((n,0)@(0,p) has n*p: not here)
+    bound = sum(sizes) if rule in ("cat", "stack") else math.prod(sizes)
+    if 0 not in sizes and bound <= current().elements:
+        return  # at most the product of the operands' elements ((n,0)@(0,p) has n*p: not here); cat: their sum
     shapes = [tuple(a.shape) for a in tensors]
     try:
-        shape = result_shape(node.op, shapes)
+        shape = result_shape(node.op, shapes, dict(node.params))
     except ValueError:
         return  # the real call reports the mismatch in torch's words
     check_elements(math.prod(shape), f"the result of '{node.text}' would have", span=node.span, source=source)

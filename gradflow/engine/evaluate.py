@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,8 +26,9 @@ from gradflow.analysis.status import annotate
 from gradflow.engine.budget import account, account_flow, precheck
 from gradflow.engine.hooks import torch_imported
 from gradflow.engine.nonfinite import find_nonfinite
+from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError, GradflowError, NoGradientError
-from gradflow.language.graph import FlagStep, Graph, Node
+from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import OPS, is_cut, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note, rounding_note
@@ -156,10 +158,14 @@ class _Run:
             return args[0]
         precheck(node, args, self.g.source)
         try:
-            with _context(self.modes(node)):
-                out = OPS[node.op].fn(*args)
+            with _context(self.modes(node)), warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                out = OPS[node.op].fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
-            raise _torch_error(node, args, err, self.g.source) from None
+            raise torch_error(node, args, err, self.g.source) from None
+        for w in said:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, never printed
+            self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
+                                         f"{str(w.message).splitlines()[0]}", node.id))
         if self.measure and out.requires_grad:
             out.retain_grad()
         return out
@@ -178,43 +184,38 @@ class _Run:
         try:
             t.requires_grad_(step.value)
         except RuntimeError as err:
+            cut = f"{label}.detach()" if "requires_grad_(" in step.text else f"detach({label})"
             raise EvalError(
                 "requires_grad_non_leaf",
                 f"cannot set requires_grad on '{label}': it is computed "
                 f"({self.g.nodes[step.node].text}), not a leaf. torch says: {err}",
-                hint=f"to stop gradient flowing through it, use detach({label}); "
+                hint=f"to stop gradient flowing through it, use {cut}; "
                      "requires_grad can only be set on input variables",
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
+
+    def retain(self, step: RetainStep):
+        """Every grad is shown anyway; torch refuses retain_grad() on a tensor that does not require grad."""
+        if not self.t[step.node].requires_grad:
+            label = self.g.nodes[step.node].label
+            raise EvalError("retain_grad", f"cannot retain the grad of '{label}': it does not require grad. "
+                            "torch says: can't retain_grad on Tensor that has requires_grad=False",
+                            hint=f"nothing flows back into {label}; its row in the table says why",
+                            span=step.span, source=self.g.source)
 
     def run(self) -> dict[int, torch.Tensor]:
         for step in self.g.steps:
             if isinstance(step, FlagStep):
                 if self.cuts:
                     self.set_flag(step)
+            elif isinstance(step, RetainStep):
+                if self.cuts:
+                    self.retain(step)
             else:
                 t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
                 held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
                 self.total = account(self.total, step, t, self.g.source, grad=held)
         return self.t
-
-
-def _torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
-    text = str(err).split("\n")[0]
-    shapes = " and ".join(str(tuple(a.shape)) for a in args)
-    if "Inference tensors cannot be saved for backward" in text:
-        return EvalError(
-            "inference_tensor",
-            f"'{node.text}' needs to save a tensor made under inference_mode() for backward, "
-            f"which torch refuses. torch says: {text}",
-            hint="use no_grad() instead of inference_mode() there, or detach()", span=node.span, source=source)
-    if any(k in text for k in ("size of tensor", "shapes cannot", "mat1 and mat2", "dimension", "at least 1D",
-                               "size mismatch", "inconsistent")):
-        return EvalError("shape", f"shape mismatch at '{node.text}': {OPS[node.op].name} of shapes {shapes}. "
-                         f"torch says: {text}",
-                         hint="make the shapes agree (or broadcast), or reduce with sum()/mean() first",
-                         span=node.span, source=source)
-    return EvalError("torch", f"torch failed at '{node.text}': {text}", span=node.span, source=source)
 
 
 def _grad_fn_name(t: torch.Tensor) -> str | None:

@@ -48,17 +48,26 @@ def paren_depth(source: str) -> tuple[int, int]:
 
 
 def check_tree(program: Program, limits: Limits) -> None:
-    """The typed expression trees are at most `limits.depth` levels deep (walked with a stack)."""
-    from gradflow.language.syntax import Call, SetFlag
+    """The typed expression trees, counted from the `with` blocks around them, are at most `limits.depth`
+    levels deep (walked with a stack)."""
+    from gradflow.language.syntax import Call, SetFlag, With
 
-    for st in program.stmts:
+    statements = [(st, 0) for st in reversed(program.stmts)]
+    while statements:
+        st, blocks = statements.pop()
+        if isinstance(st, With):
+            if blocks + 1 > limits.depth:
+                check("depth", blocks + 1, "the `with` blocks nest", limit=limits.depth, span=st.span,
+                      source=program.source)
+            statements.extend((inner, blocks + 1) for inner in reversed(st.body))
+            continue
         if isinstance(st, SetFlag):
             continue
-        stack = [(st.expr, 1)]
+        stack = [(st.expr, blocks + 1)]
         while stack:
             e, d = stack.pop()
             if d > limits.depth:
-                check("depth", tree_depth(st.expr), "the expression nests", limit=limits.depth,
+                check("depth", blocks + tree_depth(st.expr), "the expression nests", limit=limits.depth,
                       span=e.span, source=program.source)
             if isinstance(e, Call):
                 stack.extend((a, d + 1) for a in e.args)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gradflow.language.graph import FlagStep, Graph, Node
+from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import CUT_OPS, is_region
 
 
 def _inner(text: str) -> str:
-    """'detach(x*y2)' -> 'x*y2' (the cut ops are always written as calls)."""
+    """'detach(x*y2)' -> 'x*y2' (a cut this module wrote itself)."""
     return text[text.index("(") + 1:-1]
 
 
@@ -24,7 +24,7 @@ class Edit:
 
     def __init__(self, graph: Graph):
         self.source = graph.source
-        self.steps: list[int | FlagStep] = [s.id if isinstance(s, Node) else s for s in graph.steps]
+        self.steps: list[int | FlagStep | RetainStep] = [s.id if isinstance(s, Node) else s for s in graph.steps]
         self.nodes: dict[int, Node] = {n.id: n for n in graph.nodes}
         self.inputs = dict(graph.inputs)
         self.output = graph.output
@@ -74,12 +74,22 @@ class Edit:
     def set_cut(self, cid: int, op: str):
         """Make cut `cid` use mechanism `op` (detach, no_grad or inference_mode)."""
         self._unwrap(cid)
-        c = self._change(cid, text=f"{op}({_inner(self.nodes[cid].text)})", op=op)
+        c = self._change(cid, text=f"{op}({self.operand_text(cid)})", op=op, params=())  # as if written op(e)
         if is_region(op):
             depth = len(c.modes)
             for n in self.inside(cid):
                 region = cid if n.region == c.region else n.region
                 self._change(n.id, modes=n.modes[:depth] + (op,) + n.modes[depth:], region=region)
+
+    def operand_text(self, cid: int) -> str:
+        """How the cut's operand is written: 'x*y2' in detach(x*y2) and (x*y2).detach(), 'y' in y.detach_()."""
+        c = self.nodes[cid]
+        if c.inner is None:
+            return _inner(c.text)
+        arg = self.nodes[c.args[0]]
+        if c.inner.start <= arg.span.start and arg.span.end <= c.inner.end:
+            return arg.text  # written in place: its own text, without parentheses around it
+        return self.source[c.inner.start:c.inner.end]  # a name
 
     def inside(self, cid: int) -> list[Node]:
         """The nodes computed inside a cut call's parentheses (not the leaves it reads)."""

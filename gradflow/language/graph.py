@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from gradflow.errors import Span
+from gradflow.errors import ParseError, Span
 from gradflow.language.ops import is_region
-from gradflow.language.syntax import Assign, Call, Expr, Num, Program, SetFlag, Var
+from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Num, Program, SetFlag, Stmt, Var, With
 
 # ---- the lowered graph --------------------------------------------------------------
 
@@ -29,6 +29,9 @@ class Node:
     value: float = 0.0  # for const
     region: int | None = None  # id of the innermost enclosing no_grad/inference_mode call
     modes: tuple[str, ...] = ()  # every enclosing region's op, outermost first: torch enters them all
+    params: tuple = ()  # the op's other parameters, (name, value) pairs: (("dim", 0), ("keepdim", False))
+    inner: Span | None = None  # the first operand as written in this call (a cut's argument: edits rewrite it)
+    block: str | None = None  # the innermost enclosing region when it is a `with` block: how messages name it
 
     @property
     def label(self) -> str:
@@ -44,12 +47,24 @@ class FlagStep:
 
 
 @dataclass(frozen=True)
+class RetainStep:
+    """`a.retain_grad()`: nothing to do (every grad is shown), but torch refuses it when a does not require grad."""
+
+    node: int
+    span: Span
+    text: str
+
+
+Step = Node | FlagStep | RetainStep
+
+
+@dataclass(frozen=True)
 class Graph:
     """Immutable: compile_program caches it and every evaluation shares it (edits.py makes new ones)."""
 
     source: str
     nodes: tuple[Node, ...]
-    steps: tuple[Node | FlagStep, ...]  # evaluation order, flags interleaved
+    steps: tuple[Step, ...]  # evaluation order, flags interleaved
     inputs: Mapping[str, int]  # input variable name -> leaf node id (read-only)
     output: int
 
@@ -65,20 +80,27 @@ class _Lowering:
     def __init__(self, source: str):
         self.source = source
         self.nodes: list[Node] = []
-        self.steps: list[int | FlagStep] = []  # node ids and flags, in evaluation order
+        self.steps: list[int | FlagStep | RetainStep] = []  # node ids and flags, in evaluation order
         self.env: dict[str, int] = {}
         self.inputs: dict[str, int] = {}
         self.regions: dict[int, Call] = {}  # node id -> its enclosing no_grad/inference_mode call
+        self.blocks: tuple = ()  # the enclosing `with` blocks: (With, op) pairs, outermost first
 
-    def new(self, op, args, span, value=0.0, regions: tuple = ()) -> int:
-        """A node; `regions`: the enclosing (region call, op) pairs, outermost first."""
+    def new(self, op, args, span, value=0.0, regions: tuple = (), call: Call | None = None) -> int:
+        """A node; `regions`: the enclosing (region call or `with` block, op) pairs, outermost first."""
         nid = len(self.nodes)
         modes = tuple(mode for _, mode in regions)
-        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, modes=modes))
-        if regions:
-            self.regions[nid] = regions[-1][0]
+        innermost = regions[-1][0] if regions else None
+        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, modes=modes,
+                               params=() if call is None else call.params, inner=None if call is None else call.inner,
+                               block=innermost.header if isinstance(innermost, With) else None))
+        if isinstance(innermost, Call):
+            self.regions[nid] = innermost
         self.steps.append(nid)
         return nid
+
+    def fail(self, message: str, span: Span, hint: str, kind: str = "syntax") -> ParseError:
+        return ParseError(kind, message, hint=hint, span=span, source=self.source)
 
     def name(self, nid: int, name: str) -> None:
         node = self.nodes[nid]
@@ -86,6 +108,9 @@ class _Lowering:
             self.nodes[nid] = replace(node, names=(*node.names, name))
 
     def lookup(self, var: Var) -> int:
+        if var.name in ("True", "False", "None"):
+            raise self.fail(f"{var.name} is not a tensor", var.span, "True, False and None are values of "
+                            "parameters, e.g. keepdim=True", kind="argument")
         if var.name not in self.env:
             nid = self.new("var", (), var.span)
             self.name(nid, var.name)
@@ -95,13 +120,16 @@ class _Lowering:
     def expr(self, root: Expr) -> int:
         """Post-order walk with an explicit stack (deep nesting must not recurse)."""
         results: dict[int, int] = {}
-        stack: list[tuple[Any, bool, tuple]] = [(root, False, ())]  # Num | Var | Call, enclosing regions
+        stack: list[tuple[Any, bool, tuple]] = [(root, False, self.blocks)]  # Num | Var | Call, enclosing regions
         while stack:
             e, done, reg = stack.pop()
             if isinstance(e, Num):
                 results[id(e)] = self.new("const", (), e.span, value=e.value, regions=reg)
             elif isinstance(e, Var):
                 results[id(e)] = self.lookup(e)
+            elif isinstance(e, Namespace):
+                raise self.fail(f"'{e.name}' is a module or function, not a value", e.span, "call a function, "
+                                "e.g. torch.sum(x)", kind="unknown_function")
             elif not done:
                 stack.append((e, True, reg))
                 inner = reg
@@ -110,28 +138,65 @@ class _Lowering:
                 for a in reversed(e.args):
                     stack.append((a, False, inner))
             else:
-                args = [results[id(a)] for a in e.args]
-                results[id(e)] = self.new(e.op, args, e.span, regions=reg)
+                results[id(e)] = self.call(e, [results[id(a)] for a in e.args], reg)
         return results[id(root)]
 
+    def call(self, e: Call, args: list[int], reg: tuple) -> int:
+        """A call's node; the in-place spellings act on their operand: a.requires_grad_(v) is a flag step on
+        it, a.detach_() a detach that later uses of the name a read."""
+        text = self.source[e.span.start:e.span.end]
+        if e.op == "retain_grad":
+            raise self.fail("retain_grad() returns None, so it cannot be used in an expression", e.span,
+                            "call it as a statement of its own: y.retain_grad()")
+        if e.op == "requires_grad_":
+            self.steps.append(FlagStep(args[0], dict(e.params)["requires_grad"], e.span, text))
+            return args[0]
+        if e.op == "detach" and e.inplace and self.nodes[args[0]].op == "var":
+            self.steps.append(FlagStep(args[0], False, e.span, text))  # a leaf's detach_(): requires_grad_(False)
+            return args[0]
+        nid = self.new(e.op, args, e.span, regions=reg, call=e)
+        if e.inplace and isinstance(e.args[0], Var):
+            self.env[e.args[0].name] = nid  # y.detach_(): y itself is detached for every later use
+        return nid
+
     def run(self, program: Program) -> Graph:
-        last = -1
-        for st in program.stmts:
-            if isinstance(st, SetFlag):
-                name_span = Span(st.span.start, st.span.start + len(st.name))
-                target = self.lookup(Var(name_span, name_span, st.name))
-                self.steps.append(FlagStep(target, st.value, st.span,
-                                           self.source[st.span.start:st.span.end]))
-                continue
-            nid = self.expr(st.expr)
-            if isinstance(st, Assign):
-                self.env[st.name] = nid
-                self.name(nid, st.name)
-            last = nid
+        self.last = -1
+        self.statements(program.stmts)
+        if self.last < 0:
+            raise ParseError("empty", "the program has no expression to evaluate",
+                             hint='write an expression, e.g. "(x*y1 - detach(x*y2))^2"')
+        last = self.last
         self._fix_regions()
         nodes = tuple(self.nodes)
         steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
         return Graph(self.source, nodes, steps, MappingProxyType(self.inputs), last)
+
+    def statements(self, stmts: list[Stmt]) -> None:
+        """In order; a `with` block's statements inside its region (a stack, not recursion: blocks may nest
+        as deep as the depth limit allows)."""
+        todo = [(iter(stmts), self.blocks)]
+        while todo:
+            st = next(todo[-1][0], None)
+            if st is None:
+                todo.pop()
+                continue
+            self.blocks = todo[-1][1]
+            if isinstance(st, With):
+                todo.append((iter(st.body), (*self.blocks, (st, st.mode))))
+            elif isinstance(st, SetFlag):
+                name_span = Span(st.span.start, st.span.start + len(st.name))
+                target = self.lookup(Var(name_span, name_span, st.name))
+                self.steps.append(FlagStep(target, st.value, st.span, self.source[st.span.start:st.span.end]))
+            elif isinstance(st, ExprStmt) and isinstance(st.expr, Call) and st.expr.op == "retain_grad":
+                target = self.expr(st.expr.args[0])
+                self.steps.append(RetainStep(target, st.span, self.source[st.span.start:st.span.end]))
+            else:
+                nid = self.expr(st.expr)
+                if isinstance(st, Assign):
+                    self.env[st.name] = nid
+                    self.name(nid, st.name)
+                if isinstance(st, Assign) or not (isinstance(st.expr, Call) and st.expr.inplace):
+                    self.last = nid  # `y.detach_()`, `x.requires_grad_(False)` on their own are steps, not L
 
     def _fix_regions(self):
         # regions were recorded as the enclosing Call expression; map them to its node id
@@ -142,9 +207,4 @@ class _Lowering:
 
 def lower(program: Program) -> Graph:
     """Flatten a parsed program into the evaluation-ordered graph."""
-    from gradflow.errors import ParseError
-
-    if not any(not isinstance(s, SetFlag) for s in program.stmts):
-        raise ParseError("empty", "the program has no expression to evaluate",
-                         hint='write an expression, e.g. "(x*y1 - detach(x*y2))^2"')
     return _Lowering(program.source).run(program)

@@ -1,45 +1,127 @@
-"""The one registry of operations: the single source of what an op means.
+"""The one registry of operations: the single source of what an op means and how a program may write it.
 
-Each row names an operation, how many arguments it takes, the tensor code that
-computes it, a one-line doc, and its autograd role:
+Each row names an operation, its parameters (torch's names, kinds and defaults), the tensor code that
+computes it, a one-line doc, its autograd role and every spelling a program may use:
+  functions  gradflow's own bare names: `exp(a)`;
+  methods    tensor methods, as torch has them: `a.exp()` (the tensor is the first parameter);
+  torch      qualified names: `torch.exp(a)`, `torch.nn.functional.relu(a)` (also written `F.relu(a)`);
+  symbol     an operator: `a * b`.
+Autograd roles:
   plain   an ordinary op: gradient flows back through it;
   cut     its result carries no path back (detach);
   region  its argument is computed under a torch context that records nothing
           (no_grad, inference_mode); the op itself returns that argument.
-The parser checks calls against it, the engine evaluates through it, the analysis,
-flows, edits, graph text and inspect ask it what is a cut, error messages suggest
-from it and `gradflow ops` lists it. Adding an operation is adding a row here; the
-grammar does not change.
+Rows of kind "flag" (requires_grad_, retain_grad) are spellings the lowering turns into steps, not nodes.
+The parser checks calls against it, the engine evaluates through it, the budget asks it for result shapes,
+the analysis, flows, edits, graph text and inspect ask it what is a cut, error messages suggest from it
+and `gradflow ops` lists it. Adding an operation is adding a row here; the grammar does not change.
 
-Torch-free: the callables only use tensor methods, so importing this module
-does not import torch.
+Torch-free to import: the callables use tensor methods, or torch's functions reached through the tensors'
+own module (loaded by then: they only ever run on tensors).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Role = Literal["plain", "cut", "region"]
+F_PREFIX = "torch.nn.functional."  # what `F.` stands for (import torch.nn.functional as F)
+REQUIRED = object()  # a parameter's default when it has none
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter, as torch names it. Kinds: tensor (an operand: an expression; a number becomes a constant),
+    tensors (a list of operands), int, dims (an int, a tuple of ints or None), shape (ints), bool, number, str."""
+
+    name: str
+    kind: str = "tensor"
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()  # a str parameter's allowed values
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
 
 
 @dataclass(frozen=True)
 class Op:
     name: str
-    min_args: int
-    max_args: int
-    fn: Callable[..., Any]  # the torch call (a region op returns its argument: the engine enters the context)
+    params: tuple[Param, ...]
+    fn: Callable[..., Any]  # operands positionally, the other parameters by name (a region returns its argument)
     doc: str
     symbol: str | None = None  # operator spelling, e.g. "*" (None: call syntax only)
-    kind: str = "function"  # how `gradflow ops` groups it: operator | function | reduction | cut
+    kind: str = "function"  # how `gradflow ops` groups it
     role: Role = "plain"
     torch_names: tuple[str, ...] = ()  # cuts: the tensor methods / torch contexts that do this in real code
+    functions: tuple[str, ...] = ()  # bare names: exp(a)
+    methods: tuple[str, ...] = ()  # a.exp()
+    torch: tuple[str, ...] = ()  # torch.exp(a), torch.nn.functional.relu(a)
+    shape: str = "broadcast"  # the budget's rule for the result's shape (engine/budget.py)
+    contexts: tuple[str, ...] = ()  # regions: how a `with` block enters them
+    properties: tuple[str, ...] = ()  # a.T
+
+    @property
+    def min_args(self) -> int:
+        return sum(1 for p in self.params if p.required)
+
+    @property
+    def max_args(self) -> int:
+        return len(self.params)
 
     @property
     def arity(self) -> str:
         if self.min_args == self.max_args:
             return str(self.min_args)
         return f"{self.min_args}-{self.max_args}"
+
+    @property
+    def operands(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kind in ("tensor", "tensors"))
+
+    def spellings(self) -> list[str]:
+        """Every way a program writes this op (what `gradflow ops` lists): operands as a, b, c."""
+        letters = iter("abc")
+        shown = [p.name if p.kind not in ("tensor", "tensors") else "[a, b]" if p.kind == "tensors"
+                 else "cond" if p.name == "condition" else next(letters) for p in self.params if p.required]
+        call, rest = ", ".join(shown), ", ".join(shown[1:])
+        out = []
+        if self.symbol == "[]":
+            out.append("a[i]")
+        elif self.symbol and len(shown) == 2:
+            out += [f"a {s} b" for s in self.symbol.split()]
+        elif self.symbol:
+            out.append(f"{self.symbol}a")
+        out += [f"{f}({call})" for f in self.functions]
+        out += [f"a.{m}({rest})" for m in self.methods]
+        out += [f"a.{p}" for p in self.properties]
+        out += [f"{short(t)}({call})" for t in self.torch]
+        out += [f"{t}({call})" for t in self.torch if t.startswith(F_PREFIX)]
+        out += [f"with {c}():" for c in self.contexts]
+        return out
+
+    def signature(self) -> str:
+        """Its parameters as torch names them: input, dim=None, keepdim=False."""
+        return ", ".join(p.name if p.required else f"{p.name}={p.default!r}" for p in self.params)
+
+
+def short(qualified: str) -> str:
+    """torch.nn.functional.relu -> F.relu (the spelling most code uses)."""
+    return "F." + qualified[len(F_PREFIX):] if qualified.startswith(F_PREFIX) else qualified
+
+
+def _torch():
+    return sys.modules["torch"]  # loaded: these callables only run on tensors
+
+
+def _detach(a, inplace=False):
+    """a.detach(); a.detach_() (`inplace`) is modelled by it too: later uses read the detached value, earlier
+    ones keep their path, as in torch. torch refuses it on a view: then the real call raises that error."""
+    if inplace and a._is_view():
+        a.detach_()  # raises before changing anything: "Can't detach views in-place"
+    return a.detach()
 
 
 def _min(a, b=None):
@@ -50,52 +132,188 @@ def _max(a, b=None):
     return a.max() if b is None else a.maximum(b)
 
 
+def _sum(a, dim=None, keepdim=False):
+    return a.sum() if dim is None and not keepdim else a.sum(dim=dim, keepdim=keepdim)  # a.sum(): SumBackward0
+
+
+def _mean(a, dim=None, keepdim=False):
+    return a.mean() if dim is None and not keepdim else a.mean(dim=dim, keepdim=keepdim)
+
+
+def _class_target(a, target):
+    """cross_entropy's target: class indices when it has one dimension fewer than the input (as torch takes
+    them, as integers: they carry no gradient), else class probabilities of the input's shape."""
+    if target.dim() != a.dim() - 1:
+        return target
+    if target.is_floating_point():
+        if not bool((target == target.round()).all()):
+            raise ValueError("cross_entropy's target holds class indices (it has one dimension fewer than the "
+                             "input), and they must be whole numbers")
+        target = target.detach().long()
+    return target
+
+
+def _cross_entropy(a, target, reduction="mean"):
+    return _torch().nn.functional.cross_entropy(a, _class_target(a, target), reduction=reduction)
+
+
+def index_key(spec) -> Any:
+    """The index tuple a[...] uses, from its stored form (ints, ("slice", start, stop, step), "...")."""
+    return tuple(Ellipsis if item == "..." else slice(*item[1:]) if isinstance(item, tuple) else item
+                 for item in spec)
+
+
+T, OTHER = Param("input"), Param("other")
+_DIM = Param("dim", "dims", None)
+_KEEP = Param("keepdim", "bool", False)
+_RED = Param("reduction", "str", "mean", ("mean", "sum", "none"))
+_TARGET = Param("target")
+
+
+def _fn(name: str, doc: str, fn, **kw) -> Op:
+    """An elementwise function of one tensor with a tensor method and a torch.* name of its own."""
+    return Op(name, (T,), fn, doc, functions=(name,), methods=(name,), torch=(f"torch.{name}",), shape="first", **kw)
+
+
+def _cmp(name: str, symbol: str, fn, doc: str) -> Op:
+    return Op(name, (T, OTHER), fn, doc, symbol, "comparison", methods=(name,), torch=(f"torch.{name}",))
+
+
 _ROWS = [
     # operators (the grammar maps the symbols to these names)
-    Op("add", 2, 2, lambda a, b: a + b, "a + b", "+", "operator"),
-    Op("sub", 2, 2, lambda a, b: a - b, "a - b", "-", "operator"),
-    Op("mul", 2, 2, lambda a, b: a * b, "a * b, elementwise", "*", "operator"),
-    Op("div", 2, 2, lambda a, b: a / b, "a / b, elementwise", "/", "operator"),
-    Op("matmul", 2, 2, lambda a, b: a @ b, "a @ b, matrix product (torch.matmul)", "@", "operator"),
-    Op("neg", 1, 1, lambda a: -a, "-a", "-", "operator"),
-    Op("pow", 2, 2, lambda a, b: a ** b, "a ^ b (also a ** b, pow(a, b)); right-associative", "^", "function"),
+    Op("add", (T, OTHER), lambda a, b: a + b, "a + b", "+", "operator", methods=("add",), torch=("torch.add",)),
+    Op("sub", (T, OTHER), lambda a, b: a - b, "a - b", "-", "operator", methods=("sub",), torch=("torch.sub",)),
+    Op("mul", (T, OTHER), lambda a, b: a * b, "a * b, elementwise", "*", "operator", methods=("mul",),
+       torch=("torch.mul",)),
+    Op("div", (T, OTHER), lambda a, b: a / b, "a / b, elementwise", "/", "operator", methods=("div",),
+       torch=("torch.div",)),
+    Op("matmul", (T, OTHER), lambda a, b: a @ b, "a @ b, matrix product (torch.matmul)", "@", "operator",
+       methods=("matmul",), torch=("torch.matmul",), shape="matmul"),
+    Op("neg", (T,), lambda a: -a, "-a", "-", "operator", methods=("neg",), torch=("torch.neg",), shape="first"),
+    Op("pow", (T, Param("exponent")), lambda a, b: a ** b, "a ^ b (also a ** b, pow(a, b)); right-associative",
+       "^ **", "function", functions=("pow",), methods=("pow",), torch=("torch.pow",)),
+    # comparisons: boolean tensors, no gradient (torch.where's condition)
+    _cmp("gt", ">", lambda a, b: a > b, "a > b, elementwise: a boolean tensor (no gradient)"),
+    _cmp("lt", "<", lambda a, b: a < b, "a < b, elementwise"),
+    _cmp("ge", ">=", lambda a, b: a >= b, "a >= b, elementwise"),
+    _cmp("le", "<=", lambda a, b: a <= b, "a <= b, elementwise"),
+    _cmp("eq", "==", lambda a, b: a == b, "a == b, elementwise"),
+    _cmp("ne", "!=", lambda a, b: a != b, "a != b, elementwise"),
+    # indexing: a[0], a[1:3], a[:, 0], a[..., -1] (the grammar makes the index; gradient scatters back)
+    Op("index", (T, Param("index", "index")), lambda a, index: a[index_key(index)],
+       "a[i], a[i:j:k], a[:, i], a[..., i]: indexing and slicing", "[]", "indexing", shape="first"),
     # cuts
-    Op("detach", 1, 1, lambda a: a.detach(), "a's value with no gradient path back (tensor.detach())", kind="cut",
-       role="cut", torch_names=("detach", "detach_", "data")),
-    Op("no_grad", 1, 1, lambda a: a, "evaluate a under torch.no_grad(): operations inside are not tracked",
-       kind="cut", role="region", torch_names=("no_grad",)),
-    Op("inference_mode", 1, 1, lambda a: a, "evaluate a under torch.inference_mode(): like no_grad, stricter",
-       kind="cut", role="region", torch_names=("inference_mode",)),
+    Op("detach", (T,), _detach, "a's value with no gradient path back (tensor.detach(); "
+       "a.detach_() also makes later uses of a read it)", kind="cut", role="cut",
+       torch_names=("detach", "detach_", "data"), functions=("detach",), methods=("detach", "detach_"),
+       torch=("torch.detach",), shape="first", properties=("data",)),
+    Op("no_grad", (T,), lambda a: a, "evaluate a under torch.no_grad(): operations inside are not tracked",
+       kind="cut", role="region", torch_names=("no_grad",), functions=("no_grad",), shape="first",
+       contexts=("torch.no_grad",)),
+    Op("inference_mode", (T,), lambda a: a, "evaluate a under torch.inference_mode(): like no_grad, stricter",
+       kind="cut", role="region", torch_names=("inference_mode",), functions=("inference_mode",), shape="first",
+       contexts=("torch.inference_mode",)),
+    # flags: statements on a tensor (the lowering makes them steps, not nodes)
+    Op("requires_grad_", (T, Param("requires_grad", "bool", True)), lambda a, requires_grad=True:
+       a.requires_grad_(requires_grad), "set a leaf's requires_grad, as `a.requires_grad = ...` does; returns a",
+       kind="flag", methods=("requires_grad_",), shape="first"),
+    Op("retain_grad", (T,), lambda a: a.retain_grad(), "keep a computed tensor's grad: accepted, and changes "
+       "nothing here (gradflow shows every node's grad); a must require grad", kind="flag",
+       methods=("retain_grad",), shape="first"),
     # elementwise functions
-    Op("exp", 1, 1, lambda a: a.exp(), "e^a"),
-    Op("log", 1, 1, lambda a: a.log(), "natural logarithm"),
-    Op("sqrt", 1, 1, lambda a: a.sqrt(), "square root"),
-    Op("abs", 1, 1, lambda a: a.abs(), "absolute value"),
-    Op("sin", 1, 1, lambda a: a.sin(), "sine"),
-    Op("cos", 1, 1, lambda a: a.cos(), "cosine"),
-    Op("tan", 1, 1, lambda a: a.tan(), "tangent"),
-    Op("tanh", 1, 1, lambda a: a.tanh(), "hyperbolic tangent"),
-    Op("sigmoid", 1, 1, lambda a: a.sigmoid(), "1 / (1 + e^-a)"),
-    Op("relu", 1, 1, lambda a: a.relu(), "max(a, 0)"),
+    _fn("exp", "e^a", lambda a: a.exp()),
+    _fn("log", "natural logarithm", lambda a: a.log()),
+    _fn("sqrt", "square root", lambda a: a.sqrt()),
+    _fn("abs", "absolute value", lambda a: a.abs()),
+    _fn("sin", "sine", lambda a: a.sin()),
+    _fn("cos", "cosine", lambda a: a.cos()),
+    _fn("tan", "tangent", lambda a: a.tan()),
+    Op("tanh", (T,), lambda a: a.tanh(), "hyperbolic tangent", functions=("tanh",), methods=("tanh",),
+       torch=("torch.tanh", F_PREFIX + "tanh"), shape="first"),
+    Op("sigmoid", (T,), lambda a: a.sigmoid(), "1 / (1 + e^-a)", functions=("sigmoid",), methods=("sigmoid",),
+       torch=("torch.sigmoid", F_PREFIX + "sigmoid"), shape="first"),
+    Op("relu", (T,), lambda a: a.relu(), "max(a, 0)", functions=("relu",), methods=("relu",),
+       torch=("torch.relu", F_PREFIX + "relu"), shape="first"),
+    Op("clamp", (T, Param("min", "number", None), Param("max", "number", None)),
+       lambda a, min=None, max=None: a.clamp(min=min, max=max), "a limited to [min, max] (numbers; either may "
+       "be left out); gradient 1 inside, 0 where clamped", functions=("clamp",), methods=("clamp", "clip"),
+       torch=("torch.clamp", "torch.clip"), shape="first"),
+    Op("maximum", (T, OTHER), lambda a, b: a.maximum(b), "elementwise maximum", functions=("maximum",),
+       methods=("maximum",), torch=("torch.maximum",)),
+    Op("minimum", (T, OTHER), lambda a, b: a.minimum(b), "elementwise minimum", functions=("minimum",),
+       methods=("minimum",), torch=("torch.minimum",)),
+    Op("where", (Param("condition"), T, OTHER), lambda c, a, b: _torch().where(c, a, b),
+       "a where condition is true, else other (condition: a comparison, e.g. x > 0)", functions=("where",),
+       torch=("torch.where",)),
     # reductions
-    Op("sum", 1, 1, lambda a: a.sum(), "sum of all elements", kind="reduction"),
-    Op("mean", 1, 1, lambda a: a.mean(), "mean of all elements", kind="reduction"),
-    Op("min", 1, 2, _min, "min(a): smallest element; min(a, b): elementwise minimum", kind="reduction"),
-    Op("max", 1, 2, _max, "max(a): largest element; max(a, b): elementwise maximum", kind="reduction"),
+    Op("sum", (T, _DIM, _KEEP), _sum, "sum of all elements, or along dim", kind="reduction",
+       functions=("sum",), methods=("sum",), torch=("torch.sum",), shape="first"),
+    Op("mean", (T, _DIM, _KEEP), _mean, "mean of all elements, or along dim", kind="reduction",
+       functions=("mean",), methods=("mean",), torch=("torch.mean",), shape="first"),
+    Op("min", (T, Param("other", default=None)), _min, "min(a): smallest element; min(a, b): elementwise "
+       "minimum", kind="reduction", functions=("min",), methods=("min",), torch=("torch.min",)),
+    Op("max", (T, Param("other", default=None)), _max, "max(a): largest element; max(a, b): elementwise "
+       "maximum", kind="reduction", functions=("max",), methods=("max",), torch=("torch.max",)),
+    # along a dimension
+    Op("softmax", (T, Param("dim", "int")), lambda a, dim: a.softmax(dim), "e^a / sum(e^a) along dim",
+       functions=("softmax",), methods=("softmax",), torch=("torch.softmax", F_PREFIX + "softmax"), shape="first"),
+    Op("log_softmax", (T, Param("dim", "int")), lambda a, dim: a.log_softmax(dim),
+       "log(softmax(a, dim)), computed stably", functions=("log_softmax",), methods=("log_softmax",),
+       torch=("torch.log_softmax", F_PREFIX + "log_softmax"), shape="first"),
+    Op("normalize", (T, Param("p", "number", 2.0), Param("dim", "int", 1), Param("eps", "number", 1e-12)),
+       lambda a, p=2.0, dim=1, eps=1e-12: _torch().nn.functional.normalize(a, p=p, dim=dim, eps=eps),
+       "a / max(norm_p(a) along dim, eps)", functions=("normalize",), torch=(F_PREFIX + "normalize",),
+       shape="first"),
+    # losses
+    Op("cross_entropy", (T, _TARGET, _RED), _cross_entropy, "log_softmax along the class dim (1, or 0 for "
+       "one sample), then the negative log-likelihood of target (class indices or probabilities)",
+       kind="loss", functions=("cross_entropy",), torch=(F_PREFIX + "cross_entropy",), shape="first"),
+    Op("mse_loss", (T, _TARGET, _RED), lambda a, t, reduction="mean": _torch().nn.functional.mse_loss(
+       a, t, reduction=reduction), "mean of (a - target)^2", kind="loss", functions=("mse_loss",),
+       torch=(F_PREFIX + "mse_loss",)),
+    Op("binary_cross_entropy_with_logits", (T, _TARGET, _RED), lambda a, t, reduction="mean":
+       _torch().nn.functional.binary_cross_entropy_with_logits(a, t, reduction=reduction),
+       "binary cross-entropy of sigmoid(a) against target, computed stably", kind="loss",
+       functions=("binary_cross_entropy_with_logits",), torch=(F_PREFIX + "binary_cross_entropy_with_logits",)),
+    # shapes
+    Op("reshape", (T, Param("shape", "shape")), lambda a, shape: a.reshape(shape), "a with a new shape (-1: "
+       "inferred)", kind="shape", functions=("reshape",), methods=("reshape",), torch=("torch.reshape",),
+       shape="reshape"),
+    Op("view", (T, Param("shape", "shape")), lambda a, shape: a.view(shape), "a with a new shape, sharing "
+       "memory (a must be contiguous; else use reshape)", kind="shape", methods=("view",), shape="reshape"),
+    Op("t", (T,), lambda a: a.t(), "transpose of a matrix (at most 2 dimensions)", kind="shape", methods=("t",),
+       torch=("torch.t",), shape="t", properties=("T",)),
+    Op("clone", (T,), lambda a: a.clone(), "a copy of a (gradient flows back)", kind="shape",
+       methods=("clone",), torch=("torch.clone",), shape="first"),
+    Op("cat", (Param("tensors", "tensors"), Param("dim", "int", 0)), lambda *ts, dim=0: _torch().cat(ts, dim=dim),
+       "tensors joined along an existing dim", kind="shape", functions=("cat",),
+       torch=("torch.cat", "torch.concat"), shape="cat"),
+    Op("stack", (Param("tensors", "tensors"), Param("dim", "int", 0)),
+       lambda *ts, dim=0: _torch().stack(ts, dim=dim), "tensors joined along a new dim", kind="shape",
+       functions=("stack",), torch=("torch.stack",), shape="stack"),
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
 CUT_OPS = tuple(op.name for op in _ROWS if op.role != "plain")  # every way the language cuts a gradient path
 REGION_OPS = tuple(op.name for op in _ROWS if op.role == "region")
-# Names callable as f(...): everything but the operator-only rows.
-FUNCTIONS: dict[str, Op] = {op.name: op for op in _ROWS if op.kind != "operator"}
+# Every spelling -> its row: bare names f(...), methods a.f(...), qualified names torch.f(...), `with` contexts.
+FUNCTIONS: dict[str, Op] = {f: op for op in _ROWS for f in op.functions}
+METHODS: dict[str, Op] = {m: op for op in _ROWS for m in op.methods}
+QUALIFIED: dict[str, Op] = {q: op for op in _ROWS for q in op.torch}
+CONTEXTS: dict[str, Op] = {c: op for op in _ROWS for c in op.contexts}
+PROPERTIES: dict[str, Op] = {p: op for op in _ROWS for p in op.properties}
 
 
-def suggest(name: str) -> str | None:
-    """The nearest function name, for 'did you mean' hints."""
+def qualified(name: str) -> str:
+    """F.relu -> torch.nn.functional.relu (the registry's spelling)."""
+    return F_PREFIX + name[2:] if name.startswith("F.") else name
+
+
+def suggest(name: str, among=None) -> str | None:
+    """The nearest spelling, for 'did you mean' hints: among bare function names unless told."""
     import difflib
 
-    close = difflib.get_close_matches(name, list(FUNCTIONS), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(FUNCTIONS if among is None else among), n=1, cutoff=0.6)
     return close[0] if close else None
 
 

@@ -1,4 +1,4 @@
-"""Text -> Program: lark parses with grammar.lark, a transformer builds typed nodes.
+"""Text -> Program: lark parses with grammar.lark, the transformer in build.py builds typed nodes.
 
 Errors become `ParseError`s carrying a span, so the CLI can underline the bad
 token. Nothing is ever handed to Python's eval.
@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from lark import Lark, Token
+from lark import Lark
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
@@ -16,30 +16,22 @@ from lark.exceptions import (
     UnexpectedToken,
     VisitError,
 )
-from lark.visitors import Transformer_NonRecursive
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.lexing import Continuation
+from gradflow.language.lexing import Continuation, IndentationProblem
 
 if TYPE_CHECKING:
-    from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.syntax import (
-        Assign,
-        Call,
-        Expr,
-        ExprStmt,
-        Num,
-        Program,
-        SetFlag,
-        Var,
-    )
+    from gradflow.language.syntax import Program
 
 _READABLE = {
     "NUMBER": "a number", "NAME": "a name", "LPAR": "'('", "RPAR": "')'", "MINUS": "'-'",
     "PLUS": "'+'", "STAR": "'*'", "SLASH": "'/'", "AT": "'@'", "POW": "'^'", "COMMA": "','",
-    "EQUAL": "'='", "DOT": "'.'", "BOOL": "true or false", "_SEP": "';' or a new line",
-    "$END": "the end", "REQUIRES_GRAD": "requires_grad",
+    "EQUAL": "'='", "DOT": "'.'", "BOOL": "true or false", "_SEMI": "';'", "_NL": "a new line",
+    "$END": "the end", "REQUIRES_GRAD": "requires_grad", "LSQB": "'['", "RSQB": "']'", "COLON": "':'",
+    "ELLIPSIS": "'...'", "STRING": "a string", "LT": "'<'", "GT": "'>'", "LE": "'<='", "GE": "'>='", "EQ": "'=='",
+    "NE": "'!='", "WITH": "with", "_INDENT": "an indented block", "_DEDENT": "the end of the block",
 }
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "LT", "GT", "LE", "GE", "EQ", "NE"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,85 +41,11 @@ def _lark() -> Lark:
     return load(Continuation())
 
 
-def _span_of(tok: Token) -> Span:
-    return Span(tok.start_pos or 0, tok.end_pos or 0)
-
-
-def _join(a: Span, b: Span) -> Span:
-    return Span(a.start, b.end)
-
-
-class _Build(Transformer_NonRecursive):
-    """Bottom-up: every method returns a typed node with its span (no recursion: deep input is safe)."""
-
-    def __init__(self, source: str):
-        super().__init__()
-        self.source = source
-
-    def number(self, c):
-        s = _span_of(c[0])
-        return Num(s, s, float(c[0]))
-
-    def var(self, c):
-        s = _span_of(c[0])
-        return Var(s, s, str(c[0]))
-
-    def paren(self, c):
-        lpar, inner, rpar = c
-        inner.full = Span(lpar.start_pos, rpar.end_pos)
-        return inner
-
-    add = sub = mul = div = matmul = pow = None  # set below from _binary()
-
-    def neg(self, c):
-        s = Span(c[0].start_pos, c[1].full.end)
-        return Call(s, s, "neg", [c[1]])
-
-    def args(self, c):
-        return list(c)
-
-    def call(self, c):
-        name, lpar, args, rpar = c
-        s = Span(name.start_pos, rpar.end_pos)
-        args = args or []
-        op = FUNCTIONS.get(str(name))
-        if op is None:
-            near = suggest(str(name))
-            raise ParseError("unknown_function", f"unknown function '{name}'",
-                             hint=(f"did you mean '{near}'? " if near else "") + "`gradflow ops` lists every function",
-                             span=_span_of(name), source=self.source)
-        if not op.min_args <= len(args) <= op.max_args:
-            raise ParseError("arity", f"{name}() takes {op.arity.replace('-', ' or ')} argument"
-                             f"{'' if op.max_args == 1 else 's'}, got {len(args)}",
-                             hint=f"{name}: {op.doc}", span=s, source=self.source)
-        return Call(s, s, op.name, args)
-
-    def assign(self, c):
-        name, expr = c
-        return Assign(str(name), expr, Span(name.start_pos, expr.full.end))
-
-    def setflag(self, c):
-        name, flag = c
-        return SetFlag(str(name), str(flag).lower() == "true", Span(name.start_pos, flag.end_pos))
-
-    def start(self, c):
-        return [st if not isinstance(st, Expr) else ExprStmt(st, st.full) for st in c if st is not None]
-
-
-def _binary(op: str):
-    def build(self, c):
-        s = _join(c[0].full, c[-1].full)
-        return Call(s, s, op, [c[0], c[-1]])
-    return build
-
-
-for _op in ("add", "sub", "mul", "div", "matmul", "pow"):
-    setattr(_Build, _op, _binary(_op))
-
-
 def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
     pos = getattr(err, "pos_in_stream", None)
-    at_end = getattr(getattr(err, "token", None), "type", None) == "$END"
+    tok = getattr(err, "token", None)
+    synthetic = getattr(tok, "type", "") in ("_NL", "_DEDENT") and str(tok) == ""  # lexing.py's, at the end
+    at_end = getattr(tok, "type", None) == "$END" or (synthetic and pos is not None and pos >= len(source.rstrip()))
     if isinstance(err, UnexpectedEOF) or pos is None or at_end:
         pos = len(source.rstrip())  # just after the last character, even with a trailing new line
     if isinstance(err, UnexpectedCharacters):
@@ -137,12 +55,14 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
             msg += " (names start with a letter)"
         expected = _accepted(err, err.allowed)
     else:
-        tok = getattr(err, "token", None)
-        found = "end of input" if tok is None or tok.type == "$END" else repr(str(tok))
-        found = "end of line" if str(tok) == "\n" else found
+        found = "end of input" if tok is None or at_end else repr(str(tok))
+        found = "end of line" if not at_end and getattr(tok, "type", None) == "_NL" else found
+        found = {"_INDENT": "indent", "_DEDENT": "end of the block"}.get(getattr(tok, "type", ""), found)
         msg = f"unexpected {found}"
         expected = _accepted(err, err.expected if isinstance(err, (UnexpectedToken, UnexpectedEOF)) else set())
-    names = sorted({_READABLE.get(t, t) for t in expected or () if not t.startswith("__")})
+    expected = {t for t in expected or () if not t.startswith("__")}
+    operators = expected & _OPERATORS if len(expected & _OPERATORS) >= 4 else set()  # after an operand
+    names = sorted({_READABLE.get(t, t) for t in expected - operators}) + (["an operator"] if operators else [])
     hint = ("expected " + ", ".join(names)) if names else None
     end = pos + 1 if pos < len(source) else pos
     return ParseError("syntax", f"syntax error: {msg} at {_where(source, pos)}", hint=hint,
@@ -167,32 +87,21 @@ def _where(source: str, pos: int) -> str:
     return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
-def _load_nodes():
-    """Bind the op table and typed-node classes _Build uses, on the first parse that gets that far: a syntax
-    error (the CLI's early exit) never pays for syntax.py's dataclasses."""
-    global Assign, Call, Expr, ExprStmt, Num, Program, SetFlag, Var, FUNCTIONS, suggest
-    from gradflow.language.ops import FUNCTIONS, suggest
-    from gradflow.language.syntax import (
-        Assign,
-        Call,
-        Expr,
-        ExprStmt,
-        Num,
-        Program,
-        SetFlag,
-        Var,
-    )
-
-
 def parse(source: str) -> Program:
     """Parse program text into typed statements. Raises ParseError."""
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
         raise _syntax_error(err, source) from None
-    _load_nodes()
+    except IndentationProblem as err:
+        raise ParseError("syntax", f"syntax error: {err.message} at {_where(source, err.pos)}",
+                         hint="indent every line of a `with` block alike, deeper than its `with` line",
+                         span=Span(err.pos, err.pos + 1), source=source) from None
+    from gradflow.language.build import Build  # the typed nodes load only once the text has parsed
+    from gradflow.language.syntax import Program
+
     try:
-        stmts = _Build(source).transform(tree)
+        stmts = Build(source).transform(tree)
     except VisitError as err:
         if isinstance(err.orig_exc, ParseError):
             raise err.orig_exc from None

@@ -24,10 +24,39 @@ class Var(Expr):
 
 @dataclass
 class Call(Expr):
-    """An operator or function application; `op` names a registry row."""
+    """An operator, function or method application; `op` names a registry row. `args` are its operands (the
+    tensors), `params` its other parameters as (name, value) pairs, defaults included."""
 
     op: str
     args: list[Expr]
+    params: tuple = ()
+    inner: Span | None = None  # the first operand as written here (edits and modes rewrite a cut around it)
+    inplace: bool = False  # a.detach_(), a.requires_grad_(...), a.retain_grad(): acts on a itself
+
+
+@dataclass
+class Namespace(Expr):
+    """`torch`, `torch.nn.functional`, `F`: only ever followed by a function name."""
+
+    name: str
+
+
+# Argument pieces that only ever reach a call's binding (calls.py), never the graph.
+@dataclass
+class Str(Expr):
+    value: str
+
+
+@dataclass
+class Seq(Expr):
+    items: list[Expr]
+
+
+@dataclass
+class Keyword:
+    name: str
+    value: Expr
+    span: Span
 
 
 @dataclass
@@ -50,7 +79,17 @@ class ExprStmt:
     span: Span
 
 
-Stmt = Assign | SetFlag | ExprStmt
+@dataclass
+class With:
+    """`with torch.no_grad():` over a block of statements: every node computed inside enters the region."""
+
+    mode: str  # the region op: no_grad | inference_mode
+    header: str  # how the block is named in messages: "with torch.no_grad() (line 2)"
+    body: list[Stmt]
+    span: Span  # the header
+
+
+Stmt = Assign | SetFlag | ExprStmt | With
 
 
 @dataclass

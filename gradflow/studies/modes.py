@@ -8,7 +8,7 @@ Graph; the program text shown per row is only for reading.
 from __future__ import annotations
 
 from gradflow.engine.prepare import prepare
-from gradflow.errors import ValueInputError
+from gradflow.errors import Span, ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.language.edits import Edit, ancestors, cut_nodes, off_flags
 from gradflow.language.graph import Graph
@@ -51,10 +51,13 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     """
     edits = []
     for c in cut_nodes(graph):
-        head = (c.span.start, c.span.start + len(c.op) + 1)
-        tail = (c.span.end - 1, c.span.end)
+        inner = _operand(graph, c)
+        head, tail = (c.span.start, inner.start), (inner.end, c.span.end)
+        rebind = f"{graph.source[inner.start:inner.end]} = " if dict(c.params).get("inplace") else ""  # y.detach_()
         if mechanism in CUT_OPS:
-            edits += [(head, mechanism + "("), (tail, ")")]
+            edits += [(head, rebind + mechanism + "("), (tail, ")")]
+        elif rebind:
+            edits += [(head, rebind), (tail, "")]
         else:
             keep = _needs_parens(graph, c)
             edits += [(head, "(" if keep else ""), (tail, ")" if keep else "")]
@@ -62,6 +65,14 @@ def _display(graph: Graph, mechanism: str, flagged: list[str]) -> str:
     for (start, end), new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return "".join(f"{leaf}.requires_grad = false; " for leaf in flagged) + text
+
+
+def _operand(graph: Graph, cut) -> Span:
+    """Where the cut's operand is written: inside detach(e), (e).detach(), y.detach_(); without the parentheses
+    of (e).detach()."""
+    inner = cut.inner or Span(cut.span.start + len(cut.op) + 1, cut.span.end - 1)
+    arg = graph.nodes[cut.args[0]].span
+    return arg if inner.start <= arg.start and arg.end <= inner.end else inner
 
 
 def _inner(graph: Graph, cut_spans: list, result) -> dict[str, bool]:
@@ -118,8 +129,11 @@ def _not_expressible(graph: Graph, flagged: list[str], detached: Row) -> Row | N
 def compare_modes(source: str, values: dict, wrt, dtype: str, device: str) -> Comparison:
     graph = compile_program(source)
     if not cut_nodes(graph):
+        blocks = any(n.block for n in graph.nodes)
         raise ValueInputError("no_cut", "--modes rewrites the program's detach/no_grad/inference_mode cuts, "
-                              "and it has none", hint='e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
+                              "and it has none" + (" (it does not rewrite `with` blocks)" if blocks else ""),
+                              hint=("write the cut as no_grad(expr) or (expr).detach() instead of a block; "
+                                    if blocks else "") + 'e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
                               "--x 1 --y1 2 --y2 7")
     graph, vals, leaves = prepare(graph, values, wrt, dtype=dtype)
     ctx = (vals, leaves, dtype, device)

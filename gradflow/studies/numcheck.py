@@ -85,7 +85,7 @@ def numeric_grad(graph: Graph, leaves: dict, name: str, frozen: dict, eps: float
             moved[k] += sign * h
             side.append(forward(graph, {**leaves, name: moved.reshape(base.shape)}, torch.float64, cuts=False,
                                 frozen=frozen)[graph.output])
-        grad[k] = (side[0] - side[1]).reshape(()) / (2 * h)
+        grad[k] = (side[0].double() - side[1].double()).reshape(()) / (2 * h)  # double: a comparison's bools
     return grad.reshape(base.shape)
 
 

@@ -72,7 +72,9 @@ def _check_list(value):
 
 
 def format_number(x: float) -> str:
-    """Compact, human form: 50, -20, 0.5, 1.23457e-05, nan, inf."""
+    """Compact, human form: 50, -20, 0.5, 1.23457e-05, nan, inf; True / False for a boolean tensor's elements."""
+    if isinstance(x, bool):
+        return str(x)
     if math.isnan(x):
         return "nan"
     if math.isinf(x):

@@ -8,7 +8,7 @@ import sympy as sp
 from gradflow import explain
 
 from ..conftest import BLOG
-from ..exprgen import generate
+from ..exprgen import STYLES, generate
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 
@@ -79,8 +79,8 @@ SEEDS = range(40)
 
 
 @functools.lru_cache(maxsize=None)
-def _cases(vector):
-    cases = [generate(s, vector) for s in SEEDS]
+def _cases(vector, style="function"):
+    cases = [generate(s, vector, style=style) for s in SEEDS]
     return [c for c in cases if c.values]
 
 
@@ -117,10 +117,13 @@ def _gradflow_flows(result, leaf):
     return {k: sorted(v) for k, v in out.items()}
 
 
+@pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("vector", [False, True])
-def test_flows_match_sympy_per_use(vector):
+def test_flows_match_sympy_per_use(vector, style):
+    """The same programs written with functions, with methods and `**`, and with torch.* names: every use's
+    flow (named by its consumer's text as written) is SymPy's derivative along it."""
     checked = nonzero = 0
-    for case in _cases(vector)[:20]:
+    for case in _cases(vector, style)[:20]:
         r = explain(case.source, wrt=list(case.values), dtype="float64", **case.values)
         for leaf in case.values:
             want, got = _sympy_flows(case, leaf), _gradflow_flows(r, leaf)

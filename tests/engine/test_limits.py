@@ -171,6 +171,44 @@ def test_result_shapes_agree_with_numpy(a, b, matmul):
     assert result_shape(op, [a, b]) == want
 
 
+_NDIM_SHAPES = st.integers(1, 3).flatmap(lambda n: st.lists(st.lists(st.integers(0, 3), min_size=n, max_size=n)
+                                                            .map(tuple), min_size=1, max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NDIM_SHAPES, st.integers(-4, 3), st.sampled_from(["cat", "stack"]))
+def test_cat_and_stack_shapes_agree_with_torch(shapes, dim, op):
+    """Against torch itself (small real tensors): cat's rules differ from numpy's (a 1-d empty tensor joins
+    anything). Where torch refuses, the budget's answer does not matter: the real call reports it."""
+    import torch
+
+    try:
+        want = tuple((torch.cat if op == "cat" else torch.stack)([torch.ones(s) for s in shapes], dim=dim).shape)
+    except (RuntimeError, IndexError):
+        return
+    assert result_shape(op, shapes, {"dim": dim}) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_SHAPES, min_size=2, max_size=3), st.sampled_from(["where", "gt", "maximum", "mse_loss"]))
+def test_elementwise_shapes_of_the_new_ops_agree_with_numpy(shapes, op):
+    try:
+        want = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return
+    assert result_shape(op, shapes) == want
+
+
+def test_cat_result_refused_by_its_sum_not_the_product():
+    """cat([a (1 element), b (100)]) has 101 elements although the product of the sizes is 100: the product
+    rule of elementwise ops let it through; cat's own rule refuses it before allocating."""
+    err = refused("sum(torch.cat([x, y]))", "elements", limits={"elements": 100}, x=[1.0], y=[1.0] * 100)
+    assert err.message == "the result of 'torch.cat([x, y])' would have 101 elements; the limit is 100"
+    err = refused("sum(torch.stack([x, y, x]))", "elements", limits={"elements": 100}, x=[1.0] * 40, y=[1.0] * 40)
+    assert "would have 120 elements" in err.message
+    assert explain("sum(torch.cat([x, y]))", limits={"elements": 101}, x=[1.0], y=[1.0] * 100).grad("x") == [1.0]
+
+
 @pytest.mark.slow
 def test_big_elementwise_values_do_not_run_anything_to_find_the_shape():
     """4,000,000 * 4,000,000 elements of inputs used to send tanh(x)*x through meta tensors, whose first use

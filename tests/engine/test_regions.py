@@ -82,6 +82,51 @@ def test_three_levels_and_a_region_around_a_cut_free_part():
     assert gradflow_answer("no_grad(no_grad(inference_mode(x*y)))*x") == ("inference_tensor", None)
 
 
+def block_program(outer: str, inner: str, how: str, inner_expr: str) -> str:
+    """The same nesting as PyTorch code writes it: `with torch.no_grad():` blocks for the contexts, methods
+    for detach (a block's assignments are computed under it; what follows the block is not)."""
+    lines, indent = [], ""
+    for kind in (outer, inner):
+        if kind in CONTEXTS:
+            lines.append(f"{indent}with torch.{kind}():")
+            indent += "    "
+    inside = ".detach()" if inner == "detach" else ""
+    inside += ".detach()" if outer == "detach" and inner == "detach" else ""
+    lines.append(f"{indent}t = ({inner_expr}){inside}")
+    if outer == "detach" and inner in CONTEXTS:
+        lines.append("t = t.detach()")  # after the block: detach() outside the inner context
+    lines.append({"*": "t*x", "+": "t + x", "exp": "(t*x).exp()"}[how])
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("outer,inner,how,inner_expr", CASES)
+def test_nested_with_blocks_match_torch(outer, inner, how, inner_expr):
+    source = block_program(outer, inner, how, inner_expr)
+    assert gradflow_answer(source) == pytest.approx(torch_reference(outer, inner, how, inner_expr)), source
+
+
+def test_block_nodes_enter_every_enclosing_region_outermost_first():
+    from gradflow.language.compile import compile_program
+
+    g = compile_program("with torch.no_grad():\n    with torch.inference_mode():\n        a = x*y\n"
+                        "    b = no_grad(a*x)\nc = b + x")
+    modes = {n.text: n.modes for n in g.nodes if n.op != "var"}
+    assert modes == {"x*y": ("no_grad", "inference_mode"), "a*x": ("no_grad", "no_grad"),
+                     "no_grad(a*x)": ("no_grad",), "b + x": ()}
+    assert [n.block for n in g.nodes if n.op != "var"] == ["`with torch.inference_mode():` on line 2", None,
+                                                          "`with torch.no_grad():` on line 1", None]
+
+
+def test_deeply_nested_blocks_are_limited_then_run_without_recursion():
+    n = 1200
+    src = "".join(" " * i + "with torch.no_grad():\n" for i in range(n)) + " " * n + "c = x*2\nc*x"
+    with pytest.raises(Exception) as info:
+        explain(src, x=2, limits={"length": 10**7})
+    assert info.value.kind == "limit_depth" and "the `with` blocks nest 501 levels" in info.value.message
+    r = explain(src, x=2, limits={"depth": 2000, "length": 10**7})  # every context entered: c is a constant
+    assert r.grad("x") == 4.0 and len(r.graph.nodes[2].modes) == n
+
+
 # ---- random nestings, against an evaluator written directly in torch ----------------------------------
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

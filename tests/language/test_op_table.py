@@ -21,15 +21,37 @@ def test_every_region_has_a_torch_context_and_nothing_else_does():
             assert not torch.is_grad_enabled()
 
 
+_SAMPLE = {"int": 0, "dims": (0,), "shape": (2,), "bool": True, "number": 0.5, "index": (0,)}
+
+
 def test_every_op_has_a_torch_call():
-    """Plain and cut rows compute through their own fn (the engine has no per-name branches for them)."""
+    """Plain and cut rows compute through their own fn (the engine has no per-name branches for them), with
+    their operands positionally and their other parameters by name."""
     t = torch.tensor([1.0, 2.0], requires_grad=True)
     assert OPS["detach"].fn(t).requires_grad is False
     for name in REGION_OPS:
         assert OPS[name].fn(t) is t  # a region returns its argument; the engine enters the context
     for op in OPS.values():
-        args = [t] * op.min_args
-        assert op.fn(*args) is not None, op.name
+        if op.kind == "flag":
+            continue  # lowered to steps, never called by the engine
+        operands = [t > 1 if p.name == "condition" else t for p in op.operands for _ in range(2 if p.kind ==
+                    "tensors" else 1)]
+        params = {p.name: p.choices[0] if p.kind == "str" else _SAMPLE[p.kind] for p in op.params
+                  if p.kind not in ("tensor", "tensors")}
+        target = {"cross_entropy": torch.tensor(1.0), "binary_cross_entropy_with_logits": torch.tensor([0.0, 1.0])}
+        if op.name in target:
+            operands[1] = target[op.name]
+        assert op.fn(*operands, **params) is not None, op.name
+
+
+def test_every_spelling_names_one_row():
+    """A spelling belongs to one op; bare names, methods and torch.* names all come from the rows."""
+    from gradflow.language.ops import FUNCTIONS, METHODS, QUALIFIED
+
+    for table in (FUNCTIONS, METHODS, QUALIFIED):
+        for spelling, op in table.items():
+            assert any(spelling in s for s in op.spellings()), (spelling, op.name)
+    assert QUALIFIED["torch.nn.functional.relu"] is OPS["relu"] and METHODS["detach_"] is OPS["detach"]
 
 
 def test_a_new_cut_spelling_is_known_to_inspect():

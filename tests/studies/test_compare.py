@@ -10,7 +10,7 @@ import sympy as sp
 from gradflow import compare
 
 from ..conftest import BLOG
-from ..exprgen import generate
+from ..exprgen import STYLES, generate
 
 BLOG_ARGS = ["--x", "1", "--y1", "2", "--y2", "7"]
 THREE = ["(x*y1 - x*y2)^2", "(detach(x*y1) - x*y2)^2", "(x*y1 - detach(x*y2))^2"]
@@ -150,11 +150,13 @@ def _flat(t):
     return [0.0] * 3 if t is None else t.double().reshape(-1).tolist()
 
 
+@pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("vector", [False, True])
-def test_modes_rewrites_match_sympy(vector):
+def test_modes_rewrites_match_sympy(vector, style):
+    """Each cut rewritten to each mechanism, whether written detach(e), e.detach() or torch.detach(e)."""
     checked = 0
     for seed in range(30):
-        cut, uncut = generate(seed, vector), generate(seed, vector, cuts=False)
+        cut, uncut = generate(seed, vector, style=style), generate(seed, vector, cuts=False, style=style)
         if not cut.values or "detach(" not in cut.source and "no_grad(" not in cut.source:
             continue
         m = _modes(compare(cut.source, modes=True, wrt=list(cut.values), dtype="float64", **cut.values))
@@ -179,3 +181,13 @@ def test_modes_display_and_identity_no_grad():
     assert m["detach"].error.kind == "no_gradient"
     nested = _modes(compare("detach(no_grad(x*y))*x", modes=True, x=2, y=3))
     assert nested["no cut"].program == "x*y*x" and _grads(nested["no cut"]) == 12.0  # d(x^2*y)/dx = 2xy
+
+
+def test_modes_rewrite_cuts_written_as_methods():
+    """(x*y2).detach() is rewritten around its operand (its parentheses dropped), y.detach_() as y = op(y)."""
+    m = _modes(compare("(x*y1 - (x*y2).detach())**2", modes=True, x=1, y1=2, y2=7))
+    assert m["no_grad"].program == "(x*y1 - no_grad(x*y2))**2" and m["no cut"].program == "(x*y1 - x*y2)**2"
+    assert (m["detach"].grads["x"], m["no cut"].grads["x"]) == (-20.0, 50.0)
+    m = _modes(compare("z = x*y; z.detach_(); z*x", modes=True, x=2, y=3))
+    assert m["detach"].program == "z = x*y; z = detach(z); z*x" and m["no cut"].program == "z = x*y; z = z; z*x"
+    assert (m["detach"].grads["x"], m["no_grad"].grads["x"]) == (6.0, 12.0)  # z*x: x*y held / z is z itself
