@@ -10,11 +10,13 @@ import io
 import runpy
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inspect_speed import best_of  # noqa: E402  (one interleaved best-of timer for both benchmarks)
 
 from gradflow.inspect.script import run_script
 from gradflow.inspect.script_table import backward_view
@@ -37,16 +39,6 @@ for step in range({steps}):
 """
 
 
-def best_of(fns, runs=3) -> list[float]:
-    times = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, ts in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - start)
-    return [min(ts) for ts in times]
-
-
 def main(steps: int = 200):
     torch.set_num_threads(1)  # tiny ops: 2 OpenMP threads on a shared 2-core machine only add noise
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +49,7 @@ def main(steps: int = 200):
         traced = lambda: run_script(path, [], lambda call: None)  # noqa: E731
         shown = lambda: run_script(path, [], lambda call: out.print(backward_view(call, 100)))  # noqa: E731
         plain(), traced()  # warm up
-        t_plain, t_traced, t_shown = best_of([plain, traced, shown])
+        t_plain, t_traced, t_shown = best_of([plain, traced, shown], runs=3)
     print(f"torch {torch.__version__}, {steps} training steps (2-layer MLP, 64x8 batch), best of 3 interleaved runs:")
     print(f"  plain script           : {t_plain:.3f} s")
     print(f"  recorded (no output)   : {t_traced:.3f} s  ({t_traced / t_plain:.1f}x)")
