@@ -20,6 +20,8 @@ class ExitCode(IntEnum):
     PARTIAL = 4  # batch: at least one record failed (the others were written); compare: some programs failed;
     #              inspect: some parameters could not be traced (status "untraced"; the rest of the report stands)
     USER_CODE = 5  # inspect: the user's own code failed (raised, called sys.exit, or its backward failed)
+    GATE = 6  # inspect / ddp --fail-on: some parameter fell in a class the user asked to fail on
+    DISTRIBUTED = 7  # ddp: a rank died, hung or timed out (the other ranks were stopped)
     INTERRUPTED = 130  # Ctrl-C
 
 

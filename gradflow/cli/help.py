@@ -17,6 +17,8 @@ MEANINGS = {
     ExitCode.NO_GRADIENT: "no gradient: the output does not require grad",
     ExitCode.PARTIAL: "partial: some of the work failed, the rest is done",
     ExitCode.USER_CODE: "your code failed (inspect): it raised or exited",
+    ExitCode.GATE: "a --fail-on class matched (inspect, ddp)",
+    ExitCode.DISTRIBUTED: "a rank died, hung or timed out (ddp)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -23,7 +23,7 @@ HELPS = [[], *([c] for c in COMMANDS)]  # [] is `gradflow --help`
 
 # What each command can return (checked against the code: guarded(), exit_code, run_safely).
 EXIT_CODES = {
-    "gradflow": {0, 1, 2, 3, 4, 5, 130},
+    "gradflow": {0, 1, 2, 3, 4, 5, 6, 7, 130},
     "eval": {0, 1, 2, 3, 130},
     "ops": {0, 1, 2, 130},
     "graph": {0, 1, 2, 130},
