@@ -9,21 +9,12 @@ from gradflow.cli import startup
 
 startup.begin()  # before the imports below: see startup.py
 
-from collections.abc import Callable  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from typing import Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
-from gradflow.cli import (  # noqa: E402
-    batch_command,
-    compare_command,
-    eval_command,
-    graph_command,
-    inspect_command,
-    ops_command,
-    script_command,
-    whatif_command,
-)
 from gradflow.cli.common import EXTRA  # noqa: E402
 from gradflow.cli.help import Command, help_end  # noqa: E402
 from gradflow.errors import ExitCode  # noqa: E402
@@ -37,10 +28,6 @@ HELP_END = help_end([
                     ExitCode.PARTIAL: "partial: batch lines or compare programs failed, or inspect could not "
                                       "trace some parameters"})
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, epilog=HELP_END,
-                  help="Show how gradients flow through a PyTorch computation.")
-
-
 def _version(value: bool):
     if value:
         from importlib.metadata import version
@@ -49,7 +36,6 @@ def _version(value: bool):
         raise typer.Exit()
 
 
-@app.callback()
 def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                help="Show the version and exit.")] = False):
     """Show how gradients flow through a PyTorch computation.
@@ -59,26 +45,54 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
     """
 
 
-# One module per command; `gradflow --help` lists them in this order.
-_COMMANDS: list[tuple[str, Callable[..., Any], str, dict | None]] = [
-    ("eval", eval_command.eval_cmd, eval_command.HELP_END, EXTRA),
-    ("ops", ops_command.ops_cmd, ops_command.HELP_END, None),
-    ("graph", graph_command.graph_cmd, graph_command.HELP_END, EXTRA),
-    ("inspect", inspect_command.inspect_cmd, inspect_command.HELP_END, None),
-    ("script", script_command.script_cmd, script_command.HELP_END, None),
-    ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
-    ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
-    ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA),
+# One module per command, gradflow/cli/NAME_command.py with a function NAME_cmd and a HELP_END epilog;
+# `gradflow --help` lists them in this order. The last field is the command's click context settings.
+_COMMANDS: list[tuple[str, dict | None]] = [
+    ("eval", EXTRA),
+    ("ops", None),
+    ("graph", EXTRA),
+    ("inspect", None),
+    ("script", None),
+    ("batch", EXTRA),
+    ("whatif", EXTRA),
+    ("compare", EXTRA),
 ]
-for _name, _function, _help_end, _settings in _COMMANDS:
-    app.command(_name, cls=Command, epilog=_help_end, context_settings=_settings)(_function)
+NAMES = [name for name, _ in _COMMANDS]
+
+
+def make_app(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with the one command `only` (what a run of that command needs).
+
+    Building a command (importing its module, and Typer reading its signature) costs ~1-3 ms each, so a run
+    builds only the command it runs: a syntax error or `gradflow eval --help` never pays for the other seven.
+    """
+    application = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                              epilog=HELP_END, help="Show how gradients flow through a PyTorch computation.")
+    application.callback()(main)
+    for name, settings in _COMMANDS:
+        if only is None or name == only:
+            module = importlib.import_module(f"gradflow.cli.{name}_command")
+            application.command(name, cls=Command, epilog=module.HELP_END,
+                                 context_settings=settings)(getattr(module, f"{name}_cmd"))
+    return application
+
+
+def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (tests, docs) gets every command
+    if name == "app":
+        globals()["app"] = application = make_app()
+        return application
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
     from gradflow.cli.streams import run_safely
 
     startup.in_command()
-    run_safely(lambda: app(prog_name="gradflow"))
+    command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in NAMES else None  # else: help, --version, a typo
+    startup.begin()
+    application = make_app(command)
+    startup.finish()
+    run_safely(lambda: application(prog_name="gradflow"))
 
 
 startup.finish()

@@ -3,11 +3,9 @@ table (functions, methods, torch./F. names, attributes, indexing). Loaded only o
 a syntax error never pays for it. Torch-free."""
 from __future__ import annotations
 
-from lark import Token
-from lark.visitors import Transformer_NonRecursive
-
 from gradflow.errors import ParseError, Span
 from gradflow.language.calls import Binder, number
+from gradflow.language.larklib import Token, Transformer_NonRecursive
 from gradflow.language.ops import CONTEXTS, FUNCTIONS, METHODS, PROPERTIES, QUALIFIED, qualified, short, suggest
 from gradflow.language.syntax import (
     Assign,

@@ -8,8 +8,7 @@
 """
 from __future__ import annotations
 
-from lark import Token
-from lark.lark import PostLex
+from gradflow.language.larklib import PostLex, Token
 
 _OPEN, _CLOSE = ("LPAR", "LSQB"), ("RPAR", "RSQB")
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from lark import Lark
-from lark.exceptions import (
+from gradflow.errors import ParseError, Span
+from gradflow.language.larklib import (
+    Lark,
     UnexpectedCharacters,
     UnexpectedEOF,
     UnexpectedInput,
     UnexpectedToken,
     VisitError,
 )
-
-from gradflow.errors import ParseError, Span
 from gradflow.language.lexing import Continuation, IndentationProblem
 
 if TYPE_CHECKING:

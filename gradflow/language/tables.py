@@ -15,8 +15,7 @@ import os
 import pprint
 from typing import Any
 
-from lark import Lark
-from lark.lark import _LOAD_ALLOWED_OPTIONS
+from gradflow.language.larklib import _LOAD_ALLOWED_OPTIONS, Lark
 
 HERE = os.path.dirname(__file__)
 GRAMMAR = os.path.join(HERE, "grammar.lark")

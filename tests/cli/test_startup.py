@@ -28,6 +28,37 @@ def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
         assert "pydantic" not in mods
 
 
+_MODULES_AT_EXIT = """
+import atexit, sys
+atexit.register(lambda: print(" ".join(sorted(sys.modules)), file=sys.__stderr__))
+sys.argv = ["gradflow", *sys.argv[1:]]
+from gradflow.cli.app import run
+run()
+"""
+
+
+def _modules_at_exit(*args) -> set[str]:
+    res = run([*PYTHON, "-c", _MODULES_AT_EXIT, *args], text=True)
+    return set(res.stderr.splitlines()[-1].split())
+
+
+def test_a_run_builds_only_its_command():
+    mods = _modules_at_exit("eval", "x +", "--x", "1")
+    assert "gradflow.cli.eval_command" in mods and "lark" in mods
+    assert not {"gradflow.cli.batch_command", "gradflow.cli.inspect_command", "gradflow.cli.script_command"} & mods
+    helped = _modules_at_exit("--help")  # the command list needs every command
+    assert {"gradflow.cli.batch_command", "gradflow.cli.inspect_command", "gradflow.cli.script_command"} <= helped
+
+
+def test_lark_is_imported_with_regex_hidden_and_regex_stays_importable():
+    pytest.importorskip("regex")  # an optional package (transformers brings it): lark imports it when present
+    code = ("import sys; from gradflow.language import parser; parser.parse('x+1'); "
+            "hidden = 'regex' not in sys.modules; import regex; print(hidden, regex.compile('a+').match('aa')[0])")
+    res = run([*PYTHON, "-c", code], text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "aa"]
+
+
 def test_options_still_coerced(cli, tmp_path):
     prog = tmp_path / "p.txt"
     prog.write_text("x*y")
