@@ -22,6 +22,7 @@ from gradflow.cli.common import (
     WrtOpt,
     consoles,
     guarded,
+    option_owners,
     parse_values,
     progress_bar,
 )
@@ -152,7 +153,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line)
         records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits, seed=seed, strict=strict)
+                            limits=limits, seed=seed, strict=strict, options=option_owners(ctx))
         uses = DefaultsUse(values, limits)
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,

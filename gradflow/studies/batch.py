@@ -177,6 +177,7 @@ class Defaults:
     limits: Limits | None = None
     seed: int = 0
     strict: bool = False  # a line's "vars" naming a variable its program does not use: an error, not a warning
+    options: frozenset[str] = frozenset()  # names --NAME cannot give (the command's options): hint --var
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
@@ -185,6 +186,11 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 
     inputs = compile_program(job.expr, defaults.limits).inputs
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
+    for name in inputs:
+        if name in defaults.options and name not in shared and name not in job.vars:  # `--seed 3` seeds
+            raise ValueInputError("missing_value", f"no value for variable '{name}'",
+                                  hint=f"--{name} is an option, so give '{name}' in the line's \"vars\" or "
+                                       f"with --var {name}=VALUE")
     return {**shared, **job.vars}  # the line's own vars all go on: one its program does not use is a warning
 
 
@@ -286,14 +292,16 @@ class DefaultsUse:
 
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
-              debug: bool = False, limits=None, seed: int = 0, strict: bool = False) -> Iterator[dict]:
+              debug: bool = False, limits=None, seed: int = 0, strict: bool = False,
+              options: Iterable[str] = ()) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed (or, kind
     "no_gradient", got the answer that no gradient reaches its leaves).
 
     `values` are defaults for every line that uses them (text values are parsed by the shared value parser);
     a JSON line's own "vars", "wrt" and "dtype" override them. A line's "vars" naming a variable its program
     does not use is a warning in its record, or with `strict` its error record. `limits` and `seed` as for
-    explain(). A line given as a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that
+    explain(); `options`: the command line's option names, which a missing value's hint then gives as --var.
+    A line given as a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that
     line's error record.
     """
     from gradflow.engine.prepare import check_seed
@@ -301,7 +309,7 @@ def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, value
 
     check_seed(seed)
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict)
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options))
     for number, line in enumerate(lines, 1):
         if isinstance(line, GradflowError):
             yield error_record(number, number, None, line, None, defaults)

@@ -118,7 +118,9 @@ def test_batch_seed_is_the_seed_as_in_eval_not_a_variable():
     assert other != want
     # the example: `seed` was silently a variable (grads {"x": 3})
     res = invoke(["batch", "-", "--seed", "3", "--x", "1"], '"seed*x"\n')
-    assert json.loads(res.stdout)["error"]["kind"] == "missing_value" and res.exit_code == 4
+    error = json.loads(res.stdout)["error"]
+    assert error["kind"] == "missing_value" and res.exit_code == 4
+    assert error["hint"] == "--seed is an option, so give 'seed' in the line's \"vars\" or with --var seed=VALUE"
     res = invoke(["batch", "-", "--seed", "3", "--x", "1", "--var", "seed=5"], '"seed*x"\n')
     assert json.loads(res.stdout)["grads"] == {"x": 5.0}
 
