@@ -88,10 +88,18 @@ def test_a_batch_records_unused_var_is_a_warning_in_its_record_or_with_strict_it
     (rec,) = [json.loads(x) for x in res.stdout.splitlines()]
     assert res.exit_code == 0 and rec["error"] is None and rec["grads"] == {"x": 2.0}
     assert warnings_of(rec) == [UNUSED]
+    (rec,) = run_batch(['{"expr": "x*y1", "vars": {"x": 1, "y1": 2, "yy1": 7}}'])
+    assert warnings_of(rec) == [TYPO] and rec["grads"] == {"x": 2.0}
     res = invoke(["batch", "-", "--strict"], line)
     (rec,) = [json.loads(x) for x in res.stdout.splitlines()]
     assert res.exit_code == 4 and rec["error"]["kind"] == "unknown_variable"
     assert rec["error"]["message"] == UNUSED and rec["source"] == "x*y1"
+
+
+def test_a_missing_value_points_at_the_unused_one():
+    res = invoke(["eval", "x*y", "--x", "1", "--yy", "2"])  # was: an error about yy; now y is missing
+    assert res.exit_code == 2 and "error: no value for variable 'y'\n" in res.stderr
+    assert "the value given for 'yy' is not used: a typo?" in res.stderr
 
 
 def test_batch_defaults_are_for_the_lines_that_use_them():
