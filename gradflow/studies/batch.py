@@ -250,6 +250,9 @@ class DefaultsUse:
     no line uses is a warning (maybe a typo), or with --strict an error. Each record's program is looked at
     (compile_program: cached) only until every default has been used, so the usual batch pays nothing."""
 
+    WHO = "no line's program uses"
+    unknowable = False  # some line could not be read or parsed: it might have used them
+
     def __init__(self, names: Iterable[str], limits: Limits | None = None):
         self.left = dict.fromkeys(names)
         self.seen: set[str] = set()  # the variables of the programs looked at, for "did you mean"
@@ -272,9 +275,6 @@ class DefaultsUse:
         self.seen.update(inputs)
         for name in inputs:
             self.left.pop(name, None)
-
-    unknowable = False
-    WHO = "no line's program uses"
 
     def unused(self) -> list[tuple[str, str]]:
         """(name, warning) for each default no line used (none when some line could not be read or parsed)."""
