@@ -130,7 +130,10 @@ class Explanation:
         return dumps(self.to_dict(full), **kw)
 
 
-def error_document(error: GradflowError, source: str | None = None) -> dict:
-    """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`."""
+def error_document(error: GradflowError, source: str | None = None, wrt: list[str] | None = None,
+                   dtype: str | None = None, device: str | None = None) -> dict:
+    """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`, with what is
+    known of the request (the program text even when it does not parse; `wrt`: see `engine.prepare.asked_leaves`)."""
     return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
-            "edges": [], "contributions": {}, "warnings": [], "error": error.to_dict()}
+            "edges": [], "contributions": {}, "warnings": [], "wrt": wrt, "dtype": dtype, "device": device,
+            "error": error.to_dict()}

@@ -24,7 +24,7 @@ HELP_END = help_end([
     'gradflow whatif "(x*y1 - x*y2)^2" --x 1 --y1 2 --y2 7',
     'gradflow ops',
     'gradflow eval --help',
-], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, script, compare)",
+], list(ExitCode), {ExitCode.NO_GRADIENT: "no gradient (eval, inspect, script)",
                     ExitCode.PARTIAL: "partial: batch lines or compare programs failed, or inspect could not "
                                       "trace some parameters"})
 

@@ -16,10 +16,13 @@ from gradflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
     LimitOpt,
+    SeedOpt,
+    StrictOpt,
     VarOpt,
     WrtOpt,
     consoles,
     guarded,
+    option_owners,
     parse_values,
     progress_bar,
 )
@@ -35,8 +38,8 @@ HELP_END = help_end([
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
     """printf 'x^2\\nx^\\n' | gradflow batch --text --x 3    # exit 4: line 2 failed""",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
-    {ExitCode.OK: "every line succeeded",
-     ExitCode.INPUT: "bad input: an option, or the input cannot be read",
+    {ExitCode.OK: "every line has its answer (\"no gradient reaches x\" is one)",
+     ExitCode.INPUT: "bad input: an option, or the input cannot be read; --strict: a value no line uses",
      ExitCode.PARTIAL: "partial: some lines failed (each gets an error record)"})
 
 
@@ -109,7 +112,7 @@ def _dumps(rec: dict, debug: bool) -> str:
     except Exception as exc:
         if debug:
             raise
-        return dumps(error_record(rec.get("id"), rec.get("line", 0), None, internal_error(exc)))
+        return dumps(error_record(rec.get("id"), rec.get("line", 0), rec.get("source"), internal_error(exc)))
 
 
 def _write(line: str, flush: bool) -> bool:
@@ -124,26 +127,34 @@ def _write(line: str, flush: bool) -> bool:
         return False
 
 
+def _failed(rec: dict) -> bool:
+    """An error record counts as failed; "no gradient reaches x" is an answer (exit 4 counts input errors)."""
+    return rec["error"] is not None and rec["error"]["kind"] != "no_gradient"
+
+
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False):
+              limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
 
     Values on the command line (--x 1) are defaults for every line that uses them. Blank lines are skipped.
-    The number of failed lines goes to stderr.
+    The number of failed lines goes to stderr; a line whose answer is "no gradient" has not failed.
+    A line's "vars" naming a variable its program does not use is a warning in its record, a default no line
+    uses a warning on stderr (--strict: errors).
     """
     def body() -> int:
         from gradflow.limits import as_limits
-        from gradflow.studies.batch import run_batch
+        from gradflow.studies.batch import DefaultsUse, run_batch
 
         path, extra = _source(source, ctx.args)
-        values = parse_values(extra, var)
+        values = parse_values(extra, var, ctx)
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line)
         records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits)
+                            limits=limits, seed=seed, strict=strict, options=option_owners(ctx))
+        uses = DefaultsUse(values, limits)
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
         # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
@@ -152,11 +163,16 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         for rec in _progress(records, regular):
             if not _write(_dumps(rec, debug), streaming):
                 return int(ExitCode.OK)
-            done, failed = done + 1, failed + (rec["error"] is not None)
+            done, failed = done + 1, failed + _failed(rec)
+            uses.see(rec)
             if done == 1:
                 gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
         if failed:
             consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
+        if strict:
+            uses.refuse()
+        for _, message in uses.unused():
+            consoles()[1].print(f"warning: {message}", markup=False, style="yellow", soft_wrap=True)
         return int(ExitCode.PARTIAL if failed else ExitCode.OK)
 
     guarded(debug, False, body)

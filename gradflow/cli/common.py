@@ -108,19 +108,41 @@ def refuse_binary_on_terminal(fmt: str | None, output: Path | None, option: str)
                                    "which is text")
 
 
-def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
-    """Print an error the user can act on and return the Exit to raise."""
+def request(wrt: str | None = None, dtype: str | None = None, device: str | None = None, limits=None) -> dict:
+    """What a command was asked, for its error document (`--json`): the body adds "source" once the program is
+    read, so even a program that does not parse is named there."""
+    return {"source": None, "wrt": wrt, "dtype": dtype, "device": device, "limits": limits}
+
+
+def _error_document(error: GradflowError, about: dict | None) -> dict:
+    from gradflow.analysis.explanation import error_document
+
+    if about is None:
+        return error_document(error)
+    from gradflow.engine.prepare import asked_leaves
+    from gradflow.limits import as_limits
+
+    try:
+        limits = as_limits(about.get("limits"))
+    except GradflowError:  # the bad --limit is the error being reported
+        limits = None
+    source = about.get("source")
+    return error_document(error, source, asked_leaves(source, about.get("wrt"), limits), about.get("dtype"),
+                          about.get("device"))
+
+
+def fail(error: GradflowError, as_json: bool = False, about: dict | None = None) -> typer.Exit:
+    """Print an error the user can act on and return the Exit to raise (`about`: see request())."""
     from gradflow.cli.streams import cannot_write, output_failed, unread
     from gradflow.render.plain import print_error  # plain text: no rich on the early-error path
 
     code = int(error.exit_code)
     with unread():  # if nobody reads the message any more, the exit code still tells
         if as_json:
-            from gradflow.analysis.explanation import error_document
             from gradflow.values.jsonable import dumps
 
             try:
-                print(dumps(error_document(error)), flush=True)
+                print(dumps(_error_document(error, about)), flush=True)
             except OSError as exc:  # `--json > /dev/full`: say that too, then the error itself
                 if not cannot_write(exc):
                     raise
@@ -129,14 +151,15 @@ def fail(error: GradflowError, as_json: bool = False) -> typer.Exit:
     return typer.Exit(code)
 
 
-def guarded(debug: bool, as_json: bool, body: Callable[[], int]):
-    """Run a command body: package errors -> message + exit code; bugs -> exit 1."""
+def guarded(debug: bool, as_json: bool, body: Callable[[], int], about: dict | None = None):
+    """Run a command body: package errors -> message + exit code (`about`: the request, for --json's error
+    document; see request()); bugs -> exit 1."""
     try:
         code = body()
     except GradflowError as error:
         if debug:
             traceback.print_exc()
-        raise fail(error, as_json) from None
+        raise fail(error, as_json, about) from None
     except typer.Exit:
         raise
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
@@ -186,36 +209,66 @@ def read_program(expr: str | None, file: Path | None, limits=None) -> str:
     return expr
 
 
-def option_names(ctx: typer.Context) -> set[str]:
-    """The command's own long options (without --): variables cannot be given as --NAME then."""
-    names = {o[2:] for p in ctx.command.params for o in getattr(p, "opts", []) if o.startswith("--")}
-    return names | {"help"}
+def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
+    """Every long option (without --) of every gradflow command, and the commands that have it: one rule for
+    all commands, so no name is silently a variable in one command and an option in another (`--seed 3`)."""
+    root = ctx.find_root().command
+    commands = {**getattr(root, "commands", {}), ctx.info_name or ctx.command.name or "": ctx.command}
+    owners: dict[str, list[str]] = {"help": [], "version": []}
+    for cname, command in commands.items():
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--"):
+                    owners.setdefault(opt[2:], []).append(cname)
+    return owners
+
+
+def _elsewhere(name: str, owners: dict[str, list[str]], ctx: typer.Context) -> str:
+    """'' when this command has the option --NAME, else 'of gradflow batch' (the commands that have it)."""
+    here = ctx.info_name or ctx.command.name
+    others = sorted(set(owners[name]) - {here})
+    return "" if here in owners[name] or not others else "of " + " and ".join(f"gradflow {c}" for c in others)
 
 
 def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limits=None):
-    """A variable named like an option (json, wrt, ...) must come through --var NAME=VALUE."""
+    """A variable named like an option of any command (json, wrt, seed, order, ...) must come through
+    --var NAME=VALUE."""
     from gradflow.language.compile import compile_program
     from gradflow.limits import as_limits
 
     given = {item.partition("=")[0].strip() for item in var or []}
-    options = option_names(ctx)
+    owners = option_owners(ctx)
     for name in compile_program(source, as_limits(limits)).inputs:
-        if name in options and name not in given:
-            raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}, "
-                                  f"so --{name} VALUE cannot set it",
+        if name in owners and name not in given:
+            where = _elsewhere(name, owners, ctx)
+            raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}"
+                                  f"{f' ({where})' if where else ''}, so --{name} VALUE cannot set it",
                                   hint=f"give its value with --var {name}=VALUE")
 
 
-def parse_values(extra: list[str], var: list[str] | None) -> dict[str, str]:
-    """`--x 1 --y=2` leftovers and `--var NAME=VALUE` -> {name: text}."""
+StrictOpt = Annotated[bool, typer.Option("--strict", help="A value the program does not use is an error (exit 2), "
+                                         "not a warning.")]
+
+
+def parse_values(extra: list[str], var: list[str] | None, ctx: typer.Context) -> dict[str, str]:
+    """`--x 1 --y=2` leftovers and `--var NAME=VALUE` -> {name: text}. A --NAME that is an option of any
+    gradflow command is never taken as a variable (the one place that rule lives; check_shadowed says it
+    for the program's variables)."""
     values: dict[str, str] = {}
     tokens = list(extra)
+    owners = option_owners(ctx)
     while tokens:
         tok = tokens.pop(0)
         if not tok.startswith("--") or len(tok) < 3:
             raise ValueInputError("usage", f"unexpected argument '{tok}'",
                                   hint="quote the whole program as one argument; give values as --NAME VALUE")
         name, eq, value = tok[2:].partition("=")
+        if name in owners:
+            where = _elsewhere(name, owners, ctx)
+            which = f"an option {where}, not of gradflow {ctx.info_name}" if where else "an option"
+            raise ValueInputError("shadowed_name", f"--{name} is {which}; an option's name is never taken as a "
+                                  "variable's value", hint=f"a variable named {name} takes its value with "
+                                                           f"--var {name}=VALUE")
         if not eq:
             if not tokens:
                 raise ValueInputError("missing_value", f"--{name} needs a value", hint=f"--{name} 1.5")
@@ -239,6 +292,14 @@ def _once(values: dict[str, str], name: str, first: str, second: str | None = No
         second = second or first
         how = f"{first} is given twice" if first == second else f"{name} is given twice ({first} and {second})"
         raise ValueInputError("usage", how, hint="give each variable one value")
+
+
+def print_warnings(result) -> None:
+    """A result's warnings to stderr, as eval prints them (--json also has them in `warnings`)."""
+    if result.warnings:
+        from gradflow.render.table import print_warnings as show
+
+        show(result, consoles()[1])
 
 
 def emit(result, as_json: bool, renderable: Callable[[], Any]):

@@ -10,13 +10,16 @@ from gradflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
     JsonOpt,
+    StrictOpt,
     VarOpt,
     WrtOpt,
     check_shadowed,
     emit,
     guarded,
     parse_values,
+    print_warnings,
     read_program,
+    request,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
@@ -28,11 +31,11 @@ ModesOpt = Annotated[bool, typer.Option(
 HELP_END = help_end([
     'gradflow compare "(x*y - x*z)^2" "(detach(x*y) - x*z)^2" --x 1 --y 2 --z 7',
     'gradflow compare "(x*y1 - detach(x*y2))^2" --modes --x 1 --y1 2 --y2 7',
-    'gradflow compare "x*y" "detach(x)*y" --x 1 --y 2    # exit 4: one gets no grad',
-], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
-    {ExitCode.OK: "every program ran (with --modes, a failing mechanism is a finding)",
+    'gradflow compare "x*y" "detach(x)*y" --x 1 --y 2    # no grad for one: an answer, exit 0',
+    'gradflow compare "x*y" "x*" --x 1 --y 2    # exit 4: one does not parse',
+], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
+    {ExitCode.OK: "every program ran (no gradient is an answer; with --modes, a failing mechanism is a finding)",
      ExitCode.INPUT: "bad input; or every program failed, the first with bad input",
-     ExitCode.NO_GRADIENT: "every program failed, the first with no gradient",
      ExitCode.PARTIAL: "partial: some programs failed (each has an error row)"})
 
 
@@ -56,11 +59,14 @@ def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
 
 def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
                 var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-                json_: JsonOpt = False, debug: DebugOpt = False):
+                json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False):
     """Several programs side by side on the same values: output and each leaf's grad.
 
-    With --modes, one program's cuts are rewritten to each mechanism.
+    With --modes, one program's cuts are rewritten to each mechanism. A program that gets no gradient is an
+    answer, not a failure. A value no program uses is a warning (--strict: an error).
     """
+    about = request(wrt, dtype, device)
+
     def body() -> int:
         from gradflow.studies.compare import compare
 
@@ -68,16 +74,19 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
         if not programs:
             where = "the programs must come first, before the values" if rest else "no program given"
             raise ValueInputError("usage", where, hint='gradflow compare "EXPR1" "EXPR2" --x 1')
+        if len(programs) == 1:
+            about["source"] = programs[0]
         for p in programs:
             _check_program(p, ctx, var)
         result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
-                         values=parse_values(rest, var))
+                         values=parse_values(rest, var, ctx), strict=strict)
         from rich.console import Group
 
         from gradflow.render.whatif import compare_notes, compare_table
 
         notes = compare_notes(result)
         emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])))
+        print_warnings(result)
         return result.exit_code
 
-    guarded(debug, json_, body)
+    guarded(debug, json_, body, about)

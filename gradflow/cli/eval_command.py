@@ -18,6 +18,7 @@ from gradflow.cli.common import (
     OrderOpt,
     PlotOpt,
     SeedOpt,
+    StrictOpt,
     VarOpt,
     WrtOpt,
     _is_option,
@@ -26,6 +27,7 @@ from gradflow.cli.common import (
     guarded,
     parse_values,
     read_program,
+    request,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode
@@ -47,27 +49,33 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
              json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
              graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
-             plot: PlotOpt = False, flows: FlowsOpt = False):
+             plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
 
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
+
+    A value the program does not use is a warning (--strict: an error).
     """
+    about = request(wrt, dtype, device, limit)
+
     def body() -> int:
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = read_program(program, file, limit)  # with --file, the first value lands in EXPR: put it back
+        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain
 
         args, plot_file = split_plot_file(rest, plot)
-        values = parse_values(args, var)
+        values = parse_values(args, var, ctx)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
         if swept:
-            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
+            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file, strict),
+                       *swept)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit,
+                         strict=strict)
         from gradflow.limits import as_limits, using
         from gradflow.studies.extras import Extras
 
@@ -75,7 +83,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
             extra = Extras.compute(result, check=check, order=order, graph=graph)
         return show(result, extra, json_, full, flows)
 
-    guarded(debug, json_, body)
+    guarded(debug, json_, body, about)
 
 
 def show(result, extra, as_json: bool, full: bool, flows: bool) -> int:

@@ -16,6 +16,7 @@ from gradflow.cli.common import (
     ExprArg,
     FileOpt,
     OutOpt,
+    StrictOpt,
     VarOpt,
     WrtOpt,
     check_shadowed,
@@ -23,6 +24,7 @@ from gradflow.cli.common import (
     consoles,
     guarded,
     parse_values,
+    print_warnings,
     read_program,
     refuse_binary_on_terminal,
 )
@@ -102,8 +104,12 @@ def write_out(data: str | bytes, output: Path | None):
 
 def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False):
-    """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked."""
+              format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False,
+              strict: StrictOpt = False):
+    """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked.
+
+    A value the program does not use is a warning (--strict: an error).
+    """
     def body() -> int:
         from gradflow.engine.explain import explain
         from gradflow.studies.picture import picture
@@ -113,11 +119,12 @@ def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wr
         if format_ not in FORMATS:
             raise ValueInputError("usage", f"unknown --format '{format_}'", hint="use " + ", ".join(FORMATS))
         refuse_binary_on_terminal(format_, output, "--format")
-        values = parse_values(ctx.args, var)
-        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values)
+        values = parse_values(ctx.args, var, ctx)
+        result = explain(source, wrt=wrt, dtype=dtype, device=device, values=values, strict=strict)
         data = render(picture(result), format_, output)
         if data is not None:
             write_out(data, output)
+        print_warnings(result)
         return 0
 
     guarded(debug, False, body)

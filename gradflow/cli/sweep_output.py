@@ -29,6 +29,7 @@ class SweepRequest(NamedTuple):
     full: bool
     plot: bool
     plot_file: str | None
+    strict: bool = False
 
 
 def split_plot_file(args: list[str], plot: bool) -> tuple[list[str], str | None]:
@@ -83,7 +84,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         picture = check_picture_path(req.plot_file)  # before any work
     from gradflow.studies.sweeps import check_sweep
 
-    check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed)  # early errors print light
+    check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed, req.strict)  # early errors: light
     try:
         result, first = _evaluate(req, var, rng)
         if not req.json_ and not req.plot:
@@ -114,7 +115,7 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
             bar.update(task, completed=i + 1)
 
         result = run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
-                           seed=req.seed, on_point=on_point)
+                           seed=req.seed, on_point=on_point, strict=req.strict)
     return result, (first or [None])[0]
 
 
@@ -171,7 +172,7 @@ def _finish(result) -> int:
 
     err = consoles()[1]
     for msg in dict.fromkeys(m for r in result.rows for m in r.warnings):
-        err.print(Text(f"warning: {msg}", style="yellow"))
+        err.print(Text(f"warning: {msg}", style="yellow"), soft_wrap=True)
     failed = [r for r in result.rows if r.error is not None]
     if not failed:
         return 0

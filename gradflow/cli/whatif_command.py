@@ -10,6 +10,7 @@ from gradflow.cli.common import (
     ExprArg,
     FileOpt,
     JsonOpt,
+    StrictOpt,
     VarOpt,
     WrtOpt,
     _is_option,
@@ -17,7 +18,9 @@ from gradflow.cli.common import (
     emit,
     guarded,
     parse_values,
+    print_warnings,
     read_program,
+    request,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode
@@ -31,19 +34,26 @@ HELP_END = help_end([
 
 def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-               json_: JsonOpt = False, debug: DebugOpt = False):
-    """What if I cut here? Each live node detached, each existing cut removed: the new grads."""
+               json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False):
+    """What if I cut here? Each live node detached, each existing cut removed: the new grads.
+
+    A value the program does not use is a warning (--strict: an error).
+    """
+    about = request(wrt, dtype, device)
+
     def body() -> int:
         moved = file is not None and expr is not None and _is_option(expr)
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = read_program(program, file)  # with --file, the first value lands in EXPR: put it back
+        source = about["source"] = read_program(program, file)  # with --file, the first value lands in EXPR
         check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
         from gradflow.studies.whatif import whatif
 
-        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var))
+        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var, ctx),
+                        strict=strict)
         from gradflow.render.whatif import whatif_table
 
         emit(result, json_, lambda: whatif_table(result))
+        print_warnings(result)
         return 0
 
-    guarded(debug, json_, body)
+    guarded(debug, json_, body, about)

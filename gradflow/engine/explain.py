@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gradflow.engine.prepare import merge_values, prepare
+from gradflow.engine.prepare import UNUSED_KIND, merge_values, prepare, unused_values
 from gradflow.errors import ValueInputError
 from gradflow.limits import as_limits
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error ne
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
             device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, measure_edges: bool = True,
-            limits=None, **kw_values: Any):
+            limits=None, strict: bool = False, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
@@ -23,15 +23,27 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     `measure_edges=False` skips the per-use gradient views (memory for big tensors):
     an edge from a node used more than once then has `flow` None.
     `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (docs/limits.md).
+    A value the program does not use is a warning (`.warnings`, kind "unused_value"); `strict=True` makes it
+    a ValueInputError.
     Text values may be constructors ("randn(3,4)", drawn from a generator seeded
     with `seed`) or files ("@x.npy", "@x.pt"); see values/specs.py.
     """
     check_arguments(source, wrt, dtype, device, values)
     limits = as_limits(limits)
-    graph, vals, leaves = prepare(source, merge_values(values, kw_values), wrt, dtype=dtype, seed=seed, limits=limits)
+    given = merge_values(values, kw_values)
+    graph, vals, leaves = prepare(source, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
 
-    return evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
+    result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
+    result.warnings[:0] = unused_warnings(given, graph.inputs)
+    return result
+
+
+def unused_warnings(given, used, who: str = "the program does not use") -> list:
+    """The "unused_value" warnings for the values given that the program does not use."""
+    from gradflow.analysis.explanation import Warning
+
+    return [Warning(UNUSED_KIND, None, message) for _, message in unused_values(given, used, who)]
 
 
 def check_arguments(source, wrt, dtype, device, values) -> None:

@@ -22,19 +22,20 @@ class Prepared(NamedTuple):
 
 
 def checked(program: str | Graph, values: dict[str, Any], wrt: str | list[str] | None,
-            limits: Limits | None = None) -> Prepared:
-    """The program compiled (text) or as given (Graph), its values parsed and checked, the leaves chosen."""
+            limits: Limits | None = None, strict: bool = False) -> Prepared:
+    """The program compiled (text) or as given (Graph), its values parsed and checked, the leaves chosen.
+    A value the program does not use is dropped (`unused_values` says which), or with `strict` an error."""
     graph = compile_program(program, limits) if isinstance(program, str) else program
-    vals = check_values(graph, values)
+    vals = check_values(graph, values, strict)
     return Prepared(graph, {n: vals[n] for n in graph.inputs}, resolve_wrt(graph, wrt))
 
 
 def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] | None, *, dtype: str = "float32",
-            seed: int = 0, limits: Limits | None = None) -> Prepared:
+            seed: int = 0, limits: Limits | None = None, strict: bool = False) -> Prepared:
     """`checked()`, then constructor and file values built (sizes checked against `limits` first)."""
     limits = limits or current()
     check_seed(seed)
-    ready = checked(program, values, wrt, limits)
+    ready = checked(program, values, wrt, limits, strict)
     from gradflow.values.tensors import materialize  # torch from here on
 
     with using(limits):
@@ -83,26 +84,74 @@ def resolve_wrt(graph: Graph, wrt: str | list[str] | None) -> list[str]:
     return list(dict.fromkeys(wrt))
 
 
-def _known(name: str, names: list[str]) -> str:
+def asked_leaves(source: str | None, wrt: str | list[str] | None, limits: Limits | None = None) -> list[str] | None:
+    """An error document's `wrt`: the leaves the request chooses when the program compiles, else the names asked
+    for (None for the default or 'all', which need the program). Never raises."""
+    if source is not None:
+        try:
+            return resolve_wrt(compile_program(source, limits), wrt)
+        except Exception:  # noqa: BLE001 - a GradflowError, or a bug: the error document is printed all the same
+            pass
+    if isinstance(wrt, str):
+        names = [w.strip() for w in wrt.split(",") if w.strip()]
+        return None if names in ([], ["all"]) else names
+    return None if wrt is None else [w for w in wrt if isinstance(w, str)]
+
+
+def _known(name: str, names: list[str], whose: str = "the program's") -> str:
+    near = _near(name, names)
+    listing = ", ".join(names) or "(none)"
+    return (f"did you mean '{near}'? " if near else "") + f"{whose} variables are: {listing}"
+
+
+def _near(name: str, names: list[str]) -> str | None:
     import difflib
 
     near = difflib.get_close_matches(name, names, n=1)
-    listing = ", ".join(names) or "(none)"
-    return (f"did you mean '{near[0]}'? " if near else "") + f"the program's variables are: {listing}"
+    return near[0] if near else None
 
 
-def check_values(graph: Graph, values: dict[str, Any]) -> dict[str, Any]:
-    """Every input has a value and every value names an input; text values are parsed."""
+UNUSED_KIND = "unused_value"  # the warning's kind (JSON `warnings`); with strict, the error's is unknown_variable
+
+
+def unused_values(names: list[str] | dict[str, Any], used: list[str] | dict[str, Any],
+                  who: str = "the program does not use") -> list[tuple[str, str]]:
+    """(name, message) for each value given that is not in `used`, in the order given: a warning by default
+    (scripts pass one set of values to many programs), kept with "did you mean 'y1'?" when the name looks
+    like a typo of a used one."""
+    used = list(used)
+    out = []
+    for name in names:
+        if name not in used:
+            near = _near(name, used)
+            out.append((name, f"a value was given for '{name}', which {who}"
+                              + (f"; did you mean '{near}'?" if near else "")))
+    return out
+
+
+def refuse_unused(names: list[str] | dict[str, Any], used: list[str] | dict[str, Any],
+                  who: str = "the program does not use", whose: str = "the program's") -> None:
+    """strict: the first unused value is an error (exit 2)."""
+    for name, _ in unused_values(names, used, who)[:1]:
+        raise ValueInputError("unknown_variable", f"a value was given for '{name}', which {who}",
+                              hint=_known(name, list(used), whose) + " (an error only with --strict)")
+
+
+def check_values(graph: Graph, values: dict[str, Any], strict: bool = False) -> dict[str, Any]:
+    """Every input has a value; text values are parsed. A value for a name the program does not use is
+    dropped (`unused_values` words the warning), or with `strict` an error."""
     names = list(graph.inputs)
-    for name in values:
-        if name not in graph.inputs:
-            raise ValueInputError("unknown_variable", f"a value was given for '{name}', "
-                                  "which the program does not use", hint=_known(name, names))
+    if strict:
+        refuse_unused(values, names)
+    unused = [k for k in values if k not in graph.inputs]
+    values = {k: v for k, v in values.items() if k in graph.inputs}
     for name in names:
         if name not in values:
+            near = _near(name, unused) or (unused[0] if len(unused) == 1 else None)
+            typo = f"; the value given for '{near}' is not used: a typo?" if near else ""
             raise ValueInputError("missing_value", f"no value for variable '{name}'",
                                   hint=f"pass --{name} VALUE (or --var {name}=VALUE; "
-                                       f"in Python: {name}=VALUE)")
+                                       f"in Python: {name}=VALUE){typo}")
     from gradflow.values.text import parse_value
 
     return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}

@@ -143,7 +143,7 @@ def print_explanation(result: Explanation, out: Console, err: Console):
 
 def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
-        err.print(Text(f"warning: {w.message}", style="yellow"), soft_wrap=True)
+        err.print(Text(visible(f"warning: {w.message}"), style="yellow"), soft_wrap=True)
 
 
 def print_error(error: GradflowError, err: Console):

@@ -147,14 +147,23 @@ def _valid_id(rid: Any) -> bool:
                                     and math.isfinite(rid))
 
 
-def _peek_id(number: int, line: str) -> Any:
-    """The id of a line that failed to read, if it has a usable one."""
+def _peek(number: int, line: str, text: bool = False) -> Job:
+    """What can be read of a line that failed to read: its usable id, "expr" (the record's `source`), "wrt"
+    and "dtype"; the line number stands for a missing id."""
+    if text:
+        return Job(number, line.strip())
     try:
         obj = None if _too_deep(line) else json.loads(line, parse_constant=_reject_constant)
     except Exception:  # noqa: BLE001 - whatever the line holds, its line number still names it
-        return number
-    rid = obj.get("id", number) if isinstance(obj, dict) else number
-    return rid if _valid_id(rid) else number
+        return Job(number, None)  # type: ignore[arg-type]
+    if isinstance(obj, str):
+        return Job(number, obj)
+    if not isinstance(obj, dict):
+        return Job(number, None)  # type: ignore[arg-type]
+    rid, expr, wrt, dtype = obj.get("id", number), obj.get("expr"), obj.get("wrt"), obj.get("dtype")
+    ok_wrt = isinstance(wrt, str) or (isinstance(wrt, list) and all(isinstance(w, str) for w in wrt))
+    return Job(rid if _valid_id(rid) else number, expr if isinstance(expr, str) else None,  # type: ignore[arg-type]
+               wrt=wrt if ok_wrt else None, dtype=dtype if isinstance(dtype, str) else None)
 
 
 @dataclass
@@ -166,6 +175,9 @@ class Defaults:
     dtype: str = "float32"
     device: str = "cpu"
     limits: Limits | None = None
+    seed: int = 0
+    strict: bool = False  # a line's "vars" naming a variable its program does not use: an error, not a warning
+    options: frozenset[str] = frozenset()  # names --NAME cannot give (the command's options): hint --var
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
@@ -174,7 +186,12 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 
     inputs = compile_program(job.expr, defaults.limits).inputs
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
-    return {**shared, **job.vars}
+    for name in inputs:
+        if name in defaults.options and name not in shared and name not in job.vars:  # `--seed 3` seeds
+            raise ValueInputError("missing_value", f"no value for variable '{name}'",
+                                  hint=f"--{name} is an option, so give '{name}' in the line's \"vars\" or "
+                                       f"with --var {name}=VALUE")
+    return {**shared, **job.vars}  # the line's own vars all go on: one its program does not use is a warning
 
 
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
@@ -183,15 +200,22 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
 
     result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
                      dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
-                     limits=defaults.limits)
+                     limits=defaults.limits, seed=defaults.seed, strict=defaults.strict)
     return {"id": job.id, "line": number, **result.to_dict()}
 
 
-def error_record(rid: Any, number: int, source: str | None, error: GradflowError) -> dict:
-    """A failed line: the same keys as `eval --json` prints for an error."""
+def error_record(rid: Any, number: int, source: str | None, error: GradflowError, job: Job | None = None,
+                 defaults: Defaults | None = None) -> dict:
+    """A failed line: the same keys as `eval --json` prints for an error, with what is known of its request
+    (the line's own "wrt"/"dtype", else the defaults')."""
     from gradflow.analysis.explanation import error_document
+    from gradflow.engine.prepare import asked_leaves
 
-    return {"id": rid, "line": number, **error_document(error, source)}
+    defaults = defaults or Defaults()
+    wrt = job.wrt if job is not None and job.wrt is not None else defaults.wrt
+    dtype = job.dtype if job is not None and job.dtype else defaults.dtype
+    return {"id": rid, "line": number, **error_document(error, source, asked_leaves(source, wrt, defaults.limits),
+                                                        dtype, defaults.device)}
 
 
 def internal_error(exc: Exception) -> GradflowError:
@@ -204,37 +228,91 @@ def record(number: int, line: str, defaults: Defaults, text: bool = False, debug
     try:
         job = read_job(number, line, text)
     except GradflowError as err:
-        return error_record(_peek_id(number, line), number, None, err)
+        seen = _peek(number, line, text)
+        return error_record(seen.id, number, seen.expr, err, seen, defaults)
     except Exception as exc:  # a bug in reading one line must not sink the whole batch either
         if debug:
             raise
-        return error_record(number, number, None, internal_error(exc))
+        seen = _peek(number, line, text)
+        return error_record(seen.id, number, seen.expr, internal_error(exc), seen, defaults)
     try:
         return evaluate_job(job, number, defaults)
     except GradflowError as err:
-        return error_record(job.id, number, job.expr, err)
+        return error_record(job.id, number, job.expr, err, job, defaults)
     except Exception as exc:  # a bug must not sink the whole batch (unless debugging)
         if debug:
             raise
-        return error_record(job.id, number, job.expr, internal_error(exc))
+        return error_record(job.id, number, job.expr, internal_error(exc), job, defaults)
+
+
+class DefaultsUse:
+    """Which command-line defaults (the values given once for every line) some line's program uses. A default
+    no line uses is a warning (maybe a typo), or with --strict an error. Each record's program is looked at
+    (compile_program: cached) only until every default has been used, so the usual batch pays nothing."""
+
+    WHO = "no line's program uses"
+    unknowable = False  # some line could not be read or parsed: it might have used them
+
+    def __init__(self, names: Iterable[str], limits: Limits | None = None):
+        self.left = dict.fromkeys(names)
+        self.seen: set[str] = set()  # the variables of the programs looked at, for "did you mean"
+        self.limits = limits
+
+    def see(self, rec: dict) -> None:
+        if not self.left or self.unknowable:
+            return
+        source = rec.get("source")
+        if not isinstance(source, str):  # a line that cannot be read: it might have used them
+            self.unknowable = True
+            return
+        from gradflow.language.compile import compile_program
+
+        try:
+            inputs = compile_program(source, self.limits).inputs
+        except GradflowError:  # as in compare: unknowable while some program does not parse
+            self.unknowable = True
+            return
+        self.seen.update(inputs)
+        for name in inputs:
+            self.left.pop(name, None)
+
+    def unused(self) -> list[tuple[str, str]]:
+        """(name, warning) for each default no line used (none when some line could not be read or parsed)."""
+        from gradflow.engine.prepare import unused_values
+
+        return [] if self.unknowable else unused_values(list(self.left), sorted(self.seen), self.WHO)
+
+    def refuse(self) -> None:
+        """--strict: a default no line used is an error (exit 2)."""
+        from gradflow.engine.prepare import refuse_unused
+
+        if not self.unknowable:
+            refuse_unused(list(self.left), sorted(self.seen), self.WHO, "the batch's programs'")
 
 
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
-              debug: bool = False, limits=None) -> Iterator[dict]:
-    """Yield one record per non-blank line, in order. A record with `error` not None failed.
+              debug: bool = False, limits=None, seed: int = 0, strict: bool = False,
+              options: Iterable[str] = ()) -> Iterator[dict]:
+    """Yield one record per non-blank line, in order. A record with `error` not None failed (or, kind
+    "no_gradient", got the answer that no gradient reaches its leaves).
 
-    `values` are defaults for every line (text values are parsed by the shared value parser);
-    a JSON line's own "vars", "wrt" and "dtype" override them. `limits` as for explain(). A line given as
-    a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that line's error record.
+    `values` are defaults for every line that uses them (text values are parsed by the shared value parser);
+    a JSON line's own "vars", "wrt" and "dtype" override them. A line's "vars" naming a variable its program
+    does not use is a warning in its record, or with `strict` its error record. `limits` and `seed` as for
+    explain(); `options`: the command line's option names, which a missing value's hint then gives as --var.
+    A line given as a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that
+    line's error record.
     """
+    from gradflow.engine.prepare import check_seed
     from gradflow.values.text import parse_value
 
+    check_seed(seed)
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits))
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options))
     for number, line in enumerate(lines, 1):
         if isinstance(line, GradflowError):
-            yield error_record(number, number, None, line)
+            yield error_record(number, number, None, line, None, defaults)
             continue
         if number == 1:
             line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark (Windows editors write one)

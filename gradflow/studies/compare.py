@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradflow.engine.prepare import merge_values, prepare, resolve_wrt
+from gradflow.engine.prepare import merge_values, prepare, refuse_unused, resolve_wrt
 from gradflow.errors import GradflowError, ValueInputError
 from gradflow.language.compile import compile_program
 from gradflow.studies.rows import Comparison, Row
@@ -24,16 +24,18 @@ def _graphs(sources: list[str]) -> list:
     return out
 
 
-def _check_unused(graphs: list, values: dict):
-    """A value no program uses is a typo (unknowable while some program does not parse)."""
+def _check_unused(graphs: list, values: dict, strict: bool) -> list:
+    """A value no program uses: a warning (maybe a typo), or with `strict` an error (unknowable while some
+    program does not parse)."""
     if any(isinstance(g, GradflowError) for g in graphs):
-        return
-    used = {name for g in graphs if not isinstance(g, GradflowError) for name in g.inputs}
-    for name in values:
-        if name not in used:
-            raise ValueInputError("unknown_variable", f"a value was given for '{name}', "
-                                  "which none of the programs uses",
-                                  hint="the programs' variables are: " + (", ".join(sorted(used)) or "(none)"))
+        return []
+    used = sorted({name for g in graphs if not isinstance(g, GradflowError) for name in g.inputs})
+    who = "none of the programs uses"
+    if strict:
+        refuse_unused(values, used, who, "the programs'")
+    from gradflow.engine.explain import unused_warnings
+
+    return unused_warnings(values, used, who)
 
 
 def _leaves(graph, wrt) -> list[str]:
@@ -65,10 +67,11 @@ def _row(src: str, graph, values: dict, wrt, dtype: str, device: str) -> Row:
 
 def compare(sources: str | list[str], /, *, modes: bool = False, wrt: str | list[str] | None = None,
             dtype: str = "float32", device: str = "cpu", values: dict[str, Any] | None = None,
-            **kw_values: Any) -> Comparison:
+            strict: bool = False, **kw_values: Any) -> Comparison:
     """Evaluate several programs on the same values, or (modes=True) one program's cut mechanisms.
 
-    A program that fails becomes a row with `.error`; a value no program uses raises ValueInputError.
+    A program that fails becomes a row with `.error`; a value no program uses is a warning (`.warnings`),
+    or with `strict` a ValueInputError.
     """
     vals = merge_values(values, kw_values)
     sources = [sources] if isinstance(sources, str) else list(sources)
@@ -78,11 +81,11 @@ def compare(sources: str | list[str], /, *, modes: bool = False, wrt: str | list
         if len(sources) != 1:
             raise ValueInputError("usage", f"modes compares one program's cuts; got {len(sources)} programs",
                                   hint='gradflow compare --modes "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7')
-        return compare_modes(sources[0], vals, wrt, dtype, device)
+        return compare_modes(sources[0], vals, wrt, dtype, device, strict)
     if not sources:
         raise ValueInputError("usage", "no program to compare", hint='gradflow compare "EXPR1" "EXPR2" --x 1')
     graphs = _graphs(sources)
-    _check_unused(graphs, vals)
+    warnings = _check_unused(graphs, vals, strict)
     rows = [_row(src, g, vals, wrt, dtype, device) for src, g in zip(sources, graphs)]
     leaves = list(dict.fromkeys(leaf for r in rows for leaf in r.grads))
-    return Comparison(rows, leaves)
+    return Comparison(rows, leaves, warnings=warnings)

@@ -126,7 +126,7 @@ def _not_expressible(graph: Graph, flagged: list[str], detached: Row) -> Row | N
     return None
 
 
-def compare_modes(source: str, values: dict, wrt, dtype: str, device: str) -> Comparison:
+def compare_modes(source: str, values: dict, wrt, dtype: str, device: str, strict: bool = False) -> Comparison:
     graph = compile_program(source)
     if not cut_nodes(graph):
         blocks = any(n.block for n in graph.nodes)
@@ -135,9 +135,11 @@ def compare_modes(source: str, values: dict, wrt, dtype: str, device: str) -> Co
                               hint=("write the cut as no_grad(expr) or (expr).detach() instead of a block; "
                                     if blocks else "") + 'e.g. gradflow compare --modes "(x*y1 - detach(x*y2))^2" '
                               "--x 1 --y1 2 --y2 7")
-    graph, vals, leaves = prepare(graph, values, wrt, dtype=dtype)
+    graph, vals, leaves = prepare(graph, values, wrt, dtype=dtype, strict=strict)
+    from gradflow.engine.explain import unused_warnings
+
     ctx = (vals, leaves, dtype, device)
     rows = [_run(graph, m, [], ctx) for m in MECHANISMS[:4]]
     flagged = _cut_off(graph, leaves)
     rows.append(_not_expressible(graph, flagged, rows[0]) or _run(graph, MECHANISMS[4], flagged, ctx))
-    return Comparison(rows, leaves, modes=True)
+    return Comparison(rows, leaves, modes=True, warnings=unused_warnings(values, graph.inputs))

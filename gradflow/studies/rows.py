@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradflow.analysis.explanation import Explanation
-from gradflow.errors import ExitCode, GradflowError
+from gradflow.analysis.explanation import Explanation, Warning
+from gradflow.errors import ExitCode, GradflowError, NoGradientError
 from gradflow.values.jsonable import dumps, to_jsonable
 
 
@@ -26,6 +26,11 @@ class Row:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def no_gradient(self) -> bool:
+        """The program ran, and its answer is that no gradient reaches the leaves (not a failure)."""
+        return isinstance(self.error, NoGradientError)
+
     def fill(self, result: Explanation):
         self.output, self.error = result.output.value, result.error
         self.grads.update(result.grads)
@@ -44,14 +49,16 @@ class Comparison:
     rows: list[Row]
     leaves: list[str]  # every leaf shown (a column per leaf)
     modes: bool = False
+    warnings: list[Warning] = field(default_factory=list)  # a value no program uses
 
     @property
     def exit_code(self) -> int:
-        """0 if every row ran; else the failing row's code if all failed, else PARTIAL (4).
+        """0 if every row ran or got the answer "no gradient reaches the leaves"; else the first failing
+        row's code if all failed, else PARTIAL (4).
 
         With modes, failing mechanisms are findings, not failures: always 0.
         """
-        failed = [r for r in self.rows if not r.ok]
+        failed = [r for r in self.rows if not r.ok and not r.no_gradient]
         if self.modes or not failed:
             return int(ExitCode.OK)
         first = failed[0].error
@@ -59,7 +66,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {"modes": self.modes, "leaves": list(self.leaves), "rows": [r.to_dict() for r in self.rows],
-                "exit_code": self.exit_code}
+                "warnings": [w.to_dict() for w in self.warnings], "exit_code": self.exit_code}
 
     def to_json(self, **kw) -> str:
         return dumps(self.to_dict(), **kw)

@@ -71,12 +71,13 @@ def record(var: str, index: int, value: float, point: Explanation, full: bool = 
 def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0, count: int = 21, *,
           wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0,
           values: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None,
-          keep: bool = True, **kw_values: Any) -> SweepResult:
+          keep: bool = True, strict: bool = False, **kw_values: Any) -> SweepResult:
     """Evaluate `source` at `count` evenly spaced values of `var` from `start` to `stop`.
 
     Other variables' values come as keywords (or `values={...}`), as for explain().
     `progress(done, total)` is called after each point; `keep=False` drops the
-    per-point Explanations (records() then needs them) to save memory.
+    per-point Explanations (records() then needs them) to save memory. A value the program does not use is
+    a warning at every point, or with `strict` an error.
     """
     rng = parse_sweep(var, f"{start}:{stop}:{count}") if isinstance(count, int) else None
     if rng is None:
@@ -88,14 +89,14 @@ def sweep(source: str, /, var: str = "x", start: float = -1.0, stop: float = 1.0
             progress(i + 1, rng.count)
 
     return run_sweep(source, var, rng, merge_values(values, kw_values), wrt=wrt, dtype=dtype, device=device,
-                     seed=seed, on_point=on_point, keep=keep)
+                     seed=seed, on_point=on_point, keep=keep, strict=strict)
 
 
 def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: SweepRange | None = None,
-                dtype: str = "float32", seed: int = 0):
+                dtype: str = "float32", seed: int = 0, strict: bool = False):
     """The torch-free part (program, values, leaves, the seed, every point a finite number of `dtype`):
     its errors come before any work."""
-    ready = checked(source, {**values, var: 0.0}, wrt)
+    ready = checked(source, {**values, var: 0.0}, wrt, strict=strict)
     check_seed(seed)
     if rng is not None:
         check_range(var, rng, dtype)
@@ -104,19 +105,23 @@ def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: Sw
 
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
-              on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False) -> SweepResult:
+              on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False,
+              strict: bool = False) -> SweepResult:
     """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
-    graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed)
+    graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed, strict)
     from gradflow.engine.evaluate import evaluate  # torch from here on
+    from gradflow.engine.explain import unused_warnings
     from gradflow.values.tensors import materialize, resolve_device, resolve_dtype, scalar
 
     fixed = materialize(fixed, dtype, seed)
     result = SweepResult(graph.source, var, rng.points(), leaves)
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    unused = unused_warnings({**values, var: 0.0}, graph.inputs)  # every point's warnings start with them
     for i, x in enumerate(result.values):
         # each point already in the dtype: the points are gradflow's, not values given, so no rounding warnings
         point = evaluate(graph, {**fixed, var: scalar(x, torch_dtype, torch_device)}, leaves, dtype=dtype,
                          device=device)
+        point.warnings[:0] = unused
         result.rows.append(SweepRow.of(x, point))
         if keep:
             result.points.append(point)

@@ -54,12 +54,18 @@ class WhatIf:
     def wrt(self) -> list[str]:
         return self.current.wrt
 
+    @property
+    def warnings(self) -> list:
+        """The current program's warnings (an unused value, a value converted, nan/inf)."""
+        return self.current.warnings
+
     def to_dict(self) -> dict:
         cur = self.current
         return {"source": cur.source, "wrt": list(cur.wrt),
                 "current": {"output": to_jsonable(cur.output.value),
                             "grads": {k: to_jsonable(v) for k, v in cur.grads.items()}},
-                "scenarios": [s.to_dict() for s in self.scenarios]}
+                "scenarios": [s.to_dict() for s in self.scenarios],
+                "warnings": [w.to_dict() for w in cur.warnings]}
 
     def to_json(self, **kw) -> str:
         return dumps(self.to_dict(), **kw)
@@ -120,12 +126,19 @@ def whatif_graph(graph: Graph, values: dict, leaves: list[str], dtype: str = "fl
 
 
 def whatif(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
-           device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, **kw_values: Any) -> WhatIf:
+           device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, strict: bool = False,
+           **kw_values: Any) -> WhatIf:
     """For every live node, the grads if it were detached; for every cut, the grads without it.
 
     Takes the same arguments as `explain()`. Raises GradflowError if the program
-    as written cannot be evaluated.
+    as written cannot be evaluated. A value the program does not use is a warning (`.warnings`), or with
+    `strict` an error.
     """
-    graph, vals, leaves = prepare(source, merge_values(values, kw_values), wrt, dtype=dtype, seed=seed)
-    return whatif_graph(graph, vals, leaves, dtype=dtype, device=device)
+    from gradflow.engine.explain import unused_warnings
+
+    given = merge_values(values, kw_values)
+    graph, vals, leaves = prepare(source, given, wrt, dtype=dtype, seed=seed, strict=strict)
+    result = whatif_graph(graph, vals, leaves, dtype=dtype, device=device)
+    result.current.warnings[:0] = unused_warnings(given, graph.inputs)
+    return result
 

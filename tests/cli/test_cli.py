@@ -41,7 +41,7 @@ def test_both_detached_exit_3_table_still_printed(cli):
     (["pow(x)", "--x", "1"], "error: pow() takes 2 arguments, got 1"),
     (["x*y", "--x", "1"], "hint: pass --y VALUE (or --var y=VALUE"),
     (["x", "--x", "abc"], "error: cannot read the value of 'x': 'abc'"),
-    (["x", "--x", "1", "--z", "2"], "error: a value was given for 'z', which the program does not use"),
+    (["x", "--x", "1", "--z", "2", "--strict"], "error: a value was given for 'z', which the program does not use"),
     (["x*2", "--x", "[1,2]"], "hint: wrap it in sum(...) or mean(...), e.g. sum(x*2)"),
     (["sum(x*y)", "--x", "[1,2]", "--y", "[1,2,3]"], "shape mismatch at 'x*y': mul of shapes (2,) and (3,)"),
     (["x", "--x", "1", "--dtype", "float16"], "error: unknown dtype 'float16'"),

@@ -193,7 +193,7 @@ def test_value_errors():
     assert (info.value.kind, info.value.message) == ("missing_value", "no value for variable 'y'")
     assert "--y VALUE" in info.value.hint
     with pytest.raises(ValueInputError, match="which the program does not use"):
-        explain("x", x=1, z=2)
+        explain("x", x=1, z=2, strict=True)
     with pytest.raises(ValueInputError, match="cannot read the value of 'x': 'abc'"):
         explain("x", x="abc")
 

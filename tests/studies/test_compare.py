@@ -33,20 +33,36 @@ def test_each_program_gets_the_values_it_uses():
     assert [_grads(r) for r in c.rows] == [2.0, 7.0]
 
 
-def test_value_no_program_uses_is_an_error():
+def test_value_no_program_uses_is_a_warning_or_with_strict_an_error():
     from gradflow import ValueInputError
 
+    c = compare(["x*y1", "x*y2"], x=1, y1=2, y2=7, z=3, yy1=4)  # scripts pass one set of values to many programs
+    assert [_grads(r) for r in c.rows] == [2.0, 7.0] and c.exit_code == 0
+    assert [(w.kind, w.message) for w in c.warnings] == [
+        ("unused_value", "a value was given for 'z', which none of the programs uses"),
+        ("unused_value", "a value was given for 'yy1', which none of the programs uses; did you mean 'y1'?")]
+    assert json.loads(c.to_json())["warnings"][0]["kind"] == "unused_value"
     with pytest.raises(ValueInputError, match="none of the programs uses"):
-        compare(["x*y1"], x=1, y1=2, z=3)
+        compare(["x*y1"], x=1, y1=2, z=3, strict=True)
+    modes = compare("(x*y1 - detach(x*y2))^2", modes=True, x=1, y1=2, y2=7, z=3)
+    assert [w.message for w in modes.warnings] == ["a value was given for 'z', which the program does not use"]
+    with pytest.raises(ValueInputError, match="the program does not use"):
+        compare("(x*y1 - detach(x*y2))^2", modes=True, x=1, y1=2, y2=7, z=3, strict=True)
 
 
 def test_bad_program_is_its_own_row_and_exit_codes():
     c = compare([THREE[0], "(x*", "(detach(x*y1) - detach(x*y2))^2"], **BLOG)
     assert [r.ok for r in c.rows] == [True, False, False]
     assert c.rows[1].error.kind == "syntax" and c.rows[2].error.kind == "no_gradient"
-    assert c.exit_code == 4  # mixed: PARTIAL
+    assert c.exit_code == 4  # mixed: PARTIAL (the syntax error; no gradient is an answer, not a failure)
     assert compare(["(x*", "x*"], x=1).exit_code == 2  # all failed: the failure's code
-    assert compare(["detach(x)"], x=1).exit_code == 3
+
+
+def test_no_gradient_is_an_answer_not_a_failure():
+    assert compare(["detach(x)"], x=1).exit_code == 0  # was 3
+    c = compare(["x*y", "detach(x)*y"], x=1, y=2)  # was 4
+    assert c.exit_code == 0 and [r.no_gradient for r in c.rows] == [False, True]
+    assert [r.grads["x"] for r in c.rows][1] is None and float(c.rows[0].grads["x"]) == 2.0  # d(x*y)/dx = y
 
 
 def test_cli_table_and_json(cli):

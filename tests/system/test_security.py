@@ -95,7 +95,9 @@ def test_cli_dunder_is_exit_2(cli):
 
 def test_value_named_dunder_is_refused():
     with pytest.raises(ValueInputError, match="which the program does not use"):
-        explain("x", x=1, values={"__class__": 1})
+        explain("x", x=1, values={"__class__": 1}, strict=True)
+    result = explain("x", x=1, values={"__class__": 1})  # unused: a warning, and never looked at
+    assert [w.kind for w in result.warnings] == ["unused_value"] and "__class__" not in result.inputs
 
 
 RUNS_A_FILE = {"exec_module", "run_path", "run_module", "spec_from_file_location"}
