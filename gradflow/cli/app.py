@@ -77,6 +77,18 @@ def make_app(only: str | None = None) -> typer.Typer:
     return application
 
 
+def option_table() -> dict[str, tuple[str, ...]]:
+    """Every long option (without --) of every command, and the commands that have it (cli/option_names.py)."""
+    root = typer.main.get_command(make_app())
+    owners: dict[str, list[str]] = {}
+    for cname, command in getattr(root, "commands", {}).items():
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--") and cname not in owners.setdefault(opt[2:], []):
+                    owners[opt[2:]].append(cname)
+    return {name: tuple(sorted(cmds)) for name, cmds in sorted(owners.items())}
+
+
 def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (tests, docs) gets every command
     if name == "app":
         globals()["app"] = application = make_app()

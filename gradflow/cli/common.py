@@ -211,15 +211,18 @@ def read_program(expr: str | None, file: Path | None, limits=None) -> str:
 
 def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     """Every long option (without --) of every gradflow command, and the commands that have it: one rule for
-    all commands, so no name is silently a variable in one command and an option in another (`--seed 3`)."""
-    root = ctx.find_root().command
-    commands = {**getattr(root, "commands", {}), ctx.info_name or ctx.command.name or "": ctx.command}
+    all commands, so no name is silently a variable in one command and an option in another (`--seed 3`).
+    The other commands' options come from cli/option_names.py (a run builds only its own command)."""
+    from gradflow.cli.option_names import OWNERS
+
     owners: dict[str, list[str]] = {"help": [], "version": []}
-    for cname, command in commands.items():
-        for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--"):
-                    owners.setdefault(opt[2:], []).append(cname)
+    for name, commands in OWNERS.items():
+        owners[name] = list(commands)
+    here = ctx.info_name or ctx.command.name or ""
+    for param in ctx.command.params:
+        for opt in getattr(param, "opts", []):
+            if opt.startswith("--") and here not in owners.setdefault(opt[2:], []):
+                owners[opt[2:]].append(here)
     return owners
 
 

@@ -1,0 +1,36 @@
+"""Every long option of every command (without --), and the commands that have it.
+
+A run builds only the command it runs (cli/app.py), yet no name may be silently a variable in one command and
+an option in another (`--seed 3`), so the names of all commands' options are kept here as data: reading them
+from the full app would build all eight commands on every run (~10 ms). It is `cli.app.option_table()`
+written out: tests/cli/test_scripting.py fails when a command's options changed and this was not updated, and
+prints the new table to paste here.
+"""
+from __future__ import annotations
+
+OWNERS: dict[str, tuple[str, ...]] = {
+ 'check': ('eval',),
+ 'debug': ('batch', 'compare', 'eval', 'graph', 'inspect', 'script', 'whatif'),
+ 'depth': ('inspect',),
+ 'device': ('batch', 'compare', 'eval', 'graph', 'whatif'),
+ 'dtype': ('batch', 'compare', 'eval', 'graph', 'whatif'),
+ 'expand': ('inspect',),
+ 'file': ('eval', 'graph', 'whatif'),
+ 'flows': ('eval',),
+ 'format': ('graph',),
+ 'full': ('eval',),
+ 'graph': ('eval', 'inspect'),
+ 'json': ('compare', 'eval', 'inspect', 'ops', 'script', 'whatif'),
+ 'limit': ('batch', 'eval'),
+ 'modes': ('compare',),
+ 'only-problems': ('inspect',),
+ 'order': ('eval',),
+ 'output': ('graph', 'inspect'),
+ 'plot': ('eval',),
+ 'seed': ('batch', 'eval'),
+ 'strict': ('batch', 'compare', 'eval', 'graph', 'whatif'),
+ 'text': ('batch',),
+ 'var': ('batch', 'compare', 'eval', 'graph', 'whatif'),
+ 'wrt': ('batch', 'compare', 'eval', 'graph', 'whatif'),
+}
+
