@@ -38,8 +38,8 @@ def literal(text: str) -> object:
         return text
 
 
-def _signature_text(params) -> str:
-    return ", ".join(str(p) for p in params.values()) or "none"
+def _signature_text(sig) -> str:
+    return str(sig.replace(return_annotation=sig.empty))[1:-1] or "none"
 
 
 def check_call(func, name: str, kwargs: dict[str, object]) -> None:
@@ -54,7 +54,7 @@ def check_call(func, name: str, kwargs: dict[str, object]) -> None:
     unknown = [k for k in kwargs if k not in named and not takes_any]
     if unknown:
         raise ValueInputError("unknown_arg", f"{name}() has no parameter '{unknown[0]}'",
-                              hint=f"its parameters: {_signature_text(params)}")
+                              hint=f"its parameters: {_signature_text(sig)}")
     missing = [p for p in params.values() if p.default is p.empty and p.name not in kwargs
                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if missing:
@@ -64,7 +64,7 @@ def check_call(func, name: str, kwargs: dict[str, object]) -> None:
                                   "--arg cannot give", hint="wrap it: def main(): return step(...)")
         raise ValueInputError("usage", f"{name}() needs a value for '{first.name}'",
                               hint=f"give it with --arg {first.name}=VALUE (its parameters: "
-                                   f"{_signature_text(params)}), or wrap it: def main(): return "
+                                   f"{_signature_text(sig)}), or wrap it: def main(): return "
                                    f"{name}(...)")
 
 

@@ -74,7 +74,7 @@ class Watch:
             self._handles.append(model.register_forward_pre_hook(lambda m, a: self._hook_new()))
         if optimizer is not None:
             group_of(optimizer)  # checks it is an optimizer
-            self._handles.append(optimizer.register_step_pre_hook(lambda opt, a, kw: self.step()))
+            self._handles.append(optimizer.register_step_pre_hook(lambda opt, a, kw: self.step() and None))
         self._hook_new()
 
     # ---- recording ------------------------------------------------------------------
