@@ -62,7 +62,8 @@ def test_statuses_per_step_match_plain_torch():
     assert w.param("scale").runs == [["live", 0, 1], ["zero", 2, 2], ["live", 3, 3], ["nonfinite", 4, 4],
                                      ["live", 5, 5]]
     doc = json.loads(w.to_json())
-    assert doc["steps"] == 6 and doc["params"][0]["runs"][0] == {"status": "frozen", "first": 0, "last": 1}
+    assert doc["steps"] == 6 and doc["params"][1]["name"] == "embed.weight"
+    assert doc["params"][1]["runs"][0] == {"status": "frozen", "first": 0, "last": 1}
 
 
 def test_accumulated_gradients_count_what_arrived_this_step():
