@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from gradflow.inspect.report import InspectReport, ParamReport
 
 CLASSES = {  # name -> what it means (the order of `--help`, the docs and the summaries)
-    "cut": "gets no gradient, or none along some of its uses, because a detach / no_grad / inference_mode cut "
-           "is in the way",
+    "cut": "gets no gradient because a detach / no_grad / inference_mode cut is in the way",
+    "partly-cut": "gets gradient, but none along some of its uses: a cut is in the way there",
     "unused": "requires grad, but is not used, or nothing computed from it reaches the loss",
     "unreached": "its result reaches the loss, but backward sent nothing back",
     "frozen": "requires_grad=False",
@@ -80,8 +80,8 @@ def classes_of(p: ParamReport) -> list[str]:
     """The classes this parameter falls in, in CLASSES order."""
     got = p.grad is not None
     found = {p.status} & {"cut", "unused", "unreached", "frozen", "zero", "untraced"}
-    if p.cuts:
-        found.add("cut")  # live, but cut along some of its uses
+    if p.cuts and p.status != "cut":
+        found.add("partly-cut")
     if got and _nonfinite(p):
         found.add("nonfinite")
     in_opt = getattr(p, "in_optimizer", None)

@@ -34,8 +34,9 @@ def test_the_readme_test_file_passes(name):
 
 def test_the_readme_shows_the_test_file():
     readme = (ROOT / "README.md").read_text()
-    block = readme.split("```python\n# examples/test_gradients.py\n", 1)[1].split("```", 1)[0]
-    assert block == EXAMPLE.read_text()
+    block = readme.split("## In CI and in your tests", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    head, test = block.split("\n\n", 1)
+    assert head + "\n" in EXAMPLE.read_text() and "\n\n\n" + test in EXAMPLE.read_text()
 
 
 def test_the_example_detach_is_what_torch_says():
@@ -97,14 +98,3 @@ def test_an_optimizer_that_misses_a_parameter():
     assert [line.split()[:2] for line in str(err.value).splitlines()[1:]] == [["b.weight", "untrained:"],
                                                                               ["b.bias", "untrained:"]]
 
-
-def test_the_readme_failure_is_real(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    readme = (ROOT / "README.md").read_text()
-    shown = readme.split("A failure reads:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
-    model = MOD.TinyLM()
-    model.detach_block = True
-    with pytest.raises(AssertionError) as err:
-        assert_gradients_flow(MOD.lm_loss, model)
-    real = f"AssertionError: {err.value}".splitlines()
-    assert shown[:-1] == real[:len(shown) - 1] and shown[-1] == "  ..."
