@@ -326,3 +326,27 @@ def test_docs_train_step_example(monkeypatch):
         {"norm.weight", "norm.bias"}
     assert {n for n, p in model.named_parameters() if p.grad is None and id(p) in held} == \
         {"old_head.weight", "old_head.bias"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["--fail-on", "cuts"], ["--arg", "n"], ["--allow", "x.*"]])
+def test_option_errors_load_no_torch(args):
+    from ..processes import GRADFLOW, run
+
+    res = run([GRADFLOW[0], "-X", "importtime", *GRADFLOW[1:], "inspect", "examples/frozen_encoder.py:main", *args],
+              text=True, cwd=ROOT)
+    mods = {ln.rsplit("|", 1)[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
+    assert res.returncode == 2 and "torch" not in mods and "rich.console" not in mods
+
+
+def test_the_gate_wins_over_untraced(monkeypatch):
+    """Exit 4 (some parameters untraced) becomes 6 when the gate matched; both messages print."""
+    monkeypatch.chdir(ROOT)
+    plain = cli("examples/misbehaving.py:checkpointed")
+    assert plain.exit_code == 4
+    res = cli("examples/misbehaving.py:checkpointed", "--fail-on", "untraced")
+    assert res.exit_code == 6
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors[0].startswith("error: 2 parameters could not be traced")
+    assert errors[1] == "error: --fail-on untraced: 2 parameters failed (untraced: 2)"
+    assert cli("examples/misbehaving.py:checkpointed", "--fail-on", "cut").exit_code == 4
