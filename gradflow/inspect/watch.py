@@ -35,6 +35,7 @@ class Watched:
     tensor: torch.Tensor
     aliases: list[str] = field(default_factory=list)
     runs: list[list] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)  # step -> why it got nothing (w.explain, on demand)
 
     def add(self, status: str, step: int) -> None:
         if self.runs and self.runs[-1][0] == status and self.runs[-1][2] == step - 1:
@@ -57,14 +58,17 @@ class Watched:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "aliases": self.aliases, "changed": self.changed,
-                "runs": [{"status": s, "first": a, "last": b} for s, a, b in self.runs]}
+                "runs": [{"status": s, "first": a, "last": b} for s, a, b in self.runs],
+                "reasons": {str(k): v for k, v in self.reasons.items()}}
 
 
 class Watch:
     """Records, per step, which parameters got gradient. `step()` closes a step; `close()` removes the hooks."""
 
     def __init__(self, model, optimizer=None):
+        self.model = model
         self.params = _named(model)
+        self._trace = None
         self.optimizer = optimizer
         self.steps = 0
         self._got: dict[int, torch.Tensor] = {}  # index -> the gradient seen by the hook during this step
@@ -100,6 +104,30 @@ class Watch:
         self.steps += 1
         return out
 
+    def trace(self):
+        """`with w.trace(): loss = ...` records this step's forward, for `w.explain(loss)` (costs a traced step)."""
+        from gradflow.inspect.tracer import trace
+
+        self._trace = trace()
+        return self._trace
+
+    def explain(self, loss):
+        """Why each parameter gets nothing at this step, from the forward `w.trace()` recorded: the reasons are
+        kept with the step (summary, to_dict). The graph is kept, so `loss.backward()` still runs; returns the
+        InspectReport."""
+        from gradflow.errors import GradflowError
+
+        if self._trace is None:
+            raise GradflowError("no_trace", "w.explain(loss) needs the forward recorded by w.trace()",
+                                hint="with w.trace(): loss = loss_fn(model(x), y)")
+        report = self._trace.explain(loss, params=self.model, retain_graph=True)
+        self._trace = None
+        for w in self.params:
+            p = report.param(w.name)
+            if p.why and p.status != "live":
+                w.reasons[self.steps] = p.why
+        return report
+
     def close(self) -> None:
         for h in self._handles:
             h.remove()
@@ -134,12 +162,14 @@ class Watch:
         """A readable account: the parameters whose status changed, then the steady ones by status."""
         n = len(self.params)
         lines = [f"{self.steps} step{'s' * (self.steps != 1)}, {n} parameter tensor{'s' * (n != 1)}"]
-        groups: dict[str, list[str]] = {}
+        groups: dict[tuple, list[str]] = {}
         for w in self.changed:
-            groups.setdefault(_history(w.steps_by_status()), []).append(w.name)
+            groups.setdefault((_history(w.steps_by_status()), tuple(sorted(w.reasons.items()))), []).append(w.name)
         if groups:
             lines.append(f"changed status between steps ({len(self.changed)}):")
-            lines += [f"  {_names(names)}: {history}" for history, names in groups.items()]
+            for (history, reasons), names in groups.items():
+                lines.append(f"  {_names(names)}: {history}")
+                lines += [f"    why at step {k}: {v}" for k, v in reasons]
         steady: dict[str, list[str]] = {}
         for w in self.params:
             if not w.changed and w.runs:

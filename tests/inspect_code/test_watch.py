@@ -129,3 +129,26 @@ def test_a_dict_of_tensors_and_a_bad_argument():
         assert w.step() == {"a": "live", "b": "none"}
     with pytest.raises(gradflow.GradflowError, match="watch\\(\\) takes a Module or a dict"):
         gradflow.watch([a, b])
+
+
+def test_reasons_on_demand_from_a_traced_step():
+    model, x = Net(), torch.randn(3, 4)
+    with gradflow.watch(model) as w:
+        with pytest.raises(gradflow.GradflowError, match=r"needs the forward recorded by w.trace\(\)"):
+            w.explain(model(x))
+        for step in range(3):
+            if step < 2:
+                with w.trace():
+                    loss = model(x, aux=step == 1)
+                report = w.explain(loss)
+                assert report.param("aux.weight").status == ("live" if step == 1 else "unused")
+            else:
+                loss = model(x, aux=False)
+            loss.backward()  # explain kept the graph
+            seen = truth(model)
+            assert w.step() == seen
+            model.zero_grad()
+    assert w.param("aux.weight").reasons == {0: "not used in the forward"}
+    assert w.summary().splitlines()[2:4] == ["  aux.weight, aux.bias: none at steps 0, 2; live at step 1",
+                                             "    why at step 0: not used in the forward"]
+    assert w.to_dict()["params"][-1]["reasons"] == {"0": "not used in the forward"}
