@@ -35,7 +35,7 @@ CLASSES = {  # name -> what it means (the order of `--help`, the docs and the su
     "orphan": "is in a param group of the optimizer, but gets no gradient",
 }
 DEFAULT = ("cut", "unused", "unreached", "zero", "nonfinite")  # gradient reaches every trainable parameter
-_AT = re.compile(r" at (\S+:\d+)")
+_AT = r" at (\S+:\d+)"  # the first file:line a reason names
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def failures(report: InspectReport, fail_on=DEFAULT, allow=()) -> list[Failure]:
         for kind in classes_of(p):
             if kind in wanted:
                 reason = _reason(p, kind)
-                m = _AT.search(reason)
+                m = re.search(_AT, reason)
                 out.append(Failure(p.name, kind, reason, m.group(1) if m else None))
     return out
 
