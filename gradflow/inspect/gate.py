@@ -6,7 +6,9 @@ A parameter can fall in several classes (a cut parameter that the optimizer hold
 each class it falls in and was asked for is one failure. `allow` holds glob patterns (fnmatch) on the
 parameter's names (its aliases count too): a parameter one of them matches never fails.
 
-Torch-free (the CLI checks --fail-on before torch is imported): reports are read through their attributes.
+`report` is an InspectReport or its JSON document (`report.to_dict()`, `inspect --json`): a command that gets
+reports from other processes (ddp ranks) can gate on those. Torch-free (the CLI checks --fail-on before
+torch is imported).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.inspect.coverage import ORPHAN, UNTRAINED
+from gradflow.inspect.coverage import UNTRAINED
 
 if TYPE_CHECKING:
     from gradflow.inspect.report import InspectReport, ParamReport
@@ -76,20 +78,44 @@ def parse_classes(values) -> tuple[str, ...]:
     return tuple(out)
 
 
-def classes_of(p: ParamReport) -> list[str]:
-    """The classes this parameter falls in, in CLASSES order."""
+@dataclass(frozen=True)
+class Row:
+    """What the gate reads of one parameter, from a ParamReport or from its JSON (`to_dict()`)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    status: str
+    requires_grad: bool
+    why: str | None  # the reason as shown (partly cut, optimizer notes included)
+    got: bool  # grad is not None
+    nonfinite: bool
+    partly_cut: bool
+    in_optimizer: bool | None  # None: no optimizer was given
+    first_use: str  # "; first used by `op` at file:line", or ""
+
+
+def rows_of(report) -> list[Row]:
+    """An InspectReport, or an inspect JSON document (dict) such as a `ddp` rank sends back."""
+    if isinstance(report, dict):
+        return [_row_of_dict(p) for p in report["params"]]
+    return [_row_of_param(p) for p in report.params]
+
+
+def _row_of_param(p: ParamReport) -> Row:
     got = p.grad is not None
-    found = {p.status} & {"cut", "unused", "unreached", "frozen", "zero", "untraced"}
-    if p.cuts and p.status != "cut":
-        found.add("partly-cut")
-    if got and _nonfinite(p):
-        found.add("nonfinite")
-    in_opt = getattr(p, "in_optimizer", None)
-    if in_opt is False and got:
-        found.add("untrained")
-    if in_opt is True and not got and p.requires_grad:
-        found.add("orphan")
-    return [c for c in CLASSES if c in found]
+    use = f"; first used by `{p.routes[0].op}` at {p.routes[0].line}" if p.routes and p.routes[0].line else ""
+    return Row(p.name, tuple(p.aliases), p.status, p.requires_grad, p.why, got, got and _nonfinite(p),
+               bool(p.cuts) and p.status != "cut", p.in_optimizer, use)
+
+
+def _row_of_dict(p: dict) -> Row:
+    norm, routes = p.get("grad_norm"), p.get("routes") or []
+    nonfinite = isinstance(norm, str) or (isinstance(norm, float) and not math.isfinite(norm))  # "nan", "inf"
+    use = f"; first used by `{routes[0]['op']}` at {routes[0]['line']}" if routes and routes[0].get("line") else ""
+    in_opt = None if "optimizer_group" not in p else p["optimizer_group"] is not None
+    return Row(p["name"], tuple(p.get("aliases", ())), p["status"], p["requires_grad"], p.get("reason"),
+               not p["grad_is_none"], not p["grad_is_none"] and nonfinite,
+               bool(p.get("cuts")) and p["status"] != "cut", in_opt, use)
 
 
 def _nonfinite(p: ParamReport) -> bool:
@@ -98,44 +124,56 @@ def _nonfinite(p: ParamReport) -> bool:
     return not bool(p.grad.isfinite().all())  # (a huge but finite gradient can overflow its norm)
 
 
-def allowed(p: ParamReport, allow) -> bool:
-    return any(fnmatchcase(n, pat) for pat in allow for n in (p.name, *p.aliases))
+def classes_of(p: Row | ParamReport) -> list[str]:
+    """The classes this parameter falls in, in CLASSES order."""
+    r = p if isinstance(p, Row) else _row_of_param(p)
+    found = {r.status} & {"cut", "unused", "unreached", "frozen", "zero", "untraced"}
+    if r.partly_cut:
+        found.add("partly-cut")
+    if r.nonfinite:
+        found.add("nonfinite")
+    if r.in_optimizer is False and r.got:
+        found.add("untrained")
+    if r.in_optimizer is True and not r.got and r.requires_grad:
+        found.add("orphan")
+    return [c for c in CLASSES if c in found]
 
 
-def failures(report: InspectReport, fail_on=DEFAULT, allow=()) -> list[Failure]:
-    """Every (parameter, class) pair asked for in `fail_on`, except the parameters `allow` matches."""
+def allowed(r: Row, allow) -> bool:
+    return any(fnmatchcase(n, pat) for pat in allow for n in (r.name, *r.aliases))
+
+
+def failures(report, fail_on=DEFAULT, allow=()) -> list[Failure]:
+    """Every (parameter, class) pair asked for in `fail_on`, except the parameters `allow` matches.
+
+    `report`: an InspectReport, or its JSON document (a dict)."""
     wanted = parse_classes(fail_on)
     out = []
-    for p in report.params:
-        if allowed(p, allow):
+    for r in rows_of(report):
+        if allowed(r, allow):
             continue
-        for kind in classes_of(p):
+        for kind in classes_of(r):
             if kind in wanted:
-                reason = _reason(p, kind)
+                reason = _reason(r, kind)
                 m = re.search(_AT, reason)
-                out.append(Failure(p.name, kind, reason, m.group(1) if m else None))
+                out.append(Failure(r.name, kind, reason, m.group(1) if m else None))
     return out
 
 
-def _reason(p: ParamReport, kind: str) -> str:
+def _reason(r: Row, kind: str) -> str:
     if kind == "nonfinite":
-        return f"its gradient holds nan or inf (norm {p.grad_norm})" + _first_use(p)
+        return "its gradient holds nan or inf" + r.first_use
     if kind == "untrained":
         return UNTRAINED
-    if kind == "orphan":
-        return ORPHAN.format(group=p.optimizer_group) + (f" ({p.reason})" if p.reason else "")
     if kind == "zero":
-        return (p.reason or CLASSES[kind]) + _first_use(p)
-    return p.why or CLASSES[kind]
+        return (r.why or CLASSES[kind]) + r.first_use
+    return r.why or CLASSES[kind]
 
 
-def _first_use(p: ParamReport) -> str:
-    return f"; first used by `{p.routes[0].op}` at {p.routes[0].line}" if p.routes and p.routes[0].line else ""
-
-
-def unmatched(report: InspectReport, allow) -> list[str]:
+def unmatched(report, allow) -> list[str]:
     """The --allow patterns that match no parameter (a typo would silently allow nothing)."""
-    return [pat for pat in allow if not any(fnmatchcase(n, pat) for p in report.params for n in (p.name, *p.aliases))]
+    rows = rows_of(report)
+    return [pat for pat in allow if not any(allowed(r, [pat]) for r in rows)]
 
 
 def gate_document(report: InspectReport, fail_on, allow) -> dict:

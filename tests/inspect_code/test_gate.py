@@ -350,3 +350,12 @@ def test_the_gate_wins_over_untraced(monkeypatch):
     assert errors[0].startswith("error: 2 parameters could not be traced")
     assert errors[1] == "error: --fail-on untraced: 2 parameters failed (untraced: 2)"
     assert cli("examples/misbehaving.py:checkpointed", "--fail-on", "cut").exit_code == 4
+
+
+def test_the_json_document_gates_as_the_report():
+    """A ddp rank sends its report as JSON: the gate reads it the same (nonfinite from the "inf"/"nan" norm)."""
+    net = Net()
+    for report in (traced(Mixed(), X), traced(net, X, optimizer_for(net))):
+        doc = json.loads(report.to_json())
+        assert failures(doc, "all") == failures(report, "all") != []
+        assert failures(doc, "all", allow=["*.weight"]) == failures(report, "all", allow=["*.weight"])
