@@ -18,11 +18,13 @@ from gradflow.errors import (
     ValueInputError,
 )
 
-__all__ = ["explain", "sweep", "check", "hessian", "trace", "whatif", "compare", "run_batch", "parse", "GradflowError",
+__all__ = ["explain", "sweep", "check", "hessian", "trace", "watch", "whatif", "compare", "run_batch", "parse",
+           "GradflowError",
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
          "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "inspect.tracer",
+         "watch": "inspect.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
          "run_batch": "studies.batch"}
 

@@ -307,6 +307,8 @@ def workspace():
         finally:
             os.chdir(old_cwd)
             sys.path[:] = old_path
+            for entry in [k for k in sys.path_importer_cache if not os.path.isabs(k) or k.startswith(tmp)]:
+                del sys.path_importer_cache[entry]  # `sys.path.insert(0, "examples")` found the old scratch folder
             for name in set(sys.modules) - old_modules:
                 if str(getattr(sys.modules[name], "__file__", "") or "").startswith(tmp):
                     del sys.modules[name]

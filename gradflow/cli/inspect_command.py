@@ -12,21 +12,25 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded, refuse_binary_on_terminal
+from gradflow.cli.function_args import check_call, parse_args, unpack
 from gradflow.cli.help import help_end
 from gradflow.cli.streams import exit_hard
 from gradflow.cli.user_code import contained, preload
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
+from gradflow.inspect.gate import CLASSES as GATE_CLASSES
+from gradflow.inspect.gate import gate_document, parse_classes
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
-TargetArg = Annotated[str, typer.Argument(help="FUNCTION takes no arguments and returns "
-                                               "a loss, (loss, model) or (loss, {name: tensor}).",
+TargetArg = Annotated[str, typer.Argument(help="FUNCTION takes no arguments (or those given with --arg) and "
+                                               "returns a loss, (loss, model), (loss, model, optimizer) or "
+                                               "(loss, {name: tensor}).",
                                           show_default=False, metavar="FILE.py:FUNCTION")]
 OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show only parameters that got no "
                                                                        "(or an exactly zero) gradient.")]
@@ -35,18 +39,31 @@ DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
                                        help="Fold parameters by module path up to this depth.")]
 GraphOpt = Annotated[str | None, typer.Option(
     "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
+FailOnOpt = Annotated[list[str] | None, typer.Option(
+    "--fail-on", metavar="CLASSES", help="Exit 6 if a parameter is in one of these classes (comma-separated): "
+                                         + ", ".join(GATE_CLASSES) + "; or default, all.")]
+AllowOpt = Annotated[list[str] | None, typer.Option(
+    "--allow", metavar="PATTERN", help="With --fail-on: parameters whose name matches this glob never fail "
+                                       "(e.g. 'aux_head.*'). Repeatable.")]
+ArgOpt = Annotated[list[str] | None, typer.Option(
+    "--arg", metavar="NAME=VALUE", help="An argument for FUNCTION; VALUE is a Python literal, else a string. "
+                                        "Repeatable.")]
 HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main",
     "gradflow inspect examples/frozen_encoder.py:main --only-problems",
     "gradflow inspect examples/transformer_block.py:main --expand --json",
     "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
+    "gradflow inspect examples/frozen_encoder.py:main --fail-on cut,unused --allow 'aux_head.*'    # exit 6: "
+    "adapter is cut",
+    "gradflow inspect examples/train_step.py:step --arg batch_size=4 --fail-on untrained,orphan    # exit 6",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.USER_CODE,
-    ExitCode.INTERRUPTED],
+    ExitCode.GATE, ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, a loss that is not a real scalar, an inference "
                      "tensor reused in training",
      ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad",
      ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced); the rest of the report stands",
-     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)"})
+     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)",
+     ExitCode.GATE: "--fail-on: some parameter is in a class you asked to fail on (listed after the report)"})
 
 
 def split_target(target: str) -> tuple[Path, str]:
@@ -81,27 +98,22 @@ def load_function(path: Path, name: str):
     return func
 
 
-def run_function(func, name: str):
-    """Call FUNCTION under a trace; return (trace, loss, params)."""
+def run_function(func, name: str, kwargs: dict | None = None):
+    """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer)."""
     from gradflow.inspect.report import failure_error
     from gradflow.inspect.tracer import trace
 
-    required = [p for p in inspect.signature(func).parameters.values()
-                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if required:
-        raise ValueInputError("usage", f"{name}() must take no arguments (it needs '{required[0].name}')",
-                              hint="wrap it: def main(): return loss_fn(build_model(), make_batch())")
+    check_call(func, name, kwargs or {})
     t = trace()
     try:
         with t:
-            value = func()
+            value = func(**(kwargs or {}))
     except BaseException as err:
         failure = t.failure_of(err)
         if failure is not None:
             raise failure_error(failure) from None
         raise
-    loss, params = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
-    return t, loss, params
+    return (t, *unpack(value))
 
 
 @dataclass
@@ -112,6 +124,10 @@ class Opts:
     depth: int = 2
     graph: str | None = None
     output: Path | None = None
+    fail_on: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    arg: tuple[str, ...] = ()  # --arg NAME=VALUE, as given
+    kwargs: dict = field(default_factory=dict)  # ... and parsed
 
 
 def _emit(report, o: Opts):
@@ -153,9 +169,10 @@ def _emit_to_stdout(report, o: Opts):
 
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
-                debug: DebugOpt = False):
+                fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
-    o = Opts(json_, only_problems, expand, depth, graph, output)
+    o = Opts(json_, only_problems, expand, depth, graph, output, tuple(fail_on or ()), tuple(allow or ()),
+             tuple(arg or ()))
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -187,6 +204,12 @@ def _check_options(o: Opts):
     if o.output is not None and o.graph in (None, "tree"):
         raise ValueInputError("usage", "--output writes a picture: use it with --graph dot, mermaid, svg or png")
     refuse_binary_on_terminal(o.graph, o.output, "--graph")
+    if o.allow and not o.fail_on:
+        raise ValueInputError("usage", "--allow names parameters the --fail-on gate lets pass: give --fail-on too",
+                              hint="e.g. --fail-on cut,unused --allow 'aux_head.*'")
+    if o.fail_on:
+        o.fail_on = parse_classes(o.fail_on)
+    o.kwargs = parse_args(list(o.arg))
 
 
 def _inspect(target: str, o: Opts) -> int:
@@ -197,22 +220,42 @@ def _inspect(target: str, o: Opts) -> int:
     preload()
     with contained(str(path.resolve().parent)) as user:
         func = user.run(f"importing {path}", load_function, path, name)
-        t, loss, params = user.run(f"{name}()", run_function, func, name)
-        report = user.run("backward", t.explain, loss, params=params, all_errors=False)
-        del loss, params  # the report holds the only reference to the loss left here
+        t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs)
+        report = user.run("backward", t.explain, loss, params=params, optimizer=optimizer, all_errors=False)
+        del loss, params, optimizer  # the report holds the only reference to the loss left here
     threads = user.leftover_threads()
     if threads:
         report.warnings.append(_threads_warning(threads))
+    if o.fail_on:
+        report.gate = gate_document(report, o.fail_on, o.allow)
     try:
         _emit(report, o)
     finally:
         _free(report)
+    code = 0
     if report.error is not None:
         from gradflow.render.table import print_error
 
         print_error(report.error, consoles()[1])
-        return int(report.error.exit_code)
-    return 0
+        code = int(report.error.exit_code)
+    return _gate(report, o) or code
+
+
+def _gate(report, o: Opts) -> int:
+    """--fail-on: after the report, what failed and why (stderr); 6 if anything did."""
+    if not o.fail_on:
+        return 0
+    from gradflow.inspect.gate import failures, gate_error, unmatched
+    from gradflow.render.table import print_error
+
+    err = consoles()[1]
+    for pat in unmatched(report, o.allow):
+        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
+    found = failures(report, o.fail_on, o.allow)
+    if not found:
+        return 0
+    print_error(gate_error(found, o.fail_on), err)
+    return int(ExitCode.GATE)
 
 
 def _threads_warning(threads) -> str:

@@ -13,6 +13,8 @@ import torch
 
 from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
+from gradflow.inspect.coverage import cover
+from gradflow.inspect.coverage import note as optimizer_note
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
 from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, to_jsonable
@@ -56,24 +58,29 @@ class ParamReport:
     routes: list[Route] = field(default_factory=list)
     cuts: list[Cut] = field(default_factory=list)
     serial: int | None = None  # the trace's id for this tensor (not in JSON)
+    in_optimizer: bool | None = None  # None: no optimizer was given (inspect/coverage.py)
+    optimizer_group: int | None = None
 
     @property
     def problem(self) -> bool:
-        return self.status != "live" or bool(self.cuts)
+        return self.status != "live" or bool(self.cuts) or optimizer_note(self) is not None
 
     @property
     def why(self) -> str | None:
         """The reason, or for a parameter that gets gradient on some paths only, where the others are cut."""
+        reason = self.reason
         if self.status in ("live", "zero") and self.cuts:
             also = "partly cut: " + "; ".join(c.describe() for c in self.cuts)
-            return f"{self.reason}; {also}" if self.reason else also
-        return self.reason
+            reason = f"{self.reason}; {also}" if self.reason else also
+        opt = optimizer_note(self)
+        return reason if opt is None else f"{reason}; {opt}" if reason else opt
 
     def to_dict(self) -> dict:
         return {"name": self.name, "aliases": self.aliases, "shape": self.shape, "numel": self.numel,
                 "requires_grad": self.requires_grad, "status": self.status, "reason": self.why,
                 "grad_is_none": self.grad is None, "grad_norm": _num(self.grad_norm),
-                "routes": [r.to_dict() for r in self.routes], "cuts": [c.to_dict() for c in self.cuts]}
+                "routes": [r.to_dict() for r in self.routes], "cuts": [c.to_dict() for c in self.cuts],
+                **({} if self.in_optimizer is None else {"optimizer_group": self.optimizer_group})}
 
 
 @dataclass
@@ -85,6 +92,8 @@ class InspectReport:
     module_names: dict[int, str] = field(default_factory=dict)
     use_ops: set[int] = field(default_factory=set)  # indices of ops that used a parameter
     warnings: list[str] = field(default_factory=list)
+    optimizer: dict | None = None  # coverage by the optimizer, when one was given (inspect/coverage.py)
+    gate: dict | None = None  # the --fail-on verdict, when asked (inspect/gate.py)
 
     def param(self, name: str) -> ParamReport:
         for p in self.params:
@@ -104,7 +113,8 @@ class InspectReport:
         return {"schema": SCHEMA_VERSION, "loss": to_jsonable(self.loss.detach()),
                 "loss_requires_grad": bool(self.loss.requires_grad), "counts": counts,
                 "params": [p.to_dict() for p in self.params], "warnings": list(self.warnings),
-                "error": None if self.error is None else self.error.to_dict()}
+                "error": None if self.error is None else self.error.to_dict(),
+                **{k: v for k, v in (("optimizer", self.optimizer), ("gate", self.gate)) if v is not None}}
 
     def to_json(self, **kw) -> str:
         return dumps(self.to_dict(), **kw)
@@ -228,7 +238,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     return p
 
 
-def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False) -> InspectReport:
+def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False, optimizer=None) -> InspectReport:
     check_loss(loss)
     if trace.known(loss) is None:
         raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
@@ -249,6 +259,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)
+    if optimizer is not None:
+        cover(report, optimizer, tensors)
     if not loss.requires_grad:
         report.error = no_gradient_error(report)
     elif any(p.status == "untraced" for p in params_out):

@@ -93,7 +93,8 @@ def _pct(share: float | None) -> str:
 
 def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
                 only_problems: bool = False) -> Table:
-    title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params))
+    title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params)
+                 + optimizer_summary(report))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("parameter", overflow="fold", min_width=14)
     table.add_column("shape", no_wrap=True)
@@ -113,6 +114,15 @@ def summary(params: list[ParamReport], sep: str = " · ") -> str:
     """`2 live · 2 cut`: tensors per status, in the legend's order."""
     counts = Counter(p.status for p in params)
     return sep.join(f"{counts[s]} {s}" for s in STATUS if counts[s]) or "no parameters"
+
+
+def optimizer_summary(report: InspectReport) -> str:
+    """`  ·  optimizer: 2 untrained · 2 orphan` when an optimizer was given (inspect/coverage.py)."""
+    opt = report.optimizer
+    if opt is None:
+        return ""
+    found = [f"{len(opt[k])} {k}" for k in ("untrained", "orphan") if opt[k]]
+    return "  ·  optimizer: " + (" · ".join(found) if found else "covers every parameter that gets gradient")
 
 
 def legend(report: InspectReport) -> Text:

@@ -288,11 +288,12 @@ class Trace:
     def failure(self) -> TraceFailure | None:
         return self.state.failure
 
-    def explain(self, loss, params=None, *, retain_graph: bool = False):
-        """Run backward from `loss` and report every parameter: grad, routes, and why not."""
+    def explain(self, loss, params=None, *, retain_graph: bool = False, optimizer=None):
+        """Run backward from `loss` and report every parameter: grad, routes, and why not (and, given the
+        optimizer, the parameters it never trains)."""
         from gradflow.inspect.report import build_report
 
-        return build_report(self, loss, params, retain_graph=retain_graph)
+        return build_report(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
 
 
 def _consumers(outs: list, leaf_ids: set[int], stop: set):
