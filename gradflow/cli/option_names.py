@@ -9,12 +9,15 @@ prints the new table to paste here.
 from __future__ import annotations
 
 OWNERS: dict[str, tuple[str, ...]] = {
+ 'allow': ('inspect',),
+ 'arg': ('inspect',),
  'check': ('eval',),
  'debug': ('batch', 'compare', 'eval', 'graph', 'inspect', 'script', 'whatif'),
  'depth': ('inspect',),
  'device': ('batch', 'compare', 'eval', 'graph', 'whatif'),
  'dtype': ('batch', 'compare', 'eval', 'graph', 'whatif'),
  'expand': ('inspect',),
+ 'fail-on': ('inspect',),
  'file': ('eval', 'graph', 'whatif'),
  'flows': ('eval',),
  'format': ('graph',),
