@@ -144,7 +144,9 @@ class _TableStream:
         from gradflow.values.text import format_number
 
         consoles()[0].print(Text(title))  # through rich: control characters in the program shown escaped
-        self.heads, self.pending, self.widths = heads, [], None
+        self.heads = heads
+        self.widths: list[int] | None = None
+        self.pending: list[list[str]] = []
         self.first_width = max(len(format_number(x)) for x in points)
         self.started = 0.0
 
@@ -158,9 +160,10 @@ class _TableStream:
             self._open()
 
     def _open(self) -> None:
-        self.widths = [max(len(c) for c in column) for column in zip(self.heads, *self.pending)]
-        self.widths[0] = max(self.widths[0], self.first_width)
-        rule = " " + "─" * (sum(self.widths) + 3 * (len(self.widths) - 1))
+        widths = [max(len(c) for c in column) for column in zip(self.heads, *self.pending)]
+        widths[0] = max(widths[0], self.first_width)
+        self.widths = widths
+        rule = " " + "─" * (sum(widths) + 3 * (len(widths) - 1))
         _write_line("\n".join(["", self._line(self.heads), rule, *map(self._line, self.pending)]))
         self.pending = []
 
