@@ -15,13 +15,16 @@ from gradflow.cli.common import (
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
+    FullOpt,
     LimitOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     consoles,
     guarded,
     parse_values,
     progress_bar,
+    summary_mode,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
@@ -126,7 +129,7 @@ def _write(line: str, flush: bool) -> bool:
 
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False):
+              limit: LimitOpt = None, debug: DebugOpt = False, full: FullOpt = False, summary: SummaryOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -143,7 +146,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line)
         records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits)
+                            limits=limits, summary=summary_mode(full, summary))
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
         # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:

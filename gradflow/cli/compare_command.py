@@ -10,6 +10,8 @@ from gradflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
     JsonOpt,
+    LimitOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     check_shadowed,
@@ -56,12 +58,14 @@ def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
 
 def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
                 var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-                json_: JsonOpt = False, debug: DebugOpt = False):
+                json_: JsonOpt = False, debug: DebugOpt = False, summary: SummaryOpt = False,
+                limit: LimitOpt = None):
     """Several programs side by side on the same values: output and each leaf's grad.
 
     With --modes, one program's cuts are rewritten to each mechanism.
     """
     def body() -> int:
+        from gradflow.limits import as_limits, using
         from gradflow.studies.compare import compare
 
         programs, rest = split_programs(list(exprs or []) + list(ctx.args))
@@ -70,14 +74,16 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
             raise ValueInputError("usage", where, hint='gradflow compare "EXPR1" "EXPR2" --x 1')
         for p in programs:
             _check_program(p, ctx, var)
-        result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
-                         values=parse_values(rest, var))
+        with using(as_limits(limit)):
+            result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
+                             values=parse_values(rest, var))
         from rich.console import Group
 
         from gradflow.render.whatif import compare_notes, compare_table
 
         notes = compare_notes(result)
-        emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])))
+        with using(as_limits(limit)):
+            emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])), summary)
         return result.exit_code
 
     guarded(debug, json_, body)

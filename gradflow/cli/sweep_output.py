@@ -25,7 +25,7 @@ class SweepRequest(NamedTuple):
     device: str
     seed: int
     json_: bool
-    full: bool
+    summary: bool  # --summary: JSON tensors over JSON_FULL_MAX elements as summary objects
     plot: bool
     plot_file: str | None
 
@@ -102,7 +102,7 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table
     """Every point, each printed as soon as it is computed. Only a plot keeps the points' rows (it needs them
     all); otherwise memory stays flat however many points there are."""
     from gradflow.studies.sweeps import record, run_sweep
-    from gradflow.values.jsonable import dumps
+    from gradflow.values.jsonable import document, dumps
     from gradflow.values.text import format_number, format_tensor
 
     point_values, first = rng.points(), []
@@ -116,7 +116,9 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table
             if i == 0:
                 first.append(point)  # its cut lines go under the table
             if req.json_:
-                _write_line(dumps(record(var, i, point_values[i], point, req.full)))
+                with document(req.summary):
+                    text = dumps(record(var, i, point_values[i], point))
+                _write_line(text)
             elif table is not None:
                 table.add([format_number(point_values[i]), format_tensor(point.output.value),
                            *(format_tensor(point.grads[w]) for w in point.grads)])

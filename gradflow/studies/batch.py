@@ -166,6 +166,7 @@ class Defaults:
     dtype: str = "float32"
     device: str = "cpu"
     limits: Limits | None = None
+    summary: bool = False  # JSON tensors over JSON_FULL_MAX elements as summary objects (--summary)
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
@@ -180,11 +181,14 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
     from gradflow.engine.explain import explain
+    from gradflow.limits import using
+    from gradflow.values.jsonable import document
 
     result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
                      dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
                      limits=defaults.limits)
-    return {"id": job.id, "line": number, **result.to_dict()}
+    with using(as_limits(defaults.limits)), document(defaults.summary):  # over the json limit: an error record
+        return {"id": job.id, "line": number, **result.to_dict()}
 
 
 def error_record(rid: Any, number: int, source: str | None, error: GradflowError) -> dict:
@@ -221,17 +225,19 @@ def record(number: int, line: str, defaults: Defaults, text: bool = False, debug
 
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
-              debug: bool = False, limits=None) -> Iterator[dict]:
+              debug: bool = False, limits=None, summary: bool = False) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed.
 
     `values` are defaults for every line (text values are parsed by the shared value parser);
     a JSON line's own "vars", "wrt" and "dtype" override them. `limits` as for explain(). A line given as
-    a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that line's error record.
+    a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that line's error record. Tensors are in
+    full (a record over the `json` limit is an error record), or with `summary` over JSON_FULL_MAX elements
+    summary objects.
     """
     from gradflow.values.text import parse_value
 
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits))
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), summary)
     for number, line in enumerate(lines, 1):
         if isinstance(line, GradflowError):
             yield error_record(number, number, None, line)

@@ -14,7 +14,7 @@ from typing import Any
 from gradflow.analysis.explanation import Explanation
 from gradflow.engine.prepare import check_seed, checked, merge_values
 from gradflow.errors import GradflowError, ValueInputError
-from gradflow.values.jsonable import to_jsonable
+from gradflow.values.jsonable import one_document, to_jsonable
 from gradflow.values.specs import SweepRange, check_range, parse_sweep
 
 
@@ -52,10 +52,11 @@ class SweepResult:
         """dL/d(leaf) at every point: numbers (or nested lists), None where no gradient arrived."""
         return [to_jsonable(r.grads[leaf], strict=False) for r in self.rows]
 
-    def records(self, full: bool = False) -> list[dict]:
+    def records(self, full: bool = True) -> list[dict]:
         """One eval --json document per point, plus "sweep": {"var", "index", "value"} (needs keep=True)."""
         return [record(self.var, i, self.values[i], p, full) for i, p in enumerate(self.points)]
 
+    @one_document
     def to_dict(self) -> dict:
         """Compact columns: {"source", "var", "values", "output", "grads": {leaf: [...]}} (strict JSON)."""
         return {"source": self.source, "var": self.var, "values": list(self.values),
@@ -63,7 +64,7 @@ class SweepResult:
                 "grads": {leaf: [to_jsonable(r.grads[leaf]) for r in self.rows] for leaf in self.wrt}}
 
 
-def record(var: str, index: int, value: float, point: Explanation, full: bool = False) -> dict:
+def record(var: str, index: int, value: float, point: Explanation, full: bool = True) -> dict:
     """A point's `eval --json` document plus "sweep": {"var", "index", "value"}."""
     return {**point.to_dict(full), "sweep": {"var": var, "index": index, "value": value}}
 
