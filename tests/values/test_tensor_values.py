@@ -266,6 +266,8 @@ def test_four_million_elements_within_the_default_limits(tmp_path, cli):
     assert r.output.value.item() == pytest.approx(float(np.sum(t * x64 + s)), rel=1e-5)
     np.save(tmp_path / "x.npy", x)  # the CLI, from a file: JSON summaries (shape, mean, min, max, norm)
     res = cli("eval", "sum(tanh(x)*x + sigmoid(x))", "--x", f"@{tmp_path / 'x.npy'}", "--json")
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["kind"] == "limit_json"  # in full: ~0.5 GB
+    res = cli("eval", "sum(tanh(x)*x + sigmoid(x))", "--x", f"@{tmp_path / 'x.npy'}", "--json", "--summary")
     assert res.exit_code == 0, res.stderr
     g = json.loads(res.stdout)["grads"]["x"]
     assert g["shape"] == [4_000_000]
