@@ -24,7 +24,9 @@ MAX_VALUE_DIMS = 32  # nesting of a JSON list value ([[[...]]])
 MAX_JSON_DEPTH = 64  # [ and { in one batch line: a record, its "vars", a value of MAX_VALUE_DIMS, and room to spare
 LINE_SKIP_FACTOR = 100  # the rest of an over-long batch line is skipped up to 100 x the line limit, then reading stops
 PARSE_CACHE_BYTES = 64 * 2**20  # compiled programs kept for reuse (language/compile.py), by their estimated size
-JSON_FULL_MAX = 1000  # --json without --full: tensors with more elements become summary objects
+JSON_FULL_MAX = 1000  # --json --summary: tensors with more elements become summary objects
+# tensor elements one JSON document (a --json output, a batch or sweep record) prints in full: ~200 MB of text
+MAX_JSON_ELEMENTS = 10_000_000
 
 
 class Limits(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses off the start-up path
@@ -34,6 +36,7 @@ class Limits(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses of
     elements: int = MAX_ELEMENTS
     total: int = MAX_TOTAL_ELEMENTS
     line: int = MAX_LINE
+    json: int = MAX_JSON_ELEMENTS
 
 
 DEFAULT = Limits()
@@ -95,7 +98,7 @@ def using(limits: Limits):
 
 
 _UNITS = {"length": "characters", "depth": "levels", "nodes": "nodes", "elements": "elements",
-          "total": "elements in total", "line": "bytes"}
+          "total": "elements in total", "line": "bytes", "json": "tensor elements"}
 
 
 def check(name: str, amount: int, what: str, *, limit: int | None = None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gradflow.errors import GradflowError
-from gradflow.values.jsonable import dumps, to_jsonable
+from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 if TYPE_CHECKING:  # types only: the analysis never imports torch
     from torch import Tensor
@@ -39,7 +39,7 @@ class NodeResult:
     def shape(self) -> list[int]:
         return list(self.value.shape)
 
-    def to_dict(self, full: bool = False) -> dict:
+    def to_dict(self, full: bool = True) -> dict:
         return {"id": self.id, "name": self.name, "expr": self.expr, "op": self.op,
                 "value": to_jsonable(self.value, full=full), "shape": self.shape,
                 "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
@@ -57,7 +57,7 @@ class EdgeResult:
     flow: Tensor | None = None  # gradient carried back along this edge, None if nothing
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
 
-    def to_dict(self, nodes: list[NodeResult], full: bool = False) -> dict:
+    def to_dict(self, nodes: list[NodeResult], full: bool = True) -> dict:
         return {"from": nodes[self.src].name, "to": nodes[self.dst].name, "from_id": self.src,
                 "to_id": self.dst, "pos": self.pos, "flow": to_jsonable(self.flow, full=full), "cut": self.cut}
 
@@ -109,8 +109,10 @@ class Explanation:
 
         return contributions(self)
 
-    def to_dict(self, full: bool = False) -> dict:
-        """Strict-JSON-ready dict; tensors over JSON_FULL_MAX elements are summarised unless `full`."""
+    @one_document
+    def to_dict(self, full: bool = True) -> dict:
+        """Strict-JSON-ready dict, every tensor in full (`full=False`: those over JSON_FULL_MAX elements as
+        summary objects); LimitError over the `json` limit (values/jsonable.py)."""
         return {
             "schema": SCHEMA_VERSION,
             "source": self.source,
@@ -126,7 +128,7 @@ class Explanation:
             "error": None if self.error is None else self.error.to_dict(),
         }
 
-    def to_json(self, full: bool = False, **kw) -> str:
+    def to_json(self, full: bool = True, **kw) -> str:
         return dumps(self.to_dict(full), **kw)
 
 

@@ -15,9 +15,11 @@ from gradflow.cli.common import (
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
+    FullOpt,
     LimitOpt,
     SeedOpt,
     StrictOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     consoles,
@@ -25,6 +27,7 @@ from gradflow.cli.common import (
     option_owners,
     parse_values,
     progress_bar,
+    summary_mode,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
@@ -134,7 +137,8 @@ def _failed(rec: dict) -> bool:
 
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False):
+              limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
+              full: FullOpt = False, summary: SummaryOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -153,7 +157,8 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line)
         records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits, seed=seed, strict=strict, options=option_owners(ctx))
+                            limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
+                            summary=summary_mode(full, summary))
         uses = DefaultsUse(values, limits)
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,

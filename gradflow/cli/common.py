@@ -18,6 +18,7 @@ from gradflow.limits import (
     JSON_FULL_MAX,
     MAX_DEPTH,
     MAX_ELEMENTS,
+    MAX_JSON_ELEMENTS,
     MAX_LENGTH,
     MAX_LINE,
     MAX_NODES,
@@ -46,7 +47,8 @@ def _limit_help() -> str:
     """Built from gradflow.limits, so the defaults it quotes cannot go stale."""
     return (f"Change a resource limit: length ({MAX_LENGTH:,} characters), depth ({MAX_DEPTH:,} levels), "
             f"nodes ({MAX_NODES:,}), elements ({MAX_ELEMENTS:,} per tensor), total ({MAX_TOTAL_ELEMENTS:,} "
-            f"elements over all values), line ({MAX_LINE:,} bytes of a batch input line). Repeatable.")
+            f"elements over all values), line ({MAX_LINE:,} bytes of a batch input line), json ({MAX_JSON_ELEMENTS:,} "
+            "tensor elements printed in full in one JSON document). Repeatable.")
 
 
 ExprArg = Annotated[str | None, typer.Argument(
@@ -65,8 +67,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON doc
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
 SeedOpt = Annotated[int, typer.Option("--seed", metavar="INTEGER",
                                       help="Seed for randn()/rand() values: same seed, same values.")]
-FullOpt = Annotated[bool, typer.Option("--full", help=f"With --json: tensors over {JSON_FULL_MAX:,} elements in full, "
-                                       "not summarised.")]
+SummaryOpt = Annotated[bool, typer.Option("--summary", help=f"With --json: tensors over {JSON_FULL_MAX:,} elements as "
+                                          "{shape, dtype, mean, min, max, norm} objects, not in full.")]
+FullOpt = Annotated[bool, typer.Option("--full", help="With --json: every tensor in full (the default; kept for old "
+                                       "scripts).")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
                                        "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
@@ -305,9 +309,21 @@ def print_warnings(result) -> None:
         show(result, consoles()[1])
 
 
-def emit(result, as_json: bool, renderable: Callable[[], Any]):
-    """A result as one strict JSON document (plain print, never rich) or as rich output."""
+def summary_mode(full: bool, summary: bool) -> bool:
+    """--summary (tensors over JSON_FULL_MAX elements as summary objects) or not; --full is the default."""
+    if full and summary:
+        raise ValueInputError("usage", "--full and --summary contradict each other",
+                              hint="tensors are in full by default: give --summary for summary objects")
+    return summary
+
+
+def emit(result, as_json: bool, renderable: Callable[[], Any], summary: bool = False):
+    """A result as one strict JSON document (plain print, never rich; `summary`: --summary) or as rich output."""
     if as_json:
-        print(result.to_json(), flush=True)
+        from gradflow.values.jsonable import document
+
+        with document(summary):
+            text = result.to_json()
+        print(text, flush=True)
     else:
         consoles()[0].print(renderable())

@@ -10,7 +10,9 @@ from gradflow.cli.common import (
     DeviceOpt,
     DtypeOpt,
     JsonOpt,
+    LimitOpt,
     StrictOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     check_shadowed,
@@ -59,7 +61,8 @@ def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
 
 def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
                 var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-                json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False):
+                json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False,
+                summary: SummaryOpt = False, limit: LimitOpt = None):
     """Several programs side by side on the same values: output and each leaf's grad.
 
     With --modes, one program's cuts are rewritten to each mechanism. A program that gets no gradient is an
@@ -68,6 +71,7 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
     about = request(wrt, dtype, device)
 
     def body() -> int:
+        from gradflow.limits import as_limits, using
         from gradflow.studies.compare import compare
 
         programs, rest = split_programs(list(exprs or []) + list(ctx.args))
@@ -78,14 +82,16 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
             about["source"] = programs[0]
         for p in programs:
             _check_program(p, ctx, var)
-        result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
-                         values=parse_values(rest, var, ctx), strict=strict)
+        with using(as_limits(limit)):
+            result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
+                             values=parse_values(rest, var, ctx), strict=strict)
         from rich.console import Group
 
         from gradflow.render.whatif import compare_notes, compare_table
 
         notes = compare_notes(result)
-        emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])))
+        with using(as_limits(limit)):
+            emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])), summary)
         print_warnings(result)
         return result.exit_code
 

@@ -19,6 +19,7 @@ from gradflow.cli.common import (
     PlotOpt,
     SeedOpt,
     StrictOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     _is_option,
@@ -28,6 +29,7 @@ from gradflow.cli.common import (
     parse_values,
     read_program,
     request,
+    summary_mode,
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode
@@ -49,7 +51,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
              json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
              graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
-             plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False):
+             plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False,
+             summary: SummaryOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
@@ -67,35 +70,39 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain
+        from gradflow.limits import as_limits, using
 
         args, plot_file = split_plot_file(rest, plot)
         values = parse_values(args, var, ctx)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
+        brief = summary_mode(full, summary)
         if swept:
-            return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file, strict),
-                       *swept)
+            with using(as_limits(limit)):  # every point, and every JSON record, within the limits
+                return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, brief, plot, plot_file,
+                                        strict), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit,
                          strict=strict)
-        from gradflow.limits import as_limits, using
         from gradflow.studies.extras import Extras
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
             extra = Extras.compute(result, check=check, order=order, graph=graph)
-        return show(result, extra, json_, full, flows)
+            return show(result, extra, json_, brief, flows)
 
     guarded(debug, json_, body, about)
 
 
-def show(result, extra, as_json: bool, full: bool, flows: bool) -> int:
+def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
     from gradflow.render import extras
     from gradflow.render.table import print_error, print_explanation, print_warnings
 
     out, err = consoles()
     if as_json:
-        from gradflow.values.jsonable import dumps
+        from gradflow.values.jsonable import document, dumps
 
-        print(dumps(extras.add_to(extra, result.to_dict(full))), flush=True)
+        with document(summary):  # one document: the extras' tensors count against the same limit
+            text = dumps(extras.add_to(extra, result.to_dict()))
+        print(text, flush=True)
         print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
     else:
         print_explanation(result, out, err)

@@ -69,13 +69,13 @@ def graphviz(dot_text: str, fmt: str) -> bytes:
 
 
 def _tree_text(pic, output: Path | None):
-    from gradflow.render.console import new_console
+    from gradflow.render.console import MAX_WIDTH, new_console
     from gradflow.render.graph import to_tree
 
     if output is None:
         consoles()[0].print(to_tree(pic))
         return None
-    console = new_console(record=True, width=120, color_system=None, file=io.StringIO())
+    console = new_console(record=True, width=MAX_WIDTH, color_system=None, file=io.StringIO())
     console.print(to_tree(pic))
     return console.export_text()
 

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, consoles, guarded
+from gradflow.cli.common import DebugOpt, LimitOpt, SummaryOpt, consoles, guarded
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError
 
@@ -40,8 +40,9 @@ HELP_END = help_end([
 class _Emitter:
     """Called at each backward(): prints to the real stdout while the script's own prints go to stderr."""
 
-    def __init__(self, json_: bool, stdout, options: set[str]):
+    def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False):
         self.json, self.stdout, self.options, self.gone = json_, stdout, options, False
+        self.summary = summary
 
     def __call__(self, call):
         from gradflow.inspect.script import StopScript
@@ -58,9 +59,11 @@ class _Emitter:
         from gradflow.inspect.script_table import backward_view, program_line, record
 
         if self.json:
-            from gradflow.values.jsonable import dumps
+            from gradflow.values.jsonable import document, dumps
 
-            print(dumps(record(call, self.options)), flush=True)
+            with document(self.summary):
+                text = dumps(record(call, self.options))
+            print(text, flush=True)
             return
         from rich.text import Text
 
@@ -81,12 +84,15 @@ def _eval_options(ctx: typer.Context) -> set[str]:
 
 
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
-               debug: DebugOpt = False):
+               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None):
     """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad."""
 
     def body() -> int:
         try:
-            return _script(file, list(args or []), json_, _eval_options(ctx))
+            from gradflow.limits import as_limits, using
+
+            with using(as_limits(limit)):  # the json limit: tensors printed in full per record
+                return _script(file, list(args or []), json_, _eval_options(ctx), summary)
         except GradflowError as err:
             if not json_ or debug:
                 raise
@@ -95,11 +101,11 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
     guarded(debug, json_, body)
 
 
-def _script(file: Path, args: list[str], json_: bool, options: set[str]) -> int:
+def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False) -> int:
     from gradflow.cli.streams import stdout_gone
     from gradflow.inspect.script import run_script
 
-    emit = _Emitter(json_, sys.stdout, options)
+    emit = _Emitter(json_, sys.stdout, options, summary)
     with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
         run_script(file, args, emit)
     return stdout_gone() if emit.gone else 0

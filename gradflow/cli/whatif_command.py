@@ -10,7 +10,9 @@ from gradflow.cli.common import (
     ExprArg,
     FileOpt,
     JsonOpt,
+    LimitOpt,
     StrictOpt,
+    SummaryOpt,
     VarOpt,
     WrtOpt,
     _is_option,
@@ -34,7 +36,8 @@ HELP_END = help_end([
 
 def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-               json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False):
+               json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False,
+               summary: SummaryOpt = False, limit: LimitOpt = None):
     """What if I cut here? Each live node detached, each existing cut removed: the new grads.
 
     A value the program does not use is a warning (--strict: an error).
@@ -44,15 +47,17 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     def body() -> int:
         moved = file is not None and expr is not None and _is_option(expr)
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = about["source"] = read_program(program, file)  # with --file, the first value lands in EXPR
-        check_shadowed(source, ctx, var)  # parses: a syntax error exits before the heavier imports
+        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the heavier imports
+        from gradflow.limits import as_limits, using
         from gradflow.studies.whatif import whatif
 
-        result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var, ctx),
-                        strict=strict)
-        from gradflow.render.whatif import whatif_table
+        with using(as_limits(limit)):  # every scenario, and the JSON, within the limits
+            result = whatif(source, wrt=wrt, dtype=dtype, device=device, values=parse_values(rest, var, ctx),
+                            strict=strict)
+            from gradflow.render.whatif import whatif_table
 
-        emit(result, json_, lambda: whatif_table(result))
+            emit(result, json_, lambda: whatif_table(result), summary)
         print_warnings(result)
         return 0
 

@@ -17,7 +17,7 @@ from gradflow.inspect.coverage import cover
 from gradflow.inspect.coverage import note as optimizer_note
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
 from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
-from gradflow.values.jsonable import dumps, to_jsonable
+from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace, TraceFailure
@@ -105,6 +105,7 @@ class InspectReport:
     def problems(self) -> list[ParamReport]:
         return [p for p in self.params if p.problem]
 
+    @one_document
     def to_dict(self) -> dict:
         counts = {s: sum(p.status == s for p in self.params) for s in STATUSES}
         untraced = sum(p.status == "untraced" for p in self.params)

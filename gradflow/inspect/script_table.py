@@ -13,7 +13,7 @@ from rich.text import Text
 from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.inspect.program import NoProgram, Program
 from gradflow.inspect.script_trace import BackwardCall, Named
-from gradflow.values.jsonable import to_jsonable
+from gradflow.values.jsonable import one_document, to_jsonable
 from gradflow.values.text import DASH, format_tensor
 
 STATUS = {  # marker, style, legend
@@ -138,20 +138,21 @@ def program_line(call: BackwardCall, options: set[str]) -> str:
     return f"no gradflow program for this backward: {p.reason}"
 
 
+@one_document
 def record(call: BackwardCall, options: set[str]) -> dict:
     """One JSON Lines record: the call, every named tensor, the leaves' grads, the eval program."""
     p = call.program
     tensors = [{"name": n.name, "aliases": n.aliases, "shape": list(n.tensor.shape),
-                "value": to_jsonable(n.tensor.detach(), full=False), "requires_grad": n.tensor.requires_grad,
+                "value": to_jsonable(n.tensor.detach()), "requires_grad": n.tensor.requires_grad,
                 "is_leaf": n.tensor.is_leaf, "grad_fn": None if n.tensor.grad_fn is None else _grad_fn(n),
-                "grad": to_jsonable(shown_grad(n), full=False), "status": n.status,
+                "grad": to_jsonable(shown_grad(n)), "status": n.status,
                 "cut": n.cut.to_dict() if n.cut is not None else None} for n in call.named]
     leaves = [n for n in call.named if n.tensor.is_leaf and n.tensor.requires_grad]
     return {
         "schema": SCHEMA_VERSION, "call": call.index, "line": call.line, "code": call.code,
         "outputs": call.root_names, "retain_graph": call.retain_graph, "tensors": tensors,
-        "grads": {n.name: to_jsonable(n.tensor.grad, full=False) for n in leaves},
-        "added": {n.name: to_jsonable(n.grad, full=False) for n in leaves},
+        "grads": {n.name: to_jsonable(n.tensor.grad) for n in leaves},
+        "added": {n.name: to_jsonable(n.grad) for n in leaves},
         "eval": {"argv": p.argv(options), "command": p.command(options), "why_not": None}
         if isinstance(p, Program) else {"argv": None, "command": None,
                                         "why_not": p.reason if isinstance(p, NoProgram) else None},

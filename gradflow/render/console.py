@@ -1,6 +1,8 @@
 """The rich consoles everything is printed through (cli/common.consoles() and the tree written to a file).
 
 Two guarantees, whatever the environment says:
+- a table as wide as it needs when its stream is not a terminal and COLUMNS does not say a width (`| grep`,
+  `> file`): rich would wrap long node names at 80 columns, and a grep for a name would miss it;
 - a sane size: rich takes COLUMNS/LINES as given, so COLUMNS=0 printed nothing at all (not even the error) and
   COLUMNS=1 a character per line. A width outside [MIN_WIDTH, MAX_WIDTH] is brought inside it (a narrower
   terminal wraps the lines itself), a height under 1 becomes 25 (rich's default);
@@ -50,9 +52,19 @@ def sane_size(console: Console) -> Console:
     return console
 
 
+def natural_width(console: Console) -> Console:
+    """Not a terminal and no width in COLUMNS (unset, or not a number, as rich reads it): no wrapping below
+    MAX_WIDTH. Nothing gradflow prints pads itself to the console's width (tables and text take what they
+    need), so a wide console costs nothing."""
+    columns = console._environ.get("COLUMNS")  # rich reads COLUMNS from this mapping: read it the same way
+    if not console.is_terminal and not (columns or "").isdigit():
+        console.width = MAX_WIDTH
+    return console
+
+
 def new_console(**kwargs) -> Console:
     """A rich Console (same arguments) with a sane size and control characters shown escaped."""
     console = Console(**kwargs)
     console.push_render_hook(_ShowControls())
-    return sane_size(console)
+    return sane_size(console if "width" in kwargs else natural_width(console))
 

@@ -178,6 +178,7 @@ class Defaults:
     seed: int = 0
     strict: bool = False  # a line's "vars" naming a variable its program does not use: an error, not a warning
     options: frozenset[str] = frozenset()  # names --NAME cannot give (the command's options): hint --var
+    summary: bool = False  # JSON tensors over JSON_FULL_MAX elements as summary objects (--summary)
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
@@ -197,11 +198,14 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
     from gradflow.engine.explain import explain
+    from gradflow.limits import using
+    from gradflow.values.jsonable import document
 
     result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
                      dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
                      limits=defaults.limits, seed=defaults.seed, strict=defaults.strict)
-    return {"id": job.id, "line": number, **result.to_dict()}
+    with using(as_limits(defaults.limits)), document(defaults.summary):  # over the json limit: an error record
+        return {"id": job.id, "line": number, **result.to_dict()}
 
 
 def error_record(rid: Any, number: int, source: str | None, error: GradflowError, job: Job | None = None,
@@ -293,7 +297,7 @@ class DefaultsUse:
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
               debug: bool = False, limits=None, seed: int = 0, strict: bool = False,
-              options: Iterable[str] = ()) -> Iterator[dict]:
+              options: Iterable[str] = (), summary: bool = False) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed (or, kind
     "no_gradient", got the answer that no gradient reaches its leaves).
 
@@ -302,14 +306,15 @@ def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, value
     does not use is a warning in its record, or with `strict` its error record. `limits` and `seed` as for
     explain(); `options`: the command line's option names, which a missing value's hint then gives as --var.
     A line given as a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that
-    line's error record.
+    line's error record. Tensors are in full (a record over the `json` limit is an error record), or with
+    `summary` over JSON_FULL_MAX elements summary objects.
     """
     from gradflow.engine.prepare import check_seed
     from gradflow.values.text import parse_value
 
     check_seed(seed)
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options))
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options), summary)
     for number, line in enumerate(lines, 1):
         if isinstance(line, GradflowError):
             yield error_record(number, number, None, line, None, defaults)

@@ -15,7 +15,7 @@ import torch
 from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.errors import EvalError, LimitError
 from gradflow.language.graph import Graph
-from gradflow.values.jsonable import to_jsonable
+from gradflow.values.jsonable import one_document, to_jsonable
 from gradflow.values.tensors import resolve_device, resolve_dtype
 
 MAX_ELEMENTS = 1024  # Hessian-vector products (one backward pass each) per call
@@ -33,6 +33,7 @@ class HessianResult:
             raise KeyError("the Hessian of tensor leaves is a diagonal: see .diagonal")
         return self.matrix[self.wrt.index(i)][self.wrt.index(j)]
 
+    @one_document
     def to_dict(self) -> dict:
         return {"kind": self.kind, "wrt": list(self.wrt),
                 "matrix": None if self.matrix is None else [[to_jsonable(v) for v in row] for row in self.matrix],

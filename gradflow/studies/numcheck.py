@@ -20,7 +20,7 @@ from gradflow.engine.evaluate import forward, make_leaves
 from gradflow.engine.prepare import merge_values
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph
-from gradflow.values.jsonable import to_jsonable
+from gradflow.values.jsonable import one_document, to_jsonable
 
 MAX_ELEMENTS = 4096  # finite differences: two runs per element of the chosen leaves
 
@@ -60,6 +60,7 @@ class CheckResult:
     def leaf(self, name: str) -> LeafCheck:
         return next(c for c in self.leaves if c.leaf == name)
 
+    @one_document
     def to_dict(self) -> dict:
         return {"dtype": "float64", "eps": self.eps, "rtol": self.rtol, "atol": self.atol, "ok": self.ok,
                 "leaves": [c.to_dict() for c in self.leaves], "notes": [n.to_dict() for n in self.notes]}

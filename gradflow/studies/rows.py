@@ -6,7 +6,7 @@ from typing import Any
 
 from gradflow.analysis.explanation import Explanation, Warning
 from gradflow.errors import ExitCode, GradflowError, NoGradientError
-from gradflow.values.jsonable import dumps, to_jsonable
+from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 
 @dataclass
@@ -64,6 +64,7 @@ class Comparison:
         first = failed[0].error
         return int(first.exit_code if first is not None and len(failed) == len(self.rows) else ExitCode.PARTIAL)
 
+    @one_document
     def to_dict(self) -> dict:
         return {"modes": self.modes, "leaves": list(self.leaves), "rows": [r.to_dict() for r in self.rows],
                 "warnings": [w.to_dict() for w in self.warnings], "exit_code": self.exit_code}

@@ -14,7 +14,7 @@ from typing import Any
 from gradflow.analysis.explanation import Explanation
 from gradflow.engine.prepare import check_seed, checked, merge_values
 from gradflow.errors import GradflowError, ValueInputError
-from gradflow.values.jsonable import to_jsonable
+from gradflow.values.jsonable import one_document, to_jsonable
 from gradflow.values.specs import SweepRange, check_range, parse_sweep
 
 
@@ -52,10 +52,11 @@ class SweepResult:
         """dL/d(leaf) at every point: numbers (or nested lists), None where no gradient arrived."""
         return [to_jsonable(r.grads[leaf], strict=False) for r in self.rows]
 
-    def records(self, full: bool = False) -> list[dict]:
+    def records(self, full: bool = True) -> list[dict]:
         """One eval --json document per point, plus "sweep": {"var", "index", "value"} (needs keep=True)."""
         return [record(self.var, i, self.values[i], p, full) for i, p in enumerate(self.points)]
 
+    @one_document
     def to_dict(self) -> dict:
         """Compact columns: {"source", "var", "values", "output", "grads": {leaf: [...]}} (strict JSON)."""
         return {"source": self.source, "var": self.var, "values": list(self.values),
@@ -63,7 +64,7 @@ class SweepResult:
                 "grads": {leaf: [to_jsonable(r.grads[leaf]) for r in self.rows] for leaf in self.wrt}}
 
 
-def record(var: str, index: int, value: float, point: Explanation, full: bool = False) -> dict:
+def record(var: str, index: int, value: float, point: Explanation, full: bool = True) -> dict:
     """A point's `eval --json` document plus "sweep": {"var", "index", "value"}."""
     return {**point.to_dict(full), "sweep": {"var": var, "index": index, "value": value}}
 
@@ -106,8 +107,9 @@ def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: Sw
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
               on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False,
-              strict: bool = False) -> SweepResult:
-    """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
+              strict: bool = False, rows: bool = True) -> SweepResult:
+    """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed. `rows=False` keeps
+    no SweepRow (a caller that prints each point as it comes: memory stays flat)."""
     graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed, strict)
     from gradflow.engine.evaluate import evaluate  # torch from here on
     from gradflow.engine.explain import unused_warnings
@@ -122,7 +124,8 @@ def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *,
         point = evaluate(graph, {**fixed, var: scalar(x, torch_dtype, torch_device)}, leaves, dtype=dtype,
                          device=device)
         point.warnings[:0] = unused
-        result.rows.append(SweepRow.of(x, point))
+        if rows:
+            result.rows.append(SweepRow.of(x, point))
         if keep:
             result.points.append(point)
         if on_point is not None:

@@ -15,7 +15,7 @@ from gradflow.engine.prepare import merge_values, prepare
 from gradflow.errors import GradflowError, LimitError
 from gradflow.language.edits import Edit, cut_nodes, off_flags
 from gradflow.language.graph import Graph
-from gradflow.values.jsonable import dumps, to_jsonable
+from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 MAX_SCENARIOS = 300  # each scenario is a full evaluation: keep the quadratic cost bounded
 
@@ -59,6 +59,7 @@ class WhatIf:
         """The current program's warnings (an unused value, a value converted, nan/inf)."""
         return self.current.warnings
 
+    @one_document
     def to_dict(self) -> dict:
         cur = self.current
         return {"source": cur.source, "wrt": list(cur.wrt),

@@ -1,13 +1,65 @@
-"""Tensors and numbers as strict JSON (RFC 8259): non-finite numbers become strings, big tensors summaries.
+"""Tensors and numbers as strict JSON (RFC 8259): non-finite numbers become strings; tensors in full.
 
-Torch-free: only tensor methods are used.
+A JSON document (one --json output, one batch or sweep record) is built inside `document()`: every tensor it
+prints in full counts against the `json` limit (gradflow/limits.py), so an accident cannot print gigabytes, and
+with `summary=True` a tensor over JSON_FULL_MAX elements becomes a summary object instead. A tensor's type in
+the output never depends on its size unless summaries were asked for: over the limit is an error, never a
+silent summary. Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import json
 import math
 
-from gradflow.limits import JSON_FULL_MAX
+from gradflow.errors import LimitError
+from gradflow.limits import JSON_FULL_MAX, current
+
+
+class _Document:
+    """The JSON document being built: summaries or not, and the tensor elements it may still print in full."""
+
+    __slots__ = ("summary", "limit", "spent")
+
+    def __init__(self, summary: bool, limit: int):
+        self.summary, self.limit, self.spent = summary, limit, 0
+
+    def spend(self, count: int) -> None:
+        self.spent += count
+        if self.spent > self.limit:
+            bigger = max(self.limit * 10, self.spent)
+            raise LimitError("limit_json", f"the JSON output would print more than {self.limit:,} tensor elements "
+                             f"in full; the limit is {self.limit:,}",
+                             hint=f"print tensors over {JSON_FULL_MAX:,} elements as summaries with --summary, or "
+                                  f"raise the limit with --limit json={bigger}")
+
+
+_DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gradflow_json_document", default=None)
+
+
+@contextlib.contextmanager
+def document(summary: bool = False):
+    """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
+    (limits.using). Nested: the outermost document counts and decides."""
+    if _DOCUMENT.get() is not None:
+        yield
+        return
+    token = _DOCUMENT.set(_Document(summary, current().json))
+    try:
+        yield
+    finally:
+        _DOCUMENT.reset(token)
+
+
+def one_document(to_dict):
+    """A to_dict method builds one document (unless it is part of a bigger one already)."""
+    @functools.wraps(to_dict)
+    def wrapper(*args, **kwargs):
+        with document():
+            return to_dict(*args, **kwargs)
+    return wrapper
 
 
 def _clean(x):
@@ -34,12 +86,17 @@ def _finite_flat(x: list) -> bool:
 
 
 def to_jsonable(t, strict: bool = True, full: bool = True):
-    """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX
-    elements and not `full`); non-finite numbers as strings if strict."""
+    """A tensor as a number (0-d) or nested list (a summary() dict when over JSON_FULL_MAX elements and not
+    `full`, or the document asks for summaries); non-finite numbers as strings if strict. Inside a document(),
+    the elements printed count against its limit (LimitError beyond it)."""
     if t is None:
         return None
-    if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
-        return {k: _clean(v) if strict else v for k, v in summary(t).items()}
+    if hasattr(t, "numel"):
+        doc, count = _DOCUMENT.get(), t.numel()
+        if count > JSON_FULL_MAX and (not full or (doc is not None and doc.summary)):
+            return {k: _clean(v) if strict else v for k, v in summary(t).items()}
+        if doc is not None:
+            doc.spend(count)
     if hasattr(t, "tolist"):
         t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
     return _clean(t) if strict else t

@@ -35,7 +35,7 @@ ASCII = [
     (["eval", *BLOG, "--check", "--flows"], ["* x ", "x.grad = -20", "x cut: x*y2 -> detach(x*y2)",
                                              "x.grad = -20 = -20 (via x*y1) + 0 (via x*y2, cut by detach(x*y2))"]),
     (["eval", "x^2", "--x=-1:1:5", "--plot"], ["L against x", "dL/dx against x", "*"]),
-    (["eval", "x^2", "--x=-1:1:3"], ["L = x^2, sweeping x (3 points)", "|-1 | 1 |    -2|"]),
+    (["eval", "x^2", "--x=-1:1:3"], ["L = x^2, sweeping x (3 points)", " --------------\n -1   1      -2\n"]),
     (["graph", *BLOG], ["x*y2  MulBackward0  value 7  x cut here", "^ flow -20"]),
     (["whatif", *BLOG], ["What if ... (L = (x*y1 - detach(x*y2))^2)", "remove cut"]),
     (["inspect", f"{ROOT}/examples/frozen_encoder.py:main"], ["* head.", "|x adapter.*"]),

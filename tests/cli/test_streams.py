@@ -146,7 +146,8 @@ def test_ctrl_c_during_a_file_batch_writes_whole_records_only(tmp_path):
     jobs = tmp_path / "jobs.jsonl"
     slow = {"expr": "sum(tanh(x@x))", "vars": {"x": "randn(300,300)"}}
     jobs.write_text("\n".join(json.dumps({**slow, "id": i}) for i in range(3000)) + "\n")
-    with start(["batch", str(jobs)], timeout=90) as proc:  # 3000 slow records: minutes if SIGINT is lost
+    # --summary: records of a few hundred bytes (in full, one record would be megabytes, bigger than a block)
+    with start(["batch", str(jobs), "--summary"], timeout=90) as proc:  # 3000 slow records: minutes if SIGINT is lost
         first = proc.stdout.readline()  # a block (~8 KB: a few records) has been written
         proc.send_signal(signal.SIGINT)
         out, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it skips what readline buffered

@@ -9,7 +9,7 @@ from gradflow import sweep
 from gradflow.errors import LimitError, ValueInputError
 from gradflow.values.specs import parse_sweep
 
-from ..processes import PYTHON, child
+from ..processes import PYTHON, child, run
 
 X, Y1, Y2, CUT = sp.symbols("x y1 y2 cut")
 BLOG_Y = {"y1": 2, "y2": 7}
@@ -238,3 +238,69 @@ def test_sweep_with_file_and_picture(cli, tmp_path):
     assert pic.read_bytes().startswith(b"\x89PNG")
     res = cli("eval", "--file", str(prog), "--x=-1:1:3", "--y1", "2", "--y2", "7")
     assert res.stdout.splitlines()[0] == "L = (x*y1 - detach(x*y2))^2, sweeping x (3 points)"
+
+
+def test_table_rows_stream_as_points_are_computed(cli, monkeypatch):
+    """Each row of the table goes out as soon as its point is computed (`| head -3` needs no more points):
+    the 60th row is written while the 60th point is the last one evaluated. Values against SymPy."""
+    import gradflow.cli.sweep_output as out
+    import gradflow.engine.evaluate as engine
+
+    evaluated, written = [0], []
+    real_evaluate, real_write = engine.evaluate, out._write_line
+
+    def counting(*a, **kw):
+        evaluated[0] += 1
+        return real_evaluate(*a, **kw)
+
+    def recording(line: str):
+        written.extend((text, evaluated[0]) for text in line.split("\n"))
+        real_write(line)
+
+    monkeypatch.setattr(engine, "evaluate", counting)
+    monkeypatch.setattr(out, "_write_line", recording)
+    res = cli("eval", "(x*y1 - detach(x*y2))^2", "--x=-2:2:201", "--y1", "2", "--y2", "7")
+    assert res.exit_code == 0, res.stderr
+    rows = [(text.split(), when) for text, when in written if text.strip() and text.split()[0][0] in "-0123456789"]
+    assert len(rows) == 201
+    assert [when for _, when in rows[60:]] == list(range(61, 202))  # row i out right after point i
+    assert rows[0][1] <= out._TableStream.BLOCK  # the first rows wait for the first block at most
+    for cells, _ in rows[::25]:
+        x = float(cells[0])
+        assert [float(c) for c in cells[1:]] == pytest.approx(oracle("(x*y1 - detach(x*y2))^2", x), rel=1e-3)
+    title, blank, header = res.stdout.splitlines()[:3]
+    assert (title, blank, header.split()) == ("L = (x*y1 - detach(x*y2))^2, sweeping x (201 points)", "",
+                                              ["x", "L", "dL/dx"])
+
+
+def test_a_printed_sweep_keeps_no_rows(monkeypatch):
+    """The CLI asks run_sweep for no rows unless it plots: memory does not grow with the number of points."""
+    from gradflow.studies import sweeps
+
+    kept, real = [], sweeps.run_sweep
+
+    def spy(*a, **kw):
+        result = real(*a, **kw)
+        kept.append(len(result.rows))
+        return result
+
+    monkeypatch.setattr(sweeps, "run_sweep", spy)
+    from typer.testing import CliRunner
+
+    from gradflow.cli.app import app
+
+    for extra in ([], ["--json"]):
+        res = CliRunner().invoke(app, ["eval", "x^2", "--x=0:1:30", *extra])
+        assert res.exit_code == 0, res.stderr
+    assert kept == [0, 0]
+
+
+@pytest.mark.slow
+def test_a_table_sweep_into_head_returns_at_once():
+    """The issue's command: 100,000 points into `| head -3` took minutes (the table waited for every point)."""
+    res = run(["bash", "-c", f'{PYTHON[0]} -m gradflow eval "(x*y1 - detach(x*y2))^2" --x=-2:2:100000 --y1 2 '
+                             '--y2 7 | head -3'], timeout=30)
+    assert res.returncode == 0, res.stderr
+    title, blank, header = res.stdout.decode().splitlines()
+    assert (title, blank, header.split()) == ("L = (x*y1 - detach(x*y2))^2, sweeping x (100000 points)", "",
+                                              ["x", "L", "dL/dx"])

@@ -173,23 +173,25 @@ def test_files_that_are_not_one_numeric_tensor(tmp_path):
         assert message in err.value.message, name
 
 
-def test_json_summarises_big_tensors(cli):
-    res = cli("eval", "sum(x*x)", "--x", "full(40,50, 2)", "--json")
+def test_json_summarises_big_tensors_with_summary(cli):
+    res = cli("eval", "sum(x*x)", "--x", "full(40,50, 2)", "--json", "--summary")
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     summary = {"shape": [40, 50], "dtype": "float32", "mean": 4.0, "min": 4.0, "max": 4.0}
     assert doc["grads"]["x"] == {**summary, "norm": pytest.approx(4 * math.sqrt(2000))}
     assert doc["nodes"][0]["value"]["mean"] == 2.0
     assert doc["output"]["value"] == 8000.0  # 0-d stays a number
-    full = json.loads(cli("eval", "sum(x*x)", "--x", "full(40,50, 2)", "--json", "--full").stdout)
-    assert full["grads"]["x"] == [[4.0] * 50] * 40
+    for option in ([], ["--full"]):  # in full by default; --full is still accepted
+        full = json.loads(cli("eval", "sum(x*x)", "--x", "full(40,50, 2)", "--json", *option).stdout)
+        assert full["grads"]["x"] == [[4.0] * 50] * 40
 
 
 def test_json_threshold():
-    small = explain("sum(x)", x=f"ones({JSON_FULL_MAX})").to_dict()
-    big = explain("sum(x)", x=f"ones({JSON_FULL_MAX + 1})").to_dict()
+    small = explain("sum(x)", x=f"ones({JSON_FULL_MAX})").to_dict(full=False)
+    big = explain("sum(x)", x=f"ones({JSON_FULL_MAX + 1})")
     assert small["grads"]["x"] == [1.0] * JSON_FULL_MAX
-    assert big["grads"]["x"]["shape"] == [JSON_FULL_MAX + 1]
+    assert big.to_dict(full=False)["grads"]["x"]["shape"] == [JSON_FULL_MAX + 1]
+    assert big.to_dict()["grads"]["x"] == [1.0] * (JSON_FULL_MAX + 1)  # the default: in full
 
 
 def test_table_summary_has_dtype_and_norm():
@@ -264,6 +266,8 @@ def test_four_million_elements_within_the_default_limits(tmp_path, cli):
     assert r.output.value.item() == pytest.approx(float(np.sum(t * x64 + s)), rel=1e-5)
     np.save(tmp_path / "x.npy", x)  # the CLI, from a file: JSON summaries (shape, mean, min, max, norm)
     res = cli("eval", "sum(tanh(x)*x + sigmoid(x))", "--x", f"@{tmp_path / 'x.npy'}", "--json")
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["kind"] == "limit_json"  # in full: ~0.5 GB
+    res = cli("eval", "sum(tanh(x)*x + sigmoid(x))", "--x", f"@{tmp_path / 'x.npy'}", "--json", "--summary")
     assert res.exit_code == 0, res.stderr
     g = json.loads(res.stdout)["grads"]["x"]
     assert g["shape"] == [4_000_000]
