@@ -35,11 +35,18 @@ DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
                                        help="Fold parameters by module path up to this depth.")]
 GraphOpt = Annotated[str | None, typer.Option(
     "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
+HealthOpt = Annotated[bool, typer.Option("--health", help="Gradient health per layer instead of the table: "
+                                                          "grad norms in forward order (log scale), vanishing and "
+                                                          "exploding layers flagged; with --json, a \"health\" key.")]
+HealthPlotOpt = Annotated[Path | None, typer.Option("--plot", metavar="FILE.png|svg|pdf", show_default=False,
+                                                    help="Write the gradient health chart as a picture "
+                                                         "(needs gradflow[plot]).")]
 HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main",
     "gradflow inspect examples/frozen_encoder.py:main --only-problems",
     "gradflow inspect examples/transformer_block.py:main --expand --json",
     "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
+    "gradflow inspect examples/layer_scale.py:main --health --plot health.png",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, a loss that is not a real scalar, an inference "
@@ -112,6 +119,8 @@ class Opts:
     depth: int = 2
     graph: str | None = None
     output: Path | None = None
+    health: bool = False
+    plot: Path | None = None
 
 
 def _emit(report, o: Opts):
@@ -138,7 +147,11 @@ def _picture(report, o: Opts):
 
 def _emit_to_stdout(report, o: Opts):
     if o.json_:
-        print(report.to_json(), flush=True)
+        print(report.to_json() if not o.health else _json_with_health(report), flush=True)
+    elif o.health:
+        from gradflow.render.health import chart
+
+        consoles()[0].print(chart(report.health()), soft_wrap=True)
     elif o.graph in ("dot", "mermaid", "svg", "png"):
         _picture(report, o)
     elif o.graph == "tree":
@@ -153,9 +166,9 @@ def _emit_to_stdout(report, o: Opts):
 
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
-                debug: DebugOpt = False):
+                debug: DebugOpt = False, health: HealthOpt = False, plot: HealthPlotOpt = None):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
-    o = Opts(json_, only_problems, expand, depth, graph, output)
+    o = Opts(json_, only_problems, expand, depth, graph, output, health, plot)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -187,6 +200,12 @@ def _check_options(o: Opts):
     if o.output is not None and o.graph in (None, "tree"):
         raise ValueInputError("usage", "--output writes a picture: use it with --graph dot, mermaid, svg or png")
     refuse_binary_on_terminal(o.graph, o.output, "--graph")
+    if o.health and o.graph is not None:
+        raise ValueInputError("usage", "give either --health or --graph, not both")
+    if o.plot is not None:
+        from gradflow.render.plot import check_picture_path
+
+        check_picture_path(str(o.plot))  # a known suffix, and matplotlib installed: before running any code
 
 
 def _inspect(target: str, o: Opts) -> int:
@@ -205,6 +224,8 @@ def _inspect(target: str, o: Opts) -> int:
         report.warnings.append(_threads_warning(threads))
     try:
         _emit(report, o)
+        if o.plot is not None:
+            _write_plot(report, o.plot, target)
     finally:
         _free(report)
     if report.error is not None:
@@ -213,6 +234,22 @@ def _inspect(target: str, o: Opts) -> int:
         print_error(report.error, consoles()[1])
         return int(report.error.exit_code)
     return 0
+
+
+def _json_with_health(report) -> str:
+    from gradflow.values.jsonable import dumps
+
+    return dumps({**report.to_dict(), "health": report.health().to_dict()})
+
+
+def _write_plot(report, path: Path, target: str):
+    from rich.text import Text
+
+    from gradflow.cli.files import write_file
+    from gradflow.render.health import picture
+
+    write_file(path, picture(report.health(), path, f"gradient norm per layer: {target}"))
+    consoles()[1].print(Text(f"wrote {path}"), soft_wrap=True)
 
 
 def _threads_warning(threads) -> str:

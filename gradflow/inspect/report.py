@@ -96,6 +96,12 @@ class InspectReport:
     def problems(self) -> list[ParamReport]:
         return [p for p in self.params if p.problem]
 
+    def health(self):
+        """Each layer's gradient norm in forward order, vanishing / exploding layers flagged (inspect/health.py)."""
+        from gradflow.inspect.health import layer_health
+
+        return layer_health(self)
+
     def to_dict(self) -> dict:
         counts = {s: sum(p.status == s for p in self.params) for s in STATUSES}
         untraced = sum(p.status == "untraced" for p in self.params)

@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradflow.display import visible
 from gradflow.errors import ValueInputError
-from gradflow.studies.sweeps import SweepResult
 from gradflow.values.text import format_number
+
+if TYPE_CHECKING:  # annotations only: checking a --plot path (inspect's too) stays free of torch
+    from gradflow.studies.sweeps import SweepResult
 
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 
