@@ -153,8 +153,8 @@ def flag(layers: list[LayerHealth], factor: float = FACTOR, window: int = WINDOW
         if len(near) < 2:
             continue
         norm = layers[i].grad_norm or 0.0
-        layers[i].ratio = norm / statistics.median(layers[j].grad_norm or 0.0 for j in near)
-        if layers[i].ratio < 1 / factor:
+        ratio = layers[i].ratio = norm / statistics.median(layers[j].grad_norm or 0.0 for j in near)
+        if ratio < 1 / factor:
             layers[i].status = "vanishing"
-        elif layers[i].ratio > factor:
+        elif ratio > factor:
             layers[i].status = "exploding"

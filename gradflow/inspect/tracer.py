@@ -28,6 +28,7 @@ from gradflow.language.ops import OPS
 _DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
+_LOW = (torch.float16, torch.bfloat16)  # half precision: its ops' autograd nodes are kept (inspect/precision.py)
 
 
 def tensors_in(obj, out: list) -> list:
@@ -118,6 +119,8 @@ class TraceState:
     functions: set[str] = field(default_factory=set)  # custom autograd.Functions whose forward ran ops
     outside: list[tuple[int, int]] = field(default_factory=list)  # (op, serial): a tensor computed outside the
     #                                  trace (another thread, before it started) came in here; the first 100
+    low_nodes: dict[int, tuple[Any, int, Any]] = field(default_factory=dict)  # id(node) -> (autograd node, op
+    #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
 
 
 class _Mode(TorchFunctionMode):
@@ -238,6 +241,10 @@ class Trace:
         if came_in and len(st.outside) < 100:
             st.outside += [(rec.index, self.serial(a)) for a in came_in]
         st.ops.append(rec)
+        low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
+        if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
+            st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
+            rec.line = rec.line or user_line()
         if leaves:
             self._uses(rec, leaves, outs, stop, given)
 

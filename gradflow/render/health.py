@@ -104,7 +104,7 @@ def picture(health: HealthReport, path: Path, title: str = "") -> bytes:
     colours = {"ok": "tab:blue", "vanishing": "tab:orange", "exploding": "tab:red"}
     xs, floor = list(range(n)), 10.0 ** lo / 4
     for status, colour in colours.items():
-        pts = [(i, x.grad_norm) for i, x in enumerate(health.layers) if x.status == status]
+        pts = [(i, x.grad_norm or 0.0) for i, x in enumerate(health.layers) if x.status == status]
         if pts:  # bars rise from the axis's floor: a log axis has no 0
             ax.bar([i for i, _ in pts], [v - floor for _, v in pts], color=colour, bottom=floor, label=status)
     _marks(ax, health, lo, hi)

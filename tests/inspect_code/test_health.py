@@ -132,3 +132,19 @@ def test_plot_refuses_clearly_before_running_anything(tmp_path, monkeypatch):
     assert not (tmp_path / "h2.png").exists()
     res = CliRunner().invoke(app, ["inspect", target, "--health", "--graph", "dot"])
     assert res.exit_code == 2 and "either --health or --graph" in res.stderr
+
+
+def test_a_tiny_gradient_is_not_reported_exactly_zero():
+    """Regression: the norm was a float32 sum of squares, which is 0 for elements below ~1e-23: a gradient of
+    1e-30 in every element was reported as "exactly zero" (and its route's share as None)."""
+    w = nn.Parameter(torch.ones(4))
+    with gradflow.trace() as t:
+        loss = (w * 1e-30).sum() + (w * 3e-30).sum()
+    p = t.explain(loss, params={"w": w}).param("w")
+    assert p.status == "live" and p.grad_norm == pytest.approx(2 * 4e-30, rel=1e-6)  # |(4e-30,)*4| = 8e-30
+    assert [r.share for r in p.routes] == pytest.approx([0.25, 0.75], rel=1e-5)
+    assert [r.norm for r in p.routes] == pytest.approx([2e-30, 6e-30], rel=1e-5)
+    big = nn.Parameter(torch.ones(4))
+    with gradflow.trace() as t:
+        loss = (big * 1e30).sum()  # squares of 1e30 overflow float32: the norm was inf
+    assert t.explain(loss, params={"b": big}).param("b").grad_norm == pytest.approx(2e30, rel=1e-6)
