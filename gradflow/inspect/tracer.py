@@ -204,11 +204,12 @@ class Trace:
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
-        s = self.known(t)
-        if s is None:
-            s = self._next
-            self._ids[id(t)] = (weakref.ref(t), s)
-            self._next += 1
+        entry = self._ids.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        s = self._next
+        self._ids[id(t)] = (weakref.ref(t), s)
+        self._next += 1
         return s
 
     def known(self, t: torch.Tensor) -> int | None:
@@ -222,9 +223,10 @@ class Trace:
             return
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        came_in = [a for a, rg in zip(ins, in_rg) if rg and not a.is_leaf and self.known(a) is None]
-        rec = OpRecord(len(st.ops), name, tuple(self.serial(a) for a in ins),
-                       tuple(self.serial(o) for o in outs), grad_on, inference,
+        first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
+        serials = tuple(self.serial(a) for a in ins)  # here came from outside the trace
+        came_in = [a for a, rg, s in zip(ins, in_rg, serials) if s >= first and rg and not a.is_leaf]
+        rec = OpRecord(len(st.ops), name, serials, tuple(self.serial(o) for o in outs), grad_on, inference,
                        id(st.stack[-1]) if st.stack else None)
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
         if any(in_rg) and not any(o.requires_grad for o in outs):
@@ -239,7 +241,8 @@ class Trace:
         if rec.cut or leaves or inference or rec.module is None or came_in:
             rec.line = user_line()
         if came_in and len(st.outside) < 100:
-            st.outside += [(rec.index, self.serial(a)) for a in came_in]
+            st.outside += [(rec.index, s) for a, rg, s in zip(ins, in_rg, serials)
+                           if s >= first and rg and not a.is_leaf]
         st.ops.append(rec)
         low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
         if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
