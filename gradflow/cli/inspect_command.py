@@ -205,7 +205,7 @@ def _check_options(o: Opts):
     if o.plot is not None:
         from gradflow.render.plot import check_picture_path
 
-        check_picture_path(str(o.plot))  # a known suffix, and matplotlib installed: before running any code
+        check_picture_path(str(o.plot), "--health draws the chart in the terminal")  # before running any code
 
 
 def _inspect(target: str, o: Opts) -> int:

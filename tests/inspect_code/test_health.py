@@ -126,6 +126,7 @@ def test_plot_refuses_clearly_before_running_anything(tmp_path, monkeypatch):
     target = f"{ROOT}/examples/layer_scale.py:main"
     res = CliRunner().invoke(app, ["inspect", target, "--plot", str(tmp_path / "h.txt")])
     assert res.exit_code == 2 and "cannot tell the picture format" in res.stderr
+    assert "--health draws the chart in the terminal" in res.stderr
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
     res = CliRunner().invoke(app, ["inspect", target, "--plot", str(tmp_path / "h2.png")])
     assert res.exit_code == 2 and "needs matplotlib" in res.stderr and "gradflow[plot]" in res.stderr
