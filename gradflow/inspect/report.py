@@ -318,6 +318,9 @@ def _precision(report: InspectReport, trace: Trace, graph: FlowGraph, loss, name
     for f in report.precision.findings:
         p = report.param(f.param)
         p.reason = f.describe() if p.reason in (None, ZERO_REASON) else f"{p.reason}; {f.describe()}"
+    if not retain_graph:  # the nodes kept for this, latest first: each one freed alone, never a long chain at once
+        while trace.state.low_nodes:  # (torch frees a node's inputs recursively: docs/limits.md, long graphs)
+            trace.state.low_nodes.popitem()
 
 
 def frozen_but_changing(trace: Trace, module_names: dict[int, str]) -> list[str]:
