@@ -149,9 +149,14 @@ def _emit_to_stdout(report, o: Opts):
     if o.json_:
         print(report.to_json() if not o.health else _json_with_health(report), flush=True)
     elif o.health:
+        from rich.text import Text
+
         from gradflow.render.health import chart
 
-        consoles()[0].print(chart(report.health()), soft_wrap=True)
+        out, err = consoles()
+        out.print(chart(report.health()), soft_wrap=True)
+        for w in report.warnings:  # as under the table
+            err.print(Text(f"warning: {w}", style="yellow"))
     elif o.graph in ("dot", "mermaid", "svg", "png"):
         _picture(report, o)
     elif o.graph == "tree":

@@ -104,6 +104,13 @@ def test_health_json_and_chart_of_the_example():
     assert "▼ vanishing" in lines[6] and lines[11].split()[1:3] == ["0", "0"]
 
 
+def test_health_keeps_the_report_s_warnings_and_exit_code():
+    res = CliRunner().invoke(app, ["inspect", f"{ROOT}/examples/frozen_encoder.py:main", "--health"])
+    assert res.exit_code == 0 and "warning: encoder.norm is frozen (requires_grad=False)" in res.stderr
+    assert [ln.split()[:3] for ln in res.stdout.splitlines()[1:7]][4] == ["head", "████████████████████████▊",
+                                                                          "0.591848"]
+
+
 def test_chart_marks_none_and_nonfinite():
     h = HealthReport([LayerHealth("a", [], 1, 1.0), LayerHealth("b", [], 1, None, "none"),
                       LayerHealth("c", [], 1, math.inf, "nonfinite")])
