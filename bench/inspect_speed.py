@@ -1,35 +1,50 @@
-"""How long `gradflow.trace` + `explain` take: a ~5M-parameter transformer block, and many small ops (CPU).
+"""How long `gradflow.trace` + `explain` take against plain torch on the same model, in the same run (CPU).
 
-    PYTHONPATH=. python bench/inspect_speed.py
-Prints plain forward+backward time, traced forward + explain time, and their ratio
-(best of 5 interleaved runs each). Not a test: timings depend on the machine.
+    PYTHONPATH=. python bench/inspect_speed.py [--runs N] [--threads T] [--no-gpt2]
+
+In this process, best of N interleaved runs each: a plain forward + backward (torch.autograd.grad) against a
+traced forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
+Linear+LayerNorm+GELU at width 64, target <= 1.5x) and a tiny MLP (for reference). Wall and CPU time of this
+thread are both printed: on a shared machine the CPU time is the steadier one. Then, in fresh processes,
+alternately: `gradflow inspect bench/tiny_gpt2.py:main` against `python bench/tiny_gpt2.py`, which builds the
+same tiny GPT-2 and runs one step (target <= 1.3x; transformers must be installed). Not a test: timings depend
+on the machine.
 """
+import argparse
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import gradflow  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "examples"))
+sys.path.insert(0, str(HERE))
 from transformer_block import TinyLM, lm_loss  # noqa: E402
 
+import gradflow  # noqa: E402
 
-def best_of(fns, runs=5) -> list[float]:
+
+def best_of(fns, runs=5, clock=time.perf_counter) -> list[float]:
     """Best time of each function, runs interleaved so machine load hits both alike."""
     times = [[] for _ in fns]
     for _ in range(runs):
         for fn, ts in zip(fns, times):
-            start = time.perf_counter()
+            start = clock()
             fn()
-            ts.append(time.perf_counter() - start)
+            ts.append(clock() - start)
     return [min(ts) for ts in times]
 
 
-def compare(title: str, model, loss_fn) -> None:
+def verdict(ratio: float, target: float | None) -> str:
+    return "for reference" if target is None else f"target <= {target}x: {'ok' if ratio <= target else 'MISSED'}"
+
+
+def compare(title: str, model, loss_fn, target: float | None, runs: int) -> float:
+    params = [p for p in model.parameters() if p.requires_grad]
+
     def plain():
-        model.zero_grad(set_to_none=True)
-        loss_fn().backward()
+        torch.autograd.grad(loss_fn(), params)  # what explain() runs too: .grad stays untouched
 
     def traced():
         with gradflow.trace() as t:
@@ -37,23 +52,59 @@ def compare(title: str, model, loss_fn) -> None:
         return t, t.explain(loss, params=model)
 
     plain(), traced()  # warm up
-    t_plain, t_traced = best_of([plain, traced])
+    wall = best_of([plain, traced], runs)
+    cpu = best_of([plain, traced], runs, time.thread_time)
     trace, report = traced()
     n = sum(p.numel() for p in model.parameters())
     print(f"{title}: {n / 1e6:.2f}M parameters in {len(report.params)} tensors, {len(trace.ops)} ops recorded")
-    print(f"  plain forward+backward : {t_plain:.3f} s")
-    print(f"  trace + explain        : {t_traced:.3f} s  ({t_traced / t_plain:.2f}x)")
+    print(f"  plain forward+backward : {wall[0] * 1e3:8.1f} ms wall  {cpu[0] * 1e3:8.1f} ms CPU")
+    print(f"  trace + explain        : {wall[1] * 1e3:8.1f} ms wall  {cpu[1] * 1e3:8.1f} ms CPU  "
+          f"ratio {wall[1] / wall[0]:.2f}x wall, {cpu[1] / cpu[0]:.2f}x CPU ({verdict(cpu[1] / cpu[0], target)})")
+    return cpu[1] / cpu[0]
+
+
+def whole_run(runs: int) -> list[float]:
+    """`gradflow inspect` of a tiny GPT-2 against the plain script, fresh processes, alternately (bench/run.py)."""
+    from run import PY, alternate, median
+    from run import gradflow as command
+
+    script = str(HERE / "tiny_gpt2.py")
+    freeze = f"import runpy, gc; runpy.run_path({script!r}, run_name='__main__'); gc.freeze()"
+    got = alternate({"g": command("inspect", f"{script}:main"), "t": [PY, script], "f": [PY, "-c", freeze]}, runs)
+    assert all(r[3] == 0 for rows in got.values() for r in rows), "a command failed"
+    g, t, f = (median(got[k]) for k in "gtf")
+    gc, tc, fc = (median(got[k], 4) for k in "gtf")
+    print(f"tiny GPT-2 (transformers, 2 layers, width 32), one step, {runs} fresh processes each, medians:")
+    print(f"  python bench/tiny_gpt2.py                   : {t:6.2f} s wall  {tc:6.2f} s CPU")
+    print(f"  the same + gc.freeze() as its last line     : {f:6.2f} s wall  {fc:6.2f} s CPU")
+    print(f"  gradflow inspect bench/tiny_gpt2.py:main    : {g:6.2f} s wall  {gc:6.2f} s CPU  ratio {g / t:.2f}x wall, "
+          f"{gc / tc:.2f}x CPU ({verdict(g / t, 1.3)}); against the script + gc.freeze(): {g / f:.2f}x wall, "
+          f"{gc / fc:.2f}x CPU")
+    return [g / t]
 
 
 def main():
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of 5 interleaved runs")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="runs per side (best of, in process; median, processes)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    ap.add_argument("--no-gpt2", action="store_true", help="leave out the whole-process GPT-2 run")
+    opts = ap.parse_args()
+    torch.set_num_threads(opts.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of {opts.runs} interleaved runs")
     torch.manual_seed(0)
     lm, tokens = TinyLM(), torch.randint(0, 4000, (8, 65))
-    compare("transformer block (examples/transformer_block.py), 8x64 tokens", lm, lambda: lm_loss(lm, tokens))
+    ratios = [compare("transformer block (examples/transformer_block.py), 8x64 tokens", lm,
+                      lambda: lm_loss(lm, tokens), 1.15, opts.runs)]
     deep = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64),
                                                      torch.nn.GELU()) for _ in range(200)])
     x = torch.randn(8, 64)
-    compare("many small ops (200 x Linear+LayerNorm+GELU, width 64)", deep, lambda: deep(x).sum())
+    ratios.append(compare("many small ops (200 x Linear+LayerNorm+GELU, width 64)", deep, lambda: deep(x).sum(),
+                          1.5, opts.runs))
+    mlp, xs = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)), torch.randn(8, 16)
+    ratios.append(compare("a tiny MLP (16-32-1)", mlp, lambda: mlp(xs).sum(), None, opts.runs))
+    if not opts.no_gpt2:
+        ratios += whole_run(opts.runs)
+    print("ratios:", " ".join(f"{r:.2f}" for r in ratios))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 # ---- options shared by the commands -------------------------------------------------------
 # Each option that takes a value names it with a metavar (Typer's default is a type, like <list[str]>).
 # Options with fixed values list them in the metavar; the commands still check them (their own messages).
-DTYPES = ("float32", "float64")  # as gradflow.values.tensors.DTYPES (which imports torch)
+DTYPES = ("float32", "float64", "float16", "bfloat16")  # as gradflow.values.tensors.DTYPES (which imports torch)
 DEVICES = ("cpu", "cuda", "mps")  # as gradflow.values.tensors.resolve_device
 
 

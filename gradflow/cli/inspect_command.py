@@ -48,6 +48,12 @@ AllowOpt = Annotated[list[str] | None, typer.Option(
 ArgOpt = Annotated[list[str] | None, typer.Option(
     "--arg", metavar="NAME=VALUE", help="An argument for FUNCTION; VALUE is a Python literal, else a string. "
                                         "Repeatable.")]
+HealthOpt = Annotated[bool, typer.Option("--health", help="Gradient health per layer instead of the table: "
+                                                          "grad norms in forward order (log scale), vanishing and "
+                                                          "exploding layers flagged; with --json, a \"health\" key.")]
+HealthPlotOpt = Annotated[Path | None, typer.Option("--plot", metavar="FILE.png|svg|pdf", show_default=False,
+                                                    help="Write the gradient health chart as a picture "
+                                                         "(needs gradflow[plot]).")]
 HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main",
     "gradflow inspect examples/frozen_encoder.py:main --only-problems",
@@ -56,6 +62,7 @@ HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main --fail-on cut,unused --allow 'aux_head.*'    # exit 6: "
     "adapter is cut",
     "gradflow inspect examples/train_step.py:step --arg batch_size=4 --fail-on untrained,orphan    # exit 6",
+    "gradflow inspect examples/layer_scale.py:main --health --plot health.png",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.PARTIAL, ExitCode.USER_CODE,
     ExitCode.GATE, ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, a loss that is not a real scalar, an inference "
@@ -128,6 +135,8 @@ class Opts:
     allow: tuple[str, ...] = ()
     arg: tuple[str, ...] = ()  # --arg NAME=VALUE, as given
     kwargs: dict = field(default_factory=dict)  # ... and parsed
+    health: bool = False
+    plot: Path | None = None
 
 
 def _emit(report, o: Opts):
@@ -154,7 +163,16 @@ def _picture(report, o: Opts):
 
 def _emit_to_stdout(report, o: Opts):
     if o.json_:
-        print(report.to_json(), flush=True)
+        print(report.to_json() if not o.health else _json_with_health(report), flush=True)
+    elif o.health:
+        from rich.text import Text
+
+        from gradflow.render.health import chart
+
+        out, err = consoles()
+        out.print(chart(report.health()), soft_wrap=True)
+        for w in report.warnings:  # as under the table
+            err.print(Text(f"warning: {w}", style="yellow"))
     elif o.graph in ("dot", "mermaid", "svg", "png"):
         _picture(report, o)
     elif o.graph == "tree":
@@ -169,10 +187,11 @@ def _emit_to_stdout(report, o: Opts):
 
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
-                fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False):
+                fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
+                health: HealthOpt = False, plot: HealthPlotOpt = None):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth, graph, output, tuple(fail_on or ()), tuple(allow or ()),
-             tuple(arg or ()))
+             tuple(arg or ()), health=health, plot=plot)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -210,6 +229,12 @@ def _check_options(o: Opts):
     if o.fail_on:
         o.fail_on = parse_classes(o.fail_on)
     o.kwargs = parse_args(list(o.arg))
+    if o.health and o.graph is not None:
+        raise ValueInputError("usage", "give either --health or --graph, not both")
+    if o.plot is not None:
+        from gradflow.render.plot import check_picture_path
+
+        check_picture_path(str(o.plot), "--health draws the chart in the terminal")  # before running any code
 
 
 def _inspect(target: str, o: Opts) -> int:
@@ -230,6 +255,8 @@ def _inspect(target: str, o: Opts) -> int:
         report.gate = gate_document(report, o.fail_on, o.allow)
     try:
         _emit(report, o)
+        if o.plot is not None:
+            _write_plot(report, o.plot, target)
     finally:
         _free(report)
     code = 0
@@ -256,6 +283,22 @@ def _gate(report, o: Opts) -> int:
         return 0
     print_error(gate_error(found, o.fail_on), err)
     return int(ExitCode.GATE)
+
+
+def _json_with_health(report) -> str:
+    from gradflow.values.jsonable import dumps
+
+    return dumps({**report.to_dict(), "health": report.health().to_dict()})
+
+
+def _write_plot(report, path: Path, target: str):
+    from rich.text import Text
+
+    from gradflow.cli.files import write_file
+    from gradflow.render.health import picture
+
+    write_file(path, picture(report.health(), path, f"gradient norm per layer: {target}"))
+    consoles()[1].print(Text(f"wrote {path}"), soft_wrap=True)
 
 
 def _threads_warning(threads) -> str:

@@ -309,11 +309,24 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     error = _backward(out, graph)
     nodes = _results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None, values)
+    if dtype in ("float16", "bfloat16"):
+        run.warnings += _against_float64(graph, nodes, run.edges, wrt, dtype, device, measure_edges, limits)
     grads = {name: nodes[graph.inputs[name]].grad for name in wrt}
     result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads, graph,
                          dict(values), run.edges, warnings=run.warnings, error=error)
     annotate(result, graph, run.flags)
     return result
+
+
+def _against_float64(graph: Graph, nodes: list[NodeResult], edges: list[EdgeResult], wrt: list[str], dtype: str,
+                     device: str, measure_edges: bool, limits: Limits | None) -> list[Warning]:
+    """Half precision: the same program from the same (widened) inputs in float64; where values and gradients
+    underflowed to 0 (engine/halfprec.py)."""
+    from gradflow.engine.halfprec import compare
+
+    widened = {name: nodes[i].value.detach().to(torch.float64) for name, i in graph.inputs.items()}
+    ref = evaluate(graph, widened, wrt, "float64", device, measure_edges, limits)
+    return compare(nodes, edges, ref.nodes, ref.edges, {w: graph.inputs[w] for w in wrt}, dtype)
 
 
 def make_leaves(graph: Graph, values: dict, wrt: list[str], dtype: torch.dtype = torch.float64,

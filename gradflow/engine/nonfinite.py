@@ -11,6 +11,19 @@ import math
 
 from gradflow.analysis.explanation import EdgeResult, NodeResult, Warning
 
+LARGEST = {"float16": "65504", "bfloat16": "3.4e38", "float32": "3.4e38", "float64": "1.8e308"}
+HALF_NAMES = ("float16", "bfloat16")
+
+
+def dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _half_note(t) -> str:
+    """` (float16's largest number is 65504)` for a half-precision tensor, '' otherwise."""
+    name = dtype_name(t)
+    return f" ({name}'s largest number is {LARGEST[name]})" if name in HALF_NAMES else ""
+
 
 def bad(t) -> bool:
     """Does t hold a nan or inf? Its sum is finite exactly when no element is non-finite, unless finite elements
@@ -47,6 +60,8 @@ def forward_reason(n: NodeResult, args: list[NodeResult], given=None) -> str:
     """Why this op made a non-finite value out of finite inputs (`given`: a variable's value as given)."""
     if n.op == "var":
         return _var_reason(n, given)
+    if n.op == "const" and dtype_name(n.value) in HALF_NAMES:
+        return f"the number {n.expr} does not fit in {dtype_name(n.value)}{_half_note(n.value)}"
     if n.op == "const":
         return f"the number {n.expr} does not fit in the dtype (its largest value is about 3.4e38 in float32)"
     a = args[0].value
@@ -61,6 +76,8 @@ def forward_reason(n: NodeResult, args: list[NodeResult], given=None) -> str:
         return "0 to a negative power divides by zero"
     if n.op == "pow" and _low(a) < 0 and "nan" in what(n.value):
         return "a negative number to a non-integer power is nan"
+    if "inf" in what(n.value) and dtype_name(n.value) in HALF_NAMES:
+        return f"overflow: the result is too large for {dtype_name(n.value)}{_half_note(n.value)}"
     if "inf" in what(n.value):
         return "overflow: the result is too large for the dtype (float32 stops near 3.4e38, float64 near 1.8e308)"
     return f"{n.op} is undefined at these inputs"
@@ -74,7 +91,7 @@ def _var_reason(n: NodeResult, given) -> str:
         return f"the value given for {n.name} is {what(n.value)}"
     dtype = str(n.value.dtype).removeprefix("torch.")
     which = f"a number given for {n.name}" if isinstance(given, list) else f"the value given for {n.name}, {given:g},"
-    largest = {"float32": "3.4e38", "float64": "1.8e308"}.get(dtype, "its maximum")
+    largest = LARGEST.get(dtype, "its maximum")
     return (f"{which} is too large for {dtype} (its largest number is about {largest}), so it became "
             f"{what(n.value)}; use --dtype float64 (in Python: dtype='float64')")
 
@@ -95,7 +112,7 @@ def backward_reason(e: EdgeResult, dst: NodeResult, args: list[NodeResult]) -> s
         return "d a^b/db = a^b·log(a) is not finite here (a ≤ 0, or overflow)"
     if bad(v) or bad(dst.value):
         return "the forward value here is already non-finite"
-    return "overflow: the incoming gradient times the local derivative is too large for the dtype"
+    return "overflow: the incoming gradient times the local derivative is too large for the dtype" + _half_note(v)
 
 
 def _zero_times_inf(e: EdgeResult, dst: NodeResult) -> str:

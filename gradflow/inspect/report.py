@@ -6,6 +6,7 @@ that got nothing: frozen, not used, or cut (naming the op and source line).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,7 @@ class InspectReport:
     warnings: list[str] = field(default_factory=list)
     optimizer: dict | None = None  # coverage by the optimizer, when one was given (inspect/coverage.py)
     gate: dict | None = None  # the --fail-on verdict, when asked (inspect/gate.py)
+    precision: Any = None  # PrecisionReport when the trace saw float16/bfloat16 ops (inspect/precision.py)
 
     def param(self, name: str) -> ParamReport:
         for p in self.params:
@@ -105,17 +107,26 @@ class InspectReport:
     def problems(self) -> list[ParamReport]:
         return [p for p in self.params if p.problem]
 
+    def health(self):
+        """Each layer's gradient norm in forward order, vanishing / exploding layers flagged (inspect/health.py)."""
+        from gradflow.inspect.health import layer_health
+
+        return layer_health(self)
+
     @one_document
     def to_dict(self) -> dict:
         counts = {s: sum(p.status == s for p in self.params) for s in STATUSES}
         untraced = sum(p.status == "untraced" for p in self.params)
         if untraced:  # only then: the documents of fully traced runs stay as they were
             counts["untraced"] = untraced
-        return {"schema": SCHEMA_VERSION, "loss": to_jsonable(self.loss.detach()),
-                "loss_requires_grad": bool(self.loss.requires_grad), "counts": counts,
-                "params": [p.to_dict() for p in self.params], "warnings": list(self.warnings),
-                "error": None if self.error is None else self.error.to_dict(),
-                **{k: v for k, v in (("optimizer", self.optimizer), ("gate", self.gate)) if v is not None}}
+        out = {"schema": SCHEMA_VERSION, "loss": to_jsonable(self.loss.detach()),
+               "loss_requires_grad": bool(self.loss.requires_grad), "counts": counts,
+               "params": [p.to_dict() for p in self.params], "warnings": list(self.warnings),
+               "error": None if self.error is None else self.error.to_dict()}
+        if self.precision is not None:  # only then: float32 documents stay as they were
+            out["precision"] = self.precision.to_dict()
+        out.update({k: v for k, v in (("optimizer", self.optimizer), ("gate", self.gate)) if v is not None})
+        return out
 
     def to_json(self, **kw) -> str:
         return dumps(self.to_dict(), **kw)
@@ -197,23 +208,64 @@ def check_loss(loss) -> None:
 
 
 def _dot(a, b) -> float:
-    """<a, b> without copies (in the tensors' own dtype: float32 models give ~7 digits)."""
-    return float(torch.dot(a.reshape(-1), b.reshape(-1)))
+    """<a, b> without copies (in the tensors' own dtype: float32 models give ~7 digits); in float64 when that
+    under- or overflows (float32 squares of 1e-23 are 0, of 1e20 inf), and then relative to a's largest element."""
+    out = float(torch.dot(a.reshape(-1), b.reshape(-1)))
+    if (out == 0.0 or not math.isfinite(out)) and a.numel() and b.numel():
+        big = float(a.abs().max())
+        if big > 0 and math.isfinite(big):
+            out = float(torch.dot((a / big).reshape(-1).double(), b.reshape(-1).double())) * big
+    return out
 
 
-def _routes(trace: Trace, graph: FlowGraph, serial: int, grad, module_name) -> list[Route]:
-    """Every use whose result reaches the loss (earlier forwards in the same trace are left out)."""
+def grad_norm(g) -> float:
+    """The 2-norm; in float64, relative to the largest element, when the dtype's sum of squares under- or
+    overflows (a float32 gradient of 1e-30 in every element has norm 0 in float32)."""
+    out = float(torch.linalg.vector_norm(g))
+    if out == 0.0 or math.isinf(out):
+        big = float(g.abs().max()) if g.numel() else 0.0
+        if big > 0 and math.isfinite(big):
+            out = float(torch.linalg.vector_norm((g / big).double())) * big
+    return out
+
+
+def _same(a, b) -> bool:
+    """The same elements in memory (a use's flow is the grad itself when the parameter has one use)."""
+    return (a.data_ptr() == b.data_ptr() and a.storage_offset() == b.storage_offset() and a.dtype == b.dtype
+            and a.shape == b.shape and a.stride() == b.stride())
+
+
+def _measure(params: list[ParamReport]) -> None:
+    """Grad norms (and so "zero"), and each route's norm and share <flow, grad> / |grad|^2. A route whose flow
+    is the grad tensor itself (one use) has the grad's norm and a share of exactly 1, without two more torch
+    calls per parameter (~10 us each: a model of many small layers spent most of explain() here)."""
+    for p in params:
+        if p.grad is None:
+            continue
+        p.grad_norm = grad_norm(p.grad)
+        if p.grad_norm == 0.0 and p.status == "live":
+            p.status, p.reason = "zero", ZERO_REASON
+        squared = None
+        for r in p.routes:
+            if r.flow is None:
+                continue
+            if _same(r.flow, p.grad):
+                r.norm, r.share = p.grad_norm, 1.0 if p.grad_norm > 0 else None
+                continue
+            squared = _dot(p.grad, p.grad) if squared is None else squared
+            r.norm = grad_norm(r.flow)
+            r.share = _dot(r.flow, p.grad) / squared if squared > 0 else None
+
+
+def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name) -> list[Route]:
+    """Every use whose result reaches the loss (earlier forwards in the same trace are left out); their norms
+    and shares are filled in by _measure."""
     out = []
-    gg = _dot(grad, grad) if grad is not None else 0.0
     for use in graph.uses.get(serial, []):
         rec = trace.ops[use.op]
         if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        r = Route(rec.name, rec.line, module_name(rec.module), dense(use.flow), cut=rec.cut)
-        if r.flow is not None:
-            r.norm = float(torch.linalg.vector_norm(r.flow))
-            r.share = _dot(r.flow, grad) / gg if gg > 0 else None
-        out.append(r)
+        out.append(Route(rec.name, rec.line, module_name(rec.module), dense(use.flow), cut=rec.cut))
     return out
 
 
@@ -224,17 +276,12 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
                     aliases=list(tensors[1:]), serial=serial)
     if untraced is not None:
         p.status, p.reason = "untraced", untraced
-        p.grad_norm = None if grad is None else float(torch.linalg.vector_norm(grad))
     elif not t.requires_grad:
         p.status, p.reason = "frozen", frozen_reason(trace, serial)
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
-    else:
-        p.grad_norm = float(torch.linalg.vector_norm(grad))
-        if p.grad_norm == 0.0:
-            p.status, p.reason = "zero", ZERO_REASON
-    if p.status in ("live", "zero"):
-        p.routes = _routes(trace, graph, serial, grad, module_name)
+    if p.status == "live":  # or "zero": _measure tells, from the norm
+        p.routes = _routes(trace, graph, serial, module_name)
         p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]
     return p
 
@@ -250,23 +297,43 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False,
     tensors = [v[0] for v in named.values()]
     leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
-    got = gradients(trace, loss, tensors, hidden, retain_graph)
+    low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
+    got = gradients(trace, loss, tensors, hidden, retain_graph or low)
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
     settled = [settle(trace, got, i, t, hidden) for i, t in enumerate(tensors)]
     params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why)
                   for (name, vals), (g, why) in zip(named.items(), settled)]
+    _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)
     if optimizer is not None:
         cover(report, optimizer, tensors)
+    if low:
+        _precision(report, trace, graph, loss, named, got.grads, retain_graph)
     if not loss.requires_grad:
         report.error = no_gradient_error(report)
     elif any(p.status == "untraced" for p in params_out):
         report.error = untraced_error(report.params)
     return report
+
+
+def _precision(report: InspectReport, trace: Trace, graph: FlowGraph, loss, named: dict[str, list], grads: list,
+               retain_graph: bool) -> None:
+    """Underflow to 0 / overflow to inf in float16 or bfloat16: the report's `precision`, and each such
+    parameter's reason."""
+    from gradflow.inspect.precision import check_precision
+
+    pairs = [(name, vals[0]) for name, vals in named.items()]
+    report.precision = check_precision(trace, graph, loss, pairs, grads, report.module_names.get, retain_graph)
+    for f in report.precision.findings:
+        p = report.param(f.param)
+        p.reason = f.describe() if p.reason in (None, ZERO_REASON) else f"{p.reason}; {f.describe()}"
+    if not retain_graph:  # the nodes kept for this, latest first: each one freed alone, never a long chain at once
+        while trace.state.low_nodes:  # (torch frees a node's inputs recursively: docs/limits.md, long graphs)
+            trace.state.low_nodes.popitem()
 
 
 def frozen_but_changing(trace: Trace, module_names: dict[int, str]) -> list[str]:

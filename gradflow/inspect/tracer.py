@@ -28,6 +28,7 @@ from gradflow.language.ops import OPS
 _DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
+_LOW = (torch.float16, torch.bfloat16)  # half precision: its ops' autograd nodes are kept (inspect/precision.py)
 
 
 def tensors_in(obj, out: list) -> list:
@@ -118,6 +119,8 @@ class TraceState:
     functions: set[str] = field(default_factory=set)  # custom autograd.Functions whose forward ran ops
     outside: list[tuple[int, int]] = field(default_factory=list)  # (op, serial): a tensor computed outside the
     #                                  trace (another thread, before it started) came in here; the first 100
+    low_nodes: dict[int, tuple[Any, int, Any]] = field(default_factory=dict)  # id(node) -> (autograd node, op
+    #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
 
 
 class _Mode(TorchFunctionMode):
@@ -201,11 +204,12 @@ class Trace:
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
-        s = self.known(t)
-        if s is None:
-            s = self._next
-            self._ids[id(t)] = (weakref.ref(t), s)
-            self._next += 1
+        entry = self._ids.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        s = self._next
+        self._ids[id(t)] = (weakref.ref(t), s)
+        self._next += 1
         return s
 
     def known(self, t: torch.Tensor) -> int | None:
@@ -219,9 +223,10 @@ class Trace:
             return
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        came_in = [a for a, rg in zip(ins, in_rg) if rg and not a.is_leaf and self.known(a) is None]
-        rec = OpRecord(len(st.ops), name, tuple(self.serial(a) for a in ins),
-                       tuple(self.serial(o) for o in outs), grad_on, inference,
+        first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
+        serials = tuple(self.serial(a) for a in ins)  # here came from outside the trace
+        came_in = [a for a, rg, s in zip(ins, in_rg, serials) if s >= first and rg and not a.is_leaf]
+        rec = OpRecord(len(st.ops), name, serials, tuple(self.serial(o) for o in outs), grad_on, inference,
                        id(st.stack[-1]) if st.stack else None)
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
         if any(in_rg) and not any(o.requires_grad for o in outs):
@@ -236,8 +241,13 @@ class Trace:
         if rec.cut or leaves or inference or rec.module is None or came_in:
             rec.line = user_line()
         if came_in and len(st.outside) < 100:
-            st.outside += [(rec.index, self.serial(a)) for a in came_in]
+            st.outside += [(rec.index, s) for a, rg, s in zip(ins, in_rg, serials)
+                           if s >= first and rg and not a.is_leaf]
         st.ops.append(rec)
+        low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
+        if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
+            st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
+            rec.line = rec.line or user_line()
         if leaves:
             self._uses(rec, leaves, outs, stop, given)
 

@@ -38,15 +38,16 @@ def _entry(v) -> str:
 
 def hessian_view(result):
     """The Hessian as a matrix table (scalar leaves) or one diagonal line per tensor leaf."""
+    where = f", computed in {result.computed_in}" if getattr(result, "computed_in", None) else ""
     if result.kind == "diagonal":
-        lines = Text("Second derivatives (Hessian diagonal, cuts respected)\n", style="bold")
+        lines = Text(f"Second derivatives (Hessian diagonal, cuts respected{where})\n", style="bold")
         for w, d in result.diagonal.items():
             lines.append(f"d²L/d{w}² = ")
             lines.append(DASH + "  (no gradient reaches it)" if d is None else format_tensor(d), style="green")
             lines.append("\n")
         lines.rstrip()
         return lines
-    title = Text("Second derivatives (cuts respected): row i, column j = d/dj of dL/di", style="bold")
+    title = Text(f"Second derivatives (cuts respected{where}): row i, column j = d/dj of dL/di", style="bold")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("")
     for w in result.wrt:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradflow.display import visible
 from gradflow.errors import ValueInputError
-from gradflow.studies.sweeps import SweepResult
 from gradflow.values.text import format_number
+
+if TYPE_CHECKING:  # annotations only: checking a --plot path (inspect's too) stays free of torch
+    from gradflow.studies.sweeps import SweepResult
 
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -65,17 +68,17 @@ def terminal(s: Series, var: str, width: int = 60, height: int = 12, color: bool
     return f"{s.label} against {var}\n{fig.show()}"
 
 
-def check_picture_path(path: str) -> Path:
-    """Before evaluating: a known picture suffix and an installed matplotlib."""
+def check_picture_path(path: str, terminal: str = "plain --plot draws in the terminal") -> Path:
+    """Before evaluating: a known picture suffix and an installed matplotlib (`terminal`: the hint's other way)."""
     p = Path(path)
     if p.suffix.lower() not in PICTURE_SUFFIXES:
         raise ValueInputError("usage", f"--plot {path}: cannot tell the picture format from the name",
-                              hint="end the file name with .png, .svg or .pdf; plain --plot draws in the terminal")
+                              hint=f"end the file name with .png, .svg or .pdf; {terminal}")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ValueInputError("missing_extra", f"--plot {path} needs matplotlib, which is not installed",
-                              hint="pip install 'gradflow[plot]' (or plain --plot to draw in the terminal)") from None
+                              hint=f"pip install 'gradflow[plot]' ({terminal})") from None
     return p
 
 

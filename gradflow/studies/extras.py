@@ -47,4 +47,11 @@ def _check(result):
     from gradflow.engine.evaluate import evaluate
     from gradflow.studies.numcheck import run_check
 
-    return run_check(evaluate(result.graph, result.inputs, result.wrt, dtype="float64"))
+    check = run_check(evaluate(result.graph, result.inputs, result.wrt, dtype="float64"))
+    if result.dtype in ("float16", "bfloat16"):
+        from gradflow.analysis.smooth import Note
+
+        check.notes.insert(0, Note("", f"the program ran in {result.dtype}, but this check computes in float64, as "
+                                       f"the oracle: its autograd column is float64's (the table's grads are "
+                                       f"{result.dtype}'s; where they differ, {result.dtype} lost it)"))
+    return check

@@ -27,6 +27,7 @@ class HessianResult:
     kind: str  # "matrix" (all chosen leaves scalar) or "diagonal"
     matrix: list[list[float | None]] | None = None  # None entries: no gradient reached that leaf
     diagonal: dict[str, Any] = field(default_factory=dict)  # leaf -> tensor of d2L/dw_k^2, or None
+    computed_in: str | None = None  # "float64" when the program ran in float16/bfloat16 (see from_explanation)
 
     def entry(self, i: str, j: str) -> float | None:
         if self.matrix is None:
@@ -35,9 +36,10 @@ class HessianResult:
 
     @one_document
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "wrt": list(self.wrt),
-                "matrix": None if self.matrix is None else [[to_jsonable(v) for v in row] for row in self.matrix],
-                "diagonal": {k: to_jsonable(v) for k, v in self.diagonal.items()}}
+        out = {"kind": self.kind, "wrt": list(self.wrt),
+               "matrix": None if self.matrix is None else [[to_jsonable(v) for v in row] for row in self.matrix],
+               "diagonal": {k: to_jsonable(v) for k, v in self.diagonal.items()}}
+        return out if self.computed_in is None else {**out, "dtype": self.computed_in}
 
 
 def _grad(y, x, zero: bool = True, **kw):
@@ -107,6 +109,11 @@ def hessian(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
 
 
 def from_explanation(result) -> HessianResult:
-    """Second derivatives for the program, values, leaves, dtype and device of an earlier explain()."""
-    return second_derivatives(result.graph, result.inputs, result.wrt, resolve_dtype(result.dtype),
-                              resolve_device(result.device))
+    """Second derivatives for the program, values, leaves, dtype and device of an earlier explain().
+    A float16/bfloat16 program's second derivatives are computed in float64 (from its inputs as given): in
+    half precision they would mostly measure rounding (3 significant digits or fewer)."""
+    half = result.dtype in ("float16", "bfloat16")
+    dtype = resolve_dtype("float64" if half else result.dtype)
+    out = second_derivatives(result.graph, result.inputs, result.wrt, dtype, resolve_device(result.device))
+    out.computed_in = "float64" if half else None
+    return out

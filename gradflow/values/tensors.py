@@ -22,7 +22,7 @@ from gradflow.limits import check_elements
 from gradflow.values.coerce import check_value
 from gradflow.values.specs import HINT, FileValue, TensorSpec
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # what torch raises for bad input besides RuntimeError (all become package errors)
 TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
 
@@ -41,7 +41,7 @@ def resolve_device(device: str) -> torch.device:
 
 def resolve_dtype(dtype: str) -> torch.dtype:
     if dtype not in DTYPES:
-        raise EvalError("dtype", f"unknown dtype '{dtype}'", hint="use float32 (default) or float64")
+        raise EvalError("dtype", f"unknown dtype '{dtype}'", hint="use float32 (default), float64, float16 or bfloat16")
     return DTYPES[dtype]
 
 

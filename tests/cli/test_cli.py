@@ -44,7 +44,7 @@ def test_both_detached_exit_3_table_still_printed(cli):
     (["x", "--x", "1", "--z", "2", "--strict"], "error: a value was given for 'z', which the program does not use"),
     (["x*2", "--x", "[1,2]"], "hint: wrap it in sum(...) or mean(...), e.g. sum(x*2)"),
     (["sum(x*y)", "--x", "[1,2]", "--y", "[1,2,3]"], "shape mismatch at 'x*y': mul of shapes (2,) and (3,)"),
-    (["x", "--x", "1", "--dtype", "float16"], "error: unknown dtype 'float16'"),
+    (["x", "--x", "1", "--dtype", "int32"], "error: unknown dtype 'int32'"),
     (["x", "--x", "1", "--device", "cuda"], "error: device 'cuda' is not available on this machine"),
     (["x", "--x", "1", "--wrt", "z"], "error: --wrt names 'z', which the program does not use"),
     (["x*yy", "--x", "1", "--yy", "2", "--wrt", "y"], "hint: did you mean 'yy'?"),

@@ -102,7 +102,7 @@ def test_examples_run(command, example, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("command, option, values", [
-    *[([c], "--dtype", ("float32", "float64")) for c in ("eval", "graph", "batch", "whatif", "compare")],
+    *[([c], "--dtype", ("float32", "float64", "float16", "bfloat16")) for c in ("eval", "graph", "batch", "whatif", "compare")],
     *[([c], "--device", ("cpu", "cuda", "mps")) for c in ("eval", "graph", "batch", "whatif", "compare")],
     (["graph"], "--format", ("tree", "dot", "mermaid", "svg", "png")),
     (["eval"], "--graph", ("tree", "dot", "mermaid")),
@@ -130,7 +130,7 @@ def test_listed_values_are_the_accepted_ones():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["eval", "x", "--x", "1", "--dtype", "float16"], "unknown dtype 'float16'"),
+    (["eval", "x", "--x", "1", "--dtype", "int32"], "unknown dtype 'int32'"),
     (["eval", "x", "--x", "1", "--device", "tpu"], "unknown device 'tpu'"),
     (["eval", "x", "--x", "1", "--graph", "svg"], "eval --graph takes tree, dot or mermaid, not 'svg'"),
     (["graph", "x", "--x", "1", "--format", "gif"], "unknown --format 'gif'"),

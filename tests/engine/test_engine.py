@@ -157,8 +157,10 @@ def test_blog_statuses():
 def test_dtype():
     assert explain("x*1", x=1).output.value.dtype == torch.float32
     assert explain("x*1", x=1, dtype="float64").output.value.dtype == torch.float64
-    with pytest.raises(EvalError, match="unknown dtype 'float16'"):
-        explain("x", x=1, dtype="float16")
+    assert explain("x*1", x=1, dtype="float16").output.value.dtype == torch.float16
+    assert explain("x*1", x=1, dtype="bfloat16").output.value.dtype == torch.bfloat16
+    with pytest.raises(EvalError, match="unknown dtype 'int32'"):
+        explain("x", x=1, dtype="int32")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

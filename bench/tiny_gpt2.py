@@ -1,0 +1,23 @@
+"""A tiny GPT-2 (transformers, built from a config: nothing is downloaded) and one training step.
+
+    python bench/tiny_gpt2.py                        # plainly: build, forward, loss.backward()
+    gradflow inspect bench/tiny_gpt2.py:main         # the same under gradflow
+bench/inspect_speed.py runs both in fresh processes and prints the ratio.
+"""
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def main():
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    model = GPT2LMHeadModel(config)
+    ids = torch.randint(0, 100, (4, 32))
+    return model(input_ids=ids, labels=ids).loss, model
+
+
+if __name__ == "__main__":
+    loss, model = main()
+    loss.backward()
+    print(f"loss {loss.item():.6f}; {sum(p.grad is not None for p in model.parameters())} parameters got a gradient")
