@@ -13,7 +13,7 @@ import torch
 
 from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
-from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
+from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, describe_cuts, frozen_reason, why_none
 from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, to_jsonable
 
@@ -65,7 +65,7 @@ class ParamReport:
     def why(self) -> str | None:
         """The reason, or for a parameter that gets gradient on some paths only, where the others are cut."""
         if self.status in ("live", "zero") and self.cuts:
-            also = "partly cut: " + "; ".join(c.describe() for c in self.cuts)
+            also = "partly cut: " + describe_cuts(self.cuts)
             return f"{self.reason}; {also}" if self.reason else also
         return self.reason
 
@@ -228,7 +228,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     return p
 
 
-def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False) -> InspectReport:
+def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True) -> InspectReport:
     check_loss(loss)
     if trace.known(loss) is None:
         raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
@@ -240,6 +240,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False)
     leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     got = gradients(trace, loss, tensors, hidden, retain_graph)
+    hidden = hidden_serials(trace, leaf_serials)  # what a reentrant checkpoint's recomputation showed is not
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()

@@ -44,13 +44,21 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     wanted = [t for t in tensors if t.requires_grad]
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))
+    if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
+        leaves = _leaves(trace, tensors)
+        if not _would_hook(leaves):
+            with trace.replaying():
+                plain = _plain(loss, leaves, tensors, retain_graph)
+            if plain is not None:
+                return Gradients(plain, plain, checked=True)
     leaves = _leaves(trace, tensors) if hidden else []
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
-        with _grads_put_back(leaves):  # a reentrant backward accumulates into .grad even under autograd.grad
+        with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
             grads = _grad(loss, tensors, wanted, retain_graph or bool(hidden) or may_refuse)
     except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
-        plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
+        with trace.listening():
+            plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
         if plain is None:
             raise GradflowError("untraceable", "torch.autograd.grad cannot run through the reentrant checkpoint "
                                 "in this model, and a plain backward would run a post-accumulate-grad hook",
@@ -58,10 +66,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
         return Gradients(plain, plain, checked=True)
     if not hidden:
         return Gradients(grads)
-    flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in the plain backward
-    plain = _plain(loss, leaves, tensors, retain_graph)
-    for u, f in zip(trace.state.uses, flows):
-        u.flow = f
+    plain = _plain(loss, leaves, tensors, retain_graph)  # the hooks do not listen: the flows stay autograd.grad's
     return Gradients(grads, plain, checked=plain is not None)
 
 
@@ -110,14 +115,32 @@ class _grads_put_back:
         return False
 
 
+def _backward(loss, retain_graph: bool):
+    """loss.backward(), straight into autograd's engine where torch has it: torch.autograd.backward is a function
+    torch runs with the trace's mode switched off, and the engine must run the checkpoints' recomputation with
+    it on (trace.replaying)."""
+    try:
+        from torch.autograd.graph import _engine_run_backward
+    except ImportError:  # another torch: the recomputation goes unseen, its parameters stay "untraced"
+        torch.autograd.backward(loss, retain_graph=retain_graph)
+        return
+    _engine_run_backward((loss,), (torch.ones_like(loss),), retain_graph, False, (), allow_unreachable=True,
+                         accumulate_grad=True)
+
+
+def _would_hook(leaves: list) -> bool:
+    """A plain backward would run a post-accumulate-grad hook (an optimizer step in backward, say)."""
+    return any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves)
+
+
 def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None:
     """The .grad a plain loss.backward() leaves on each tensor, every .grad put back as it was; None when that
     cannot be done harmlessly (a post-accumulate-grad hook, an optimizer step in backward, would run)."""
-    if any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves):
+    if _would_hook(leaves):
         return None
     with _grads_put_back(leaves):
         try:
-            torch.autograd.backward(loss, retain_graph=retain_graph)
+            _backward(loss, retain_graph)
         except Exception as err:
             if raised_by_gradflow(err):
                 raise
