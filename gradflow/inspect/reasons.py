@@ -30,10 +30,16 @@ CUT_TEXT = {
 GRAD_OFF = "gradients off"  # a no_grad cut whose context the trace did not see switch (entered before it began)
 
 
+# A value leaves torch as a Python number, list or numpy array: its gradient stops there (a cut when it required
+# grad); the object is followed by identity into the ops it is given to (torch.tensor(...), x * number).
+ESCAPES = {"item": ".item()", "tolist": ".tolist()", "__float__": "float()", "__int__": "int()",
+           "__complex__": "complex()", "numpy": ".numpy()"}
+REWRAP = {"tensor": "torch.tensor(...)", "as_tensor": "torch.as_tensor(...)", "asarray": "torch.asarray(...)",
+          "new_tensor": ".new_tensor(...)"}
+
+
 def spelled(kind: str, op: str) -> str:
     """The op as the user wrote it: `detach()`, `.item()`, `float()`, `torch.tensor(...)`; else torch's name."""
-    from gradflow.inspect.tracer import ESCAPES, REWRAP
-
     return f"{op}()" if kind == "detach" else ESCAPES.get(op, op) if kind == "item" else \
         REWRAP.get(op, op) if kind == "rewrap" else op
 

@@ -23,18 +23,13 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradflow.inspect.reasons import ESCAPES, REWRAP
 from gradflow.inspect.source import custom_function, grad_switch, lines
 from gradflow.language.ops import OPS
 
 _DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
-# A value leaves torch as a Python number, list or numpy array: its gradient stops there (a cut when it required
-# grad); the object is followed by identity into the ops it is given to (torch.tensor(...), x * number).
-ESCAPES = {"item": ".item()", "tolist": ".tolist()", "__float__": "float()", "__int__": "int()",
-           "__complex__": "complex()", "numpy": ".numpy()"}
-REWRAP = {"tensor": "torch.tensor(...)", "as_tensor": "torch.as_tensor(...)", "asarray": "torch.asarray(...)",
-          "new_tensor": ".new_tensor(...)"}
 # Ops that read only the dtype / device / shape of their first tensor, never its values: no use, no data flow.
 METADATA_ONLY = {"new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "new",
                  "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
@@ -311,8 +306,8 @@ class Trace:
             elif rec.cut == "no_grad":
                 rec.how = self._grad_off()
         leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
-        if rec.cut or leaves or inference or rec.module is None or came_in:
-            rec.line, rec.library_line = lines()
+        if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:
             st.outside += [(rec.index, self.serial(a)) for a in came_in]
         self._append(rec)
