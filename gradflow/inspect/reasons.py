@@ -17,15 +17,17 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 
 
 # User-made cuts: as the op table names them, a value turned into a Python number (`item`: .item(), float(t),
-# .tolist(), ...) and a tensor copied into a new one (`rewrap`: torch.tensor(t)); "nondiff" ops are not shown.
-SHOWN_CUTS = (*CUT_OPS, "item", "rewrap")
+# .tolist(), ...), a tensor copied into a new one (`rewrap`: torch.tensor(t)) and an op in a reentrant checkpoint
+# that autograd does not record (`checkpoint`: none of its inputs requires grad); "nondiff" ops are not shown.
+SHOWN_CUTS = (*CUT_OPS, "item", "rewrap", "checkpoint")
 CUT_TEXT = {
     "detach": "cut by `{op}`",
     "no_grad": "cut: `{op}` ran under {how}",
     "inference_mode": "cut: `{op}` ran under torch.inference_mode()",
     "nondiff": "cut: `{op}` has no gradient (integer/boolean output)",
-    "item": "cut: `{op}` made it a Python number (its value goes on, its gradient cannot)",
+    "item": "cut: `{op}` turned it into a Python number",
     "rewrap": "cut: `{op}` copied it into a new tensor without gradient",
+    "checkpoint": "cut: `{op}` ran in a reentrant checkpoint whose inputs do not require grad",
 }
 GRAD_OFF = "gradients off"  # a no_grad cut whose context the trace did not see switch (entered before it began)
 

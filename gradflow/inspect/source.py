@@ -70,6 +70,7 @@ class GradSwitch:
     how: str  # torch.no_grad() | torch.set_grad_enabled(False) | @torch.no_grad() | ...
     checkpoint: int | None = None
     recompute: bool = False
+    inputs_require_grad: bool = True  # a checkpoint's forward: does any tensor it was given require grad?
 
 
 _GRAD_CONTEXTS = {"no_grad": "torch.no_grad()", "enable_grad": "torch.enable_grad()"}
@@ -95,11 +96,13 @@ def grad_switch(value: bool) -> GradSwitch:
     cls = names[-1][0] if names else None
     how = _GRAD_CONTEXTS.get(cls or "", f"torch.set_grad_enabled({value})" if cls == "set_grad_enabled" else
                              f"torch._C._set_grad_enabled({value})")
-    checkpoint, recompute = None, False
+    checkpoint, recompute, inputs = None, False, True
     if frame is not None and frame.f_code.co_filename.endswith(_CHECKPOINT_PY) \
             and frame.f_code.co_name in ("forward", "backward") and "ctx" in frame.f_locals:
-        checkpoint, recompute = id(frame.f_locals["ctx"]), frame.f_code.co_name == "backward"
-    return GradSwitch(action, "@" + how if decorated else how, checkpoint, recompute)
+        local = frame.f_locals
+        checkpoint, recompute = id(local["ctx"]), frame.f_code.co_name == "backward"
+        inputs = any(getattr(a, "requires_grad", False) is True for a in local.get("args", ()))
+    return GradSwitch(action, "@" + how if decorated else how, checkpoint, recompute, inputs)
 
 
 def custom_function() -> tuple[str, tuple] | None:

@@ -140,6 +140,7 @@ class _Region:
     checkpoint: int | None = None
     recompute: bool = False
     count: int = 0  # ops recorded in it (a recomputation)
+    dead: tuple[str, str | None] | None = None  # a checkpoint autograd will not record: (cut kind, how)
 
 
 @dataclass
@@ -215,6 +216,8 @@ class Trace:
         self._failed_with: BaseException | None = None
         self._regions: list[_Region] = []  # gradient on/off contexts entered and not left, innermost last
         self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
+        self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
+        self._grad_base = True  # gradients on when the trace began
         self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
         self._objs: dict[int, tuple[Any, int]] = {}  # id(Python value) -> (it or a weak ref, serial)
         self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
@@ -227,6 +230,7 @@ class Trace:
 
         self._hooks = [m.register_module_forward_pre_hook(self._enter_module),
                        m.register_module_forward_hook(self._leave_module, always_call=True)]
+        self._grad_base = torch.is_grad_enabled()
         self._mode.__enter__()
         return self
 
@@ -298,12 +302,15 @@ class Trace:
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
         if any(in_rg) and not any(o.requires_grad for o in outs):
             rec.cut = self._cut_kind(name, grad_on, inference)
-            function = custom_function() if rec.cut == "no_grad" else None
+            dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
+            if dead:
+                rec.cut, rec.how = self._dead  # type: ignore[misc]
+            function = custom_function() if rec.cut == "no_grad" and not dead else None
             if function is not None:
                 rec.cut, rec.inside = None, function[0]  # the Function's own backward carries the gradient
                 st.functions.add(function[0])
                 given = {id(a) for a in tensors_in(function[1], [])}
-            elif rec.cut == "no_grad":
+            elif rec.cut == "no_grad" and not dead:
                 rec.how = self._grad_off()
         leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
         if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
@@ -346,13 +353,25 @@ class Trace:
             if region.recompute and self._replay is not None and region.checkpoint is not None:
                 self._replay.counts[region.checkpoint] = region.count
         elif switch.action == "enter":
-            regions.append(_Region(value, switch.how, switch.checkpoint, switch.recompute))
+            region = _Region(value, switch.how, switch.checkpoint, switch.recompute)
             if switch.checkpoint is not None and not switch.recompute and self._replay is None:
-                self.state.functions.add("CheckpointFunction")
-                self.checkpoint_ops.setdefault(switch.checkpoint, [])
+                region.dead = self._unrecorded(switch.inputs_require_grad)
+                if region.dead is None:
+                    self.state.functions.add("CheckpointFunction")
+                    self.checkpoint_ops.setdefault(switch.checkpoint, [])
+            regions.append(region)
         inner = next((r for r in reversed(regions) if r.checkpoint is not None), None)
-        self._checkpoint = inner.checkpoint if inner is not None and not inner.recompute \
-            and self._replay is None else None
+        forward = inner is not None and not inner.recompute and self._replay is None
+        self._checkpoint = inner.checkpoint if forward and inner.dead is None else None  # type: ignore[union-attr]
+        self._dead = inner.dead if forward else None  # type: ignore[union-attr]
+
+    def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
+        """A reentrant checkpoint starting: autograd records it only if gradients were on where it was called and
+        one of its inputs requires grad; else the parameters used inside get nothing -- (cut kind, how)."""
+        outer = self._regions[-1] if self._regions else None
+        if not (outer.value if outer is not None else self._grad_base):
+            return "no_grad", outer.how if outer is not None else None
+        return None if inputs_require_grad else ("checkpoint", None)
 
     def _grad_off(self) -> str | None:
         """How the innermost context switched gradients off, when the trace saw it do so."""

@@ -117,6 +117,34 @@ def test_reentrant_checkpoint_with_an_input_that_requires_grad():
     assert x.grad is None and lin.weight.grad is None
 
 
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+@pytest.mark.parametrize("where,kind,how", [("frozen_input", "checkpoint", None),
+                                            ("no_grad", "no_grad", "torch.no_grad()")])
+def test_a_reentrant_checkpoint_autograd_does_not_record_is_a_cut(where, kind, how):
+    """A reentrant checkpoint given no input that requires grad (or run under no_grad) is not recorded at all:
+    the parameters inside get no gradient, a well-known trap when the layers below are frozen."""
+    torch.manual_seed(0)
+    inner, last = nn.Linear(3, 3), nn.Linear(3, 1)
+
+    def forward():
+        if where == "no_grad":
+            with torch.no_grad():
+                h = cp.checkpoint(inner, X, use_reentrant=True)  # <ckpt_no_grad>
+        else:
+            h = cp.checkpoint(inner, X, use_reentrant=True)  # <ckpt_frozen_input>
+        return last(h).sum()
+
+    with gradflow.trace() as t:
+        loss = forward()
+    report = t.explain(loss, params={"inner.weight": inner.weight, "last.weight": last.weight})
+    forward().backward()
+    assert inner.weight.grad is None and last.weight.grad is not None  # plain torch
+    p = report.param("inner.weight")
+    line = line_of("ckpt_no_grad" if where == "no_grad" else "ckpt_frozen_input")
+    assert p.status == "cut" and [(c.kind, c.how, c.line) for c in p.cuts] == [(kind, how, line)]
+    assert report.param("last.weight").status == "live" and report.error is None
+
+
 # ---- 2. initialisation is not a use ---------------------------------------------------------------------------
 class Initialised(nn.Module):
     def __init__(self):
