@@ -6,9 +6,14 @@ Built from a tiny config (transformers, nothing downloaded), with reentrant grad
 The first block is meant to stay fixed, but `torch.set_grad_enabled(False)` around it also cuts everything
 before it; a gate scales the loss through `.item()`, so the gate never trains.
 """
+import warnings
+
 import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
+
+# torch does warn about the second mistake, once, among the rest of a training log (silenced for the docs)
+warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
 
 
 def build():

@@ -53,10 +53,9 @@ def lines(start: int = 1) -> tuple[str | None, str | None]:
     while frame is not None:
         name = frame.f_code.co_filename
         if user_code(name):
-            here = f"{short_path(name)}:{frame.f_lineno}"
             if not name.startswith(_library_dirs()):
-                return here, library
-            library = library or here
+                return f"{short_path(name)}:{frame.f_lineno}", library
+            library = library or f"{library_path(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return library, None
 
@@ -137,6 +136,15 @@ def _library_dirs() -> tuple[str, ...]:
 
     paths = sysconfig.get_paths()
     return (SKIP_DIRS[0], *(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+@functools.lru_cache(maxsize=512)
+def library_path(path: str) -> str:
+    """An installed package's file as its import path shows it: `transformers/pytorch_utils.py`."""
+    for root in sorted(_library_dirs()[1:], key=len, reverse=True):
+        if path.startswith(root):
+            return path[len(root):]
+    return short_path(path)
 
 
 def their_code(filename: str) -> bool:
