@@ -15,6 +15,7 @@ user's code are unchanged: every call runs as it would without the trace.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ class _Region:
     recompute: bool = False
     count: int = 0  # ops recorded in it (a recomputation)
     dead: tuple[str, str | None] | None = None  # a checkpoint autograd will not record: (cut kind, how)
+    nested: bool = False  # a checkpoint inside another's forward: recomputed only as part of that one's
 
 
 @dataclass
@@ -223,6 +225,7 @@ class Trace:
         self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: _Replay | None = None
+        self._recording = False  # inside the `with` block
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -232,9 +235,11 @@ class Trace:
                        m.register_module_forward_hook(self._leave_module, always_call=True)]
         self._grad_base = torch.is_grad_enabled()
         self._mode.__enter__()
+        self._recording = True
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
         for h in self._hooks:
             h.remove()
@@ -355,14 +360,16 @@ class Trace:
         elif switch.action == "enter":
             region = _Region(value, switch.how, switch.checkpoint, switch.recompute)
             if switch.checkpoint is not None and not switch.recompute and self._replay is None:
-                region.dead = self._unrecorded(switch.inputs_require_grad)
-                if region.dead is None:
+                region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in regions)
+                region.dead = None if region.nested else self._unrecorded(switch.inputs_require_grad)
+                if region.dead is None and not region.nested:
                     self.state.functions.add("CheckpointFunction")
                     self.checkpoint_ops.setdefault(switch.checkpoint, [])
             regions.append(region)
         inner = next((r for r in reversed(regions) if r.checkpoint is not None), None)
         forward = inner is not None and not inner.recompute and self._replay is None
-        self._checkpoint = inner.checkpoint if forward and inner.dead is None else None  # type: ignore[union-attr]
+        live = forward and inner.dead is None and not inner.nested  # type: ignore[union-attr]
+        self._checkpoint = inner.checkpoint if live else None  # type: ignore[union-attr]
         self._dead = inner.dead if forward else None  # type: ignore[union-attr]
 
     def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
@@ -397,7 +404,7 @@ class Trace:
         saved, self._regions = self._regions, []
         self._replay = _Replay(by_op)
         try:
-            with self._mode, self.listening():
+            with self.listening(), contextlib.nullcontext() if self._recording else self._mode:
                 yield
         finally:
             replay, self._replay, self._regions = self._replay, None, saved
