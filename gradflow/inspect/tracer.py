@@ -36,6 +36,7 @@ METADATA_ONLY = {"new_tensor", "new_empty", "new_zeros", "new_ones", "new_full",
                  "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
 _FOLLOWED_OBJECTS = 10_000  # Python values followed per trace
 _SCAN_BUDGET = 1_000  # arguments looked at per op for a followed Python value
+_FOLLOWED_LIST = 4_096  # elements: a longer list from .tolist() is not followed
 
 
 def tensors_in(obj, out: list) -> list:
@@ -480,6 +481,8 @@ class Trace:
         if len(self._objs) >= _FOLLOWED_OBJECTS or obj is None or isinstance(obj, bool):
             return
         if isinstance(obj, int) and -5 <= obj <= 256:  # small ints are shared objects: not this value's own
+            return
+        if isinstance(obj, list) and len(obj) > _FOLLOWED_LIST:  # kept alive while followed: not a huge one
             return
         if isinstance(obj, (int, float, complex, list)):
             self._objs[id(obj)] = (obj, serial)
