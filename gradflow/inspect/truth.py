@@ -51,7 +51,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
                 plain = _plain(loss, leaves, tensors, retain_graph)
             if plain is not None:
                 return Gradients(plain, plain, checked=True)
-    leaves = _leaves(trace, tensors) if hidden else []
+    leaves = _leaves(trace, tensors) if hidden else _retaining(trace)  # autograd.grad fills retain_grad()'s
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
         with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
@@ -95,6 +95,11 @@ def _leaves(trace, tensors: list) -> list:
     found = {id(t): t for t in [*tensors, *trace.seen()] if isinstance(t, torch.Tensor)
              and ((t.is_leaf and t.requires_grad) or t.retains_grad)}
     return list(found.values())
+
+
+def _retaining(trace) -> list:
+    """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
+    return [t for t in trace.seen() if not t.is_leaf and t.retains_grad]
 
 
 class _grads_put_back:

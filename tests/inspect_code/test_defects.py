@@ -333,3 +333,21 @@ def test_explaining_twice_gives_the_same_report():
     with gradflow.trace() as t:
         loss = model(X)
     assert summary(t.explain(loss, params=model)) == summary(t.explain(loss, params=model))
+
+
+@pytest.mark.parametrize("how", ["plain", "reentrant"])
+def test_explaining_leaves_retained_grads_alone(how):
+    model = Stack(how)
+    with gradflow.trace() as t:
+        h = model.first(X)
+        h.retain_grad()
+        loss = model.last(cp.checkpoint(model.block, h, use_reentrant=True) if how == "reentrant"
+                          else model.block(h)).sum()
+    t.explain(loss, params=model)
+    assert h.grad is None and all(p.grad is None for p in model.parameters())
+    loss.backward()
+    truth = Stack(how)
+    h2 = truth.first(X)
+    h2.retain_grad()
+    truth.last(truth.block(h2)).sum().backward()
+    torch.testing.assert_close(h.grad, h2.grad)
