@@ -244,6 +244,7 @@ def _loss_of_scale_bias(how, delta):
     return float(model(X))
 
 
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad", "ignore:To copy construct")
 @pytest.mark.parametrize("how", list(KINDS))
 def test_a_value_that_leaves_torch_is_a_cut_on_the_users_line(how, capsys):
     _, _, report = explain(lambda: Scaled(how), lambda m: m(X))
