@@ -136,8 +136,7 @@ def test_gpt2_loss_weighted_by_a_python_number_is_a_cut_on_the_users_line():
     report = t.explain(loss, params={"gate.weight": gate.weight, "wpe": model.transformer.wpe.weight})
     p = report.param("gate.weight")
     assert p.status == "cut" and [(c.kind, c.op, c.line) for c in p.cuts] == [("item", "item", line_of("gate_item"))]
-    assert p.reason == (f"cut: `.item()` made it a Python number (its value goes on, its gradient cannot) at "
-                        f"{line_of('gate_item')}")
+    assert p.reason == f"cut: `.item()` turned it into a Python number at {line_of('gate_item')}"
     wpe = report.param("wpe")  # reaches the loss directly, and through the number: partly cut there
     assert wpe.status == "live" and wpe.cuts and wpe.cuts[0].line == line_of("gate_item")
     gate.weight.grad = None
