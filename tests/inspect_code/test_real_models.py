@@ -88,6 +88,47 @@ def test_gpt2_gradient_checkpointing_gives_the_report_of_no_checkpointing(gpt2_p
     assert len(tied.routes) == 2 and sum(r.share for r in tied.routes) == pytest.approx(1.0, abs=1e-4)
 
 
+def _llama():
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=64, max_position_embeddings=32,
+                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _bert():
+    config = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                     vocab_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    return transformers.BertForMaskedLM(config)
+
+
+def _t5():
+    config = transformers.T5Config(num_layers=1, num_decoder_layers=1, d_model=32, d_ff=64, num_heads=2, d_kv=16,
+                                   vocab_size=64, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
+                                   eos_token_id=1)
+    return transformers.T5ForConditionalGeneration(config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [_llama, _bert, _t5], ids=["llama", "bert", "t5"])
+def test_checkpointing_changes_nothing_on_llama_bert_t5(build):
+    def report(reentrant):
+        torch.manual_seed(0)
+        model = build().train()
+        if reentrant is not None:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        return traced(model, lm_loss)[1]
+
+    base = report(None)
+    torch.manual_seed(0)
+    truth = plain_grads(build().train(), lm_loss)
+    assert {p.name: p.grad is None for p in base.params} == {n: g is None for n, g in truth.items()}
+    for reentrant in (True, False):
+        got = report(reentrant)
+        assert got.error is None
+        assert_same_report(got, base)
+
+
 # ---- 2. initialisation is not a use ---------------------------------------------------------------------------
 def _embeds_loss(model):
     return model(inputs_embeds=torch.ones(1, 5, 32) * 0.1).last_hidden_state.pow(2).mean()
