@@ -12,6 +12,11 @@ are computed only for cuts, parameter uses, flag changes and top-level ops. Each
 use of a leaf that requires grad gets a hook on the autograd node that consumes
 it, so the gradient along every use is measured, not inferred. Results of the
 user's code are unchanged: every call runs as it would without the trace.
+
+Also recorded: how gradients were switched off (torch.no_grad(), torch.set_grad_enabled(False), a decorator),
+values that leave torch (`.item()`, `float(t)`, `.tolist()`, `.numpy()`: followed by identity into the ops
+they are given to), and the ops inside each reentrant checkpoint, whose forward runs with grad off: `explain`
+maps its recomputation in backward onto them (`replaying`).
 """
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
 """The gradients behind the report, and torch's own answer when the trace cannot see part of the computation.
 
-`explain` asks `torch.autograd.grad` for the parameters' gradients (`.grad` is left alone). One case is blind
-to both the trace and autograd.grad: a custom autograd.Function that uses a parameter it was not given (a
-reentrant `torch.utils.checkpoint` uses the whole checkpointed module that way). The forward ran with grad off,
-so the graph has no edge to that parameter; in a plain `loss.backward()` the Function's backward builds one
-and accumulates into `.grad` itself. autograd.grad then says None where training gets a gradient, and for a
-reentrant checkpoint it refuses to run at all when a leaf it needs lies behind it.
+`explain` asks `torch.autograd.grad` for the parameters' gradients (`.grad` is left alone, the graph kept). A
+reentrant `torch.utils.checkpoint` runs its forward with grad off and refuses autograd.grad; there the report
+comes from a plain `loss.backward()` with every `.grad` put back, run with the trace recording the checkpoint's
+recomputation (trace.replaying), which shows how each parameter inside gets its gradient.
 
-So when the trace saw such a use, the truth is checked: a plain `loss.backward()` runs with every `.grad` the
-trace can reach saved and put back. A parameter on which the two disagree is reported "untraced".
+One case stays blind to both the trace and autograd.grad: a custom autograd.Function that uses a parameter it
+was not given. The forward ran with grad off, so the graph has no edge to that parameter; in a plain
+`loss.backward()` the Function's backward builds one and accumulates into `.grad` itself. autograd.grad then
+says None where training gets a gradient. So when the trace saw such a use, the truth is checked: a plain
+`loss.backward()` runs with every `.grad` the trace can reach saved and put back. A parameter on which the two
+disagree is reported "untraced".
 """
 from __future__ import annotations
 
