@@ -33,6 +33,8 @@ OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show onl
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
 DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
                                        help="Fold parameters by module path up to this depth.")]
+LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
+                                                                       "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
     "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
 HELP_END = help_end([
@@ -112,6 +114,7 @@ class Opts:
     depth: int = 2
     graph: str | None = None
     output: Path | None = None
+    library_lines: bool = False
 
 
 def _emit(report, o: Opts):
@@ -153,9 +156,9 @@ def _emit_to_stdout(report, o: Opts):
 
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
-                debug: DebugOpt = False):
+                debug: DebugOpt = False, library_lines: LibraryLinesOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
-    o = Opts(json_, only_problems, expand, depth, graph, output)
+    o = Opts(json_, only_problems, expand, depth, graph, output, library_lines)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -200,6 +203,8 @@ def _inspect(target: str, o: Opts) -> int:
         t, loss, params = user.run(f"{name}()", run_function, func, name)
         report = user.run("backward", t.explain, loss, params=params, all_errors=False)
         del loss, params  # the report holds the only reference to the loss left here
+    if o.library_lines:
+        report.show_library_lines()
     threads = user.leftover_threads()
     if threads:
         report.warnings.append(_threads_warning(threads))

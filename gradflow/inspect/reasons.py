@@ -55,8 +55,10 @@ class Cut:
     library_line: str | None = None  # where in library code the op ran (transformers, ...), if it did
     how: str | None = None  # no_grad: what switched gradients off (torch.no_grad(), torch.set_grad_enabled(False))
 
-    def describe(self, more: int = 0) -> str:
+    def describe(self, more: int = 0, library: bool = False) -> str:
         where = f" at {self.line}" if self.line else ""
+        if library and self.library_line:
+            where += f" (library: {self.library_line})"
         inside = f" (in {self.module})" if self.module else ""
         op = spelled(self.kind, self.op) + (f"` (+{more} more op{'s' * (more != 1)})" if more else "`")
         text = CUT_TEXT[self.kind].replace("`{op}`", "`{op}").format(op=op, how=self.how or GRAD_OFF)
@@ -67,12 +69,13 @@ class Cut:
                 "library_line": self.library_line, "how": self.how}
 
 
-def describe_cuts(cuts: list[Cut]) -> str:
-    """One clause per (kind, context, line): many ops of a library cut at one line of the user's are one reason."""
+def describe_cuts(cuts: list[Cut], library: bool = False) -> str:
+    """One clause per (kind, context, line): many ops of a library cut at one line of the user's are one reason
+    (with `library`, the library line of the first)."""
     groups: dict[tuple, list[Cut]] = {}
     for c in cuts:
         groups.setdefault((c.kind, c.how, c.line), []).append(c)
-    return "; ".join(g[0].describe(more=len(g) - 1) for g in groups.values())
+    return "; ".join(g[0].describe(len(g) - 1, library) for g in groups.values())
 
 
 class FlowGraph:

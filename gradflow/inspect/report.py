@@ -56,6 +56,7 @@ class ParamReport:
     routes: list[Route] = field(default_factory=list)
     cuts: list[Cut] = field(default_factory=list)
     serial: int | None = None  # the trace's id for this tensor (not in JSON)
+    library_lines: bool = False  # the reason also names the library line of each cut (not in JSON)
 
     @property
     def problem(self) -> bool:
@@ -65,8 +66,10 @@ class ParamReport:
     def why(self) -> str | None:
         """The reason, or for a parameter that gets gradient on some paths only, where the others are cut."""
         if self.status in ("live", "zero") and self.cuts:
-            also = "partly cut: " + describe_cuts(self.cuts)
+            also = "partly cut: " + describe_cuts(self.cuts, self.library_lines)
             return f"{self.reason}; {also}" if self.reason else also
+        if self.status == "cut" and self.library_lines and self.cuts:
+            return describe_cuts(self.cuts, True)
         return self.reason
 
     def to_dict(self) -> dict:
@@ -85,6 +88,11 @@ class InspectReport:
     module_names: dict[int, str] = field(default_factory=dict)
     use_ops: set[int] = field(default_factory=set)  # indices of ops that used a parameter
     warnings: list[str] = field(default_factory=list)
+
+    def show_library_lines(self) -> None:
+        """Reasons also name where in library code (transformers, ...) each cut op ran (`--library-lines`)."""
+        for p in self.params:
+            p.library_lines = True
 
     def param(self, name: str) -> ParamReport:
         for p in self.params:

@@ -231,6 +231,19 @@ def test_no_grad_around_a_library_block_names_the_users_line(switch):
     assert all("transformers" in c["library_line"] for c in cuts)  # modeling_gpt2.py, pytorch_utils.py
 
 
+def test_cli_library_lines_on_request(cli):
+    """examples/finetune.py: the reasons name the user's line; --library-lines adds transformers' own."""
+    plain = cli("inspect", "examples/finetune.py:main", "--only-problems", "--json")
+    asked = cli("inspect", "examples/finetune.py:main", "--only-problems", "--json", "--library-lines")
+    assert plain.exit_code == asked.exit_code == 0
+    reason = {p["name"]: p["reason"] for p in json.loads(plain.stdout)["params"]}
+    with_lines = {p["name"]: p["reason"] for p in json.loads(asked.stdout)["params"]}
+    wpe = "transformer.wpe.weight"
+    assert "examples/finetune.py:32" in reason[wpe] and "transformers" not in reason[wpe]
+    assert with_lines[wpe] == reason[wpe].replace(
+        "examples/finetune.py:32", "examples/finetune.py:32 (library: transformers/models/gpt2/modeling_gpt2.py:273)")
+
+
 # ---- 5. explaining leaves the training step alone -------------------------------------------------------------
 def _train_step(model, explain: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
