@@ -1,6 +1,6 @@
 """Code `gradflow inspect` has to contain: each function goes wrong in its own way (docs/inspect.md, docs/limits.md).
 
-    gradflow inspect examples/misbehaving.py:checkpointed
+    gradflow inspect examples/misbehaving.py:closure
 """
 import sys
 
@@ -21,7 +21,7 @@ class Net(nn.Module):
 
 
 def checkpointed():
-    """A reentrant checkpoint: gradflow cannot trace inside it yet (plain backward does reach `block`)."""
+    """A reentrant checkpoint: its forward runs with gradients off; gradflow records its recomputation."""
     torch.manual_seed(0)
     model = Net()
     return model(torch.randn(5, 4)).pow(2).mean(), model
@@ -40,3 +40,29 @@ def exits():
     """sys.exit() where the loss should be returned."""
     print("training done")
     sys.exit(0)
+
+
+class Closure(torch.autograd.Function):
+    """Uses `block` from the module (not one of its inputs) and backpropagates into it on its own."""
+
+    @staticmethod
+    def forward(ctx, h, block):
+        ctx.save_for_backward(h)
+        ctx.block = block
+        return torch.relu(block(h))
+
+    @staticmethod
+    def backward(ctx, g):
+        (h,) = ctx.saved_tensors
+        h = h.detach().requires_grad_()
+        with torch.enable_grad():
+            torch.autograd.backward(torch.relu(ctx.block(h)), g)
+        return h.grad, None
+
+
+def closure():
+    """A custom autograd.Function that uses a layer it was not given: gradflow cannot see how it gets gradient."""
+    torch.manual_seed(0)
+    model = Net()
+    h = Closure.apply(model.embed(torch.randn(5, 4)), model.block)
+    return model.head(h).pow(2).mean(), model

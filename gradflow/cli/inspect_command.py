@@ -37,6 +37,8 @@ OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show onl
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
 DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
                                        help="Fold parameters by module path up to this depth.")]
+LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
+                                                                       "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
     "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
 FailOnOpt = Annotated[list[str] | None, typer.Option(
@@ -137,6 +139,7 @@ class Opts:
     kwargs: dict = field(default_factory=dict)  # ... and parsed
     health: bool = False
     plot: Path | None = None
+    library_lines: bool = False
 
 
 def _emit(report, o: Opts):
@@ -188,10 +191,10 @@ def _emit_to_stdout(report, o: Opts):
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
                 fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
-                health: HealthOpt = False, plot: HealthPlotOpt = None):
+                health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth, graph, output, tuple(fail_on or ()), tuple(allow or ()),
-             tuple(arg or ()), health=health, plot=plot)
+             tuple(arg or ()), health=health, plot=plot, library_lines=library_lines)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -248,6 +251,8 @@ def _inspect(target: str, o: Opts) -> int:
         t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs)
         report = user.run("backward", t.explain, loss, params=params, optimizer=optimizer, all_errors=False)
         del loss, params, optimizer  # the report holds the only reference to the loss left here
+    if o.library_lines:
+        report.show_library_lines()
     threads = user.leftover_threads()
     if threads:
         report.warnings.append(_threads_warning(threads))

@@ -25,6 +25,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
  'graph': ('eval', 'inspect'),
  'health': ('inspect',),
  'json': ('compare', 'eval', 'inspect', 'ops', 'script', 'whatif'),
+ 'library-lines': ('inspect',),
  'limit': ('batch', 'compare', 'eval', 'script', 'whatif'),
  'modes': ('compare',),
  'only-problems': ('inspect',),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradflow.display import dot_string, mermaid_text
+from gradflow.inspect.reasons import spelled
 from gradflow.inspect.report import InspectReport
 from gradflow.inspect.table import module_of, summary
 
@@ -53,7 +54,9 @@ def _label(rec: OpRecord, key: str) -> str:
     at = f"\n{rec.line}" if rec.line else ""
     if not _shown_cut(rec):
         return rec.name + at
-    return (f"✂ {rec.name}()" if rec.cut == "detach" else f"✂ {rec.name} under {rec.cut}") + at
+    if rec.cut in ("detach", "item", "rewrap"):
+        return f"✂ {spelled(rec.cut, rec.name)}" + at
+    return f"✂ {rec.name} under {rec.cut}" + at
 
 
 def build_picture(report: InspectReport, depth: int = 2) -> Picture:

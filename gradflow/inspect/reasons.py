@@ -16,30 +16,66 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import OpRecord, Trace, Use
 
 
-SHOWN_CUTS = CUT_OPS  # user-made cuts, named as the op table names them ("nondiff" ops are not)
+# User-made cuts: as the op table names them, a value turned into a Python number (`item`: .item(), float(t),
+# .tolist(), ...), a tensor copied into a new one (`rewrap`: torch.tensor(t)) and an op in a reentrant checkpoint
+# that autograd does not record (`checkpoint`: none of its inputs requires grad); "nondiff" ops are not shown.
+SHOWN_CUTS = (*CUT_OPS, "item", "rewrap", "checkpoint")
 CUT_TEXT = {
     "detach": "cut by `{op}`",
-    "no_grad": "cut: `{op}` ran under torch.no_grad()",
+    "no_grad": "cut: `{op}` ran under {how}",
     "inference_mode": "cut: `{op}` ran under torch.inference_mode()",
     "nondiff": "cut: `{op}` has no gradient (integer/boolean output)",
+    "item": "cut: `{op}` turned it into a Python number",
+    "rewrap": "cut: `{op}` copied it into a new tensor without gradient",
+    "checkpoint": "cut: `{op}` ran in a reentrant checkpoint whose inputs do not require grad",
 }
+GRAD_OFF = "gradients off"  # a no_grad cut whose context the trace did not see switch (entered before it began)
+
+
+# A value leaves torch as a Python number, list or numpy array: its gradient stops there (a cut when it required
+# grad); the object is followed by identity into the ops it is given to (torch.tensor(...), x * number).
+ESCAPES = {"item": ".item()", "tolist": ".tolist()", "__float__": "float()", "__int__": "int()",
+           "__complex__": "complex()", "numpy": ".numpy()"}
+REWRAP = {"tensor": "torch.tensor(...)", "as_tensor": "torch.as_tensor(...)", "asarray": "torch.asarray(...)",
+          "new_tensor": ".new_tensor(...)"}
+
+
+def spelled(kind: str, op: str) -> str:
+    """The op as the user wrote it: `detach()`, `.item()`, `float()`, `torch.tensor(...)`; else torch's name."""
+    return f"{op}()" if kind == "detach" else ESCAPES.get(op, op) if kind == "item" else \
+        REWRAP.get(op, op) if kind == "rewrap" else op
 
 
 @dataclass
 class Cut:
-    kind: str  # detach | no_grad | inference_mode | nondiff
+    kind: str  # detach | no_grad | inference_mode | item | rewrap | nondiff
     op: str
-    line: str | None
+    line: str | None  # the user's own line (the call into library code, when the op ran there)
     module: str | None
+    library_line: str | None = None  # where in library code the op ran (transformers, ...), if it did
+    how: str | None = None  # no_grad: what switched gradients off (torch.no_grad(), torch.set_grad_enabled(False))
 
-    def describe(self) -> str:
+    def describe(self, more: int = 0, library: bool = False) -> str:
         where = f" at {self.line}" if self.line else ""
+        if library and self.library_line:
+            where += f" (library: {self.library_line})"
         inside = f" (in {self.module})" if self.module else ""
-        op = f"{self.op}()" if self.kind == "detach" else self.op
-        return CUT_TEXT[self.kind].format(op=op) + where + inside
+        op = spelled(self.kind, self.op) + (f"` (+{more} more op{'s' * (more != 1)})" if more else "`")
+        text = CUT_TEXT[self.kind].replace("`{op}`", "`{op}").format(op=op, how=self.how or GRAD_OFF)
+        return text + where + inside
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "op": self.op, "line": self.line, "module": self.module}
+        return {"kind": self.kind, "op": self.op, "line": self.line, "module": self.module,
+                "library_line": self.library_line, "how": self.how}
+
+
+def describe_cuts(cuts: list[Cut], library: bool = False) -> str:
+    """One clause per (kind, context, line): many ops of a library cut at one line of the user's are one reason
+    (with `library`, the library line of the first)."""
+    groups: dict[tuple, list[Cut]] = {}
+    for c in cuts:
+        groups.setdefault((c.kind, c.how, c.line), []).append(c)
+    return "; ".join(g[0].describe(len(g) - 1, library) for g in groups.values())
 
 
 class FlowGraph:
@@ -103,6 +139,21 @@ class FlowGraph:
         return [cuts[i] for i in sorted(cuts)], reached
 
 
+    def escapes(self, start: int) -> list[OpRecord]:
+        """The ops at which values computed from this tensor left torch (.item(), .tolist(), ...), through
+        uncut ops: each is where a gradient would stop if that value were used later."""
+        found: dict[int, OpRecord] = {}
+        seen, todo = {start}, [start]
+        while todo:
+            for i in self.consumers.get(todo.pop(), ()):
+                rec = self.ops[i]
+                if rec.cut == "item":
+                    found[i] = rec
+                elif not rec.cut:
+                    todo += [o for o in rec.outs if o not in seen]
+                    seen.update(rec.outs)
+        return [found[i] for i in sorted(found)]
+
     def cuts_by_leaf(self) -> dict[int, list[OpRecord]]:
         """Per leaf: the detach / no_grad / inference_mode ops reaching the loss that its values flow into."""
         out: dict[int, list[OpRecord]] = defaultdict(list)
@@ -128,28 +179,39 @@ class FlowGraph:
 
 
 def cut_of(rec: OpRecord, module_name) -> Cut:
-    return Cut(rec.cut or "nondiff", rec.name, rec.line, module_name(rec.module))
+    return Cut(rec.cut or "nondiff", rec.name, rec.line, module_name(rec.module), rec.library_line, rec.how)
 
 
 def why_none(graph: FlowGraph, trace: Trace, serial: int, module_name) -> tuple[str, str, list[Cut]]:
-    """(status, reason, cuts) for a parameter that requires grad but received None."""
+    """(status, reason, cuts) for a parameter that requires grad but received None.
+
+    A use counts as one only if gradient could have flowed back through it: an op that ran with gradients on
+    and gave a result that requires grad (or one inside a custom autograd.Function, which carries gradient
+    itself). Any other read of the parameter -- its initialisation, `new_tensor`, `.data`, a norm logged under
+    no_grad -- cannot give it a gradient, so it is named only when what it computed reaches the loss: as a cut.
+    """
     uses = graph.uses.get(serial, [])
-    if not uses and graph.outside:  # it may be used where the trace could not see
+    counted = [u for u in uses if trace.ops[u.op].cut is None and
+               (trace.ops[u.op].grad_enabled or trace.ops[u.op].inside is not None)]
+    cuts, reached = graph.walk(serial) if uses else ([], False)
+    if cuts:
+        found = [cut_of(r, module_name) for r in cuts]
+        return "cut", describe_cuts(found), found
+    if not counted and graph.outside:  # it may be used where the trace could not see
         rec = graph.outside[0]
         return "untraced", (f"not used in the forward gradflow saw, but part of the computation ran outside the "
                             f"trace (`{rec.name}` at {rec.line or 'an unknown line'} used a tensor computed there: "
                             "in another thread, or before the trace started); torch gives it no gradient"), []
-    if not uses:
+    if not counted:
         return "unused", "not used in the forward", []
-    cuts, reached = graph.walk(serial)
-    if cuts:
-        found = [cut_of(r, module_name) for r in cuts]
-        return "cut", "; ".join(c.describe() for c in found), found
-    first = trace.ops[uses[0].op]
+    first = trace.ops[counted[0].op]
     where = f"`{first.name}` at {first.line}" if first.line else f"`{first.name}`"
     if reached:
         return "unreached", f"used by {where} and its result reaches the loss, but backward sent nothing back", []
-    return "unused", f"used by {where}, but nothing computed from it reaches the loss (unused branch)", []
+    left = graph.escapes(serial)
+    note = (f"; its value left torch by `{spelled('item', left[0].name)}` at {left[0].line or 'an unknown line'} "
+            "(a Python value gradflow cannot follow from there)") if left else ""
+    return "unused", f"used by {where}, but nothing computed from it reaches the loss (unused branch){note}", []
 
 
 def frozen_reason(trace: Trace, serial: int | None) -> str:

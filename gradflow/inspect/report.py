@@ -16,7 +16,7 @@ from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.coverage import cover
 from gradflow.inspect.coverage import note as optimizer_note
-from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, frozen_reason, why_none
+from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, describe_cuts, frozen_reason, why_none
 from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
@@ -61,6 +61,7 @@ class ParamReport:
     serial: int | None = None  # the trace's id for this tensor (not in JSON)
     in_optimizer: bool | None = None  # None: no optimizer was given (inspect/coverage.py)
     optimizer_group: int | None = None
+    library_lines: bool = False  # the reason also names the library line of each cut (not in JSON)
 
     @property
     def problem(self) -> bool:
@@ -71,8 +72,10 @@ class ParamReport:
         """The reason, or for a parameter that gets gradient on some paths only, where the others are cut."""
         reason = self.reason
         if self.status in ("live", "zero") and self.cuts:
-            also = "partly cut: " + "; ".join(c.describe() for c in self.cuts)
+            also = "partly cut: " + describe_cuts(self.cuts, self.library_lines)
             reason = f"{self.reason}; {also}" if self.reason else also
+        elif self.status == "cut" and self.library_lines and self.cuts:
+            reason = describe_cuts(self.cuts, True)
         opt = optimizer_note(self)
         return reason if opt is None else f"{reason}; {opt}" if reason else opt
 
@@ -96,6 +99,11 @@ class InspectReport:
     optimizer: dict | None = None  # coverage by the optimizer, when one was given (inspect/coverage.py)
     gate: dict | None = None  # the --fail-on verdict, when asked (inspect/gate.py)
     precision: Any = None  # PrecisionReport when the trace saw float16/bfloat16 ops (inspect/precision.py)
+
+    def show_library_lines(self) -> None:
+        """Reasons also name where in library code (transformers, ...) each cut op ran (`--library-lines`)."""
+        for p in self.params:
+            p.library_lines = True
 
     def param(self, name: str) -> ParamReport:
         for p in self.params:
@@ -286,7 +294,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     return p
 
 
-def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False, optimizer=None) -> InspectReport:
+def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, optimizer=None) -> InspectReport:
     check_loss(loss)
     if trace.known(loss) is None:
         raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
@@ -299,6 +307,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = False,
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
     got = gradients(trace, loss, tensors, hidden, retain_graph or low)
+    hidden = hidden_serials(trace, leaf_serials)  # what a reentrant checkpoint's recomputation showed is not
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()

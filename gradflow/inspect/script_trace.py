@@ -94,6 +94,8 @@ class _ScriptMode(_Mode):
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
 
+    follows_numbers = False  # its programs are spelled from tensors only
+
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
         super().__init__()
         self._mode = _ScriptMode(self)
@@ -139,9 +141,9 @@ class ScriptTrace(Trace):
         self.latest[serial] = len(self.values) - 1
         return len(self.values) - 1
 
-    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, **kw):
         n = len(self.state.ops)
-        super()._record(name, ins, in_rg, out, stop)
+        super()._record(name, ins, in_rg, out, stop, **kw)
         if len(self.state.ops) == n:
             return
         rec = self.state.ops[-1]

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 
 from gradflow.errors import UserCodeError
@@ -23,6 +24,9 @@ def _torch_dir() -> str:
 GRADFLOW_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
 SKIP_DIRS = (_torch_dir(), GRADFLOW_DIR)  # torch and all of gradflow
 _FUNCTION_PY = os.path.join("torch", "autograd", "function.py")
+_GRAD_MODE_PY = os.path.join("torch", "autograd", "grad_mode.py")
+_CONTEXTLIB_PY = os.path.join("torch", "utils", "_contextlib.py")
+_CHECKPOINT_PY = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def user_code(filename: str) -> bool:
@@ -37,6 +41,67 @@ def user_line(start: int = 1) -> str | None:
             return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+def lines(start: int = 1) -> tuple[str | None, str | None]:
+    """(the user's own line, the library line the op ran at when that is not the user's): the innermost frame of
+    the user's own code (not torch, gradflow, the standard library or an installed package such as transformers),
+    which is the call that entered library code; and the innermost frame outside torch and gradflow. Without a
+    frame of the user's own, the library line is the line."""
+    frame: FrameType | None = sys._getframe(start)
+    library = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if user_code(name):
+            if not name.startswith(_library_dirs()):
+                return f"{short_path(name)}:{frame.f_lineno}", library
+            library = library or f"{library_path(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return library, None
+
+
+@dataclass(frozen=True)
+class GradSwitch:
+    """torch._C._set_grad_enabled was called: by which context (spelled as the user wrote it), entering or
+    leaving it, and whether a reentrant checkpoint did it (the id of its ctx; backward: its recomputation)."""
+
+    action: str  # enter | exit | again (set_grad_enabled's __enter__ after its __init__ already switched)
+    how: str  # torch.no_grad() | torch.set_grad_enabled(False) | @torch.no_grad() | ...
+    checkpoint: int | None = None
+    recompute: bool = False
+    inputs_require_grad: bool = True  # a checkpoint's forward: does any tensor it was given require grad?
+
+
+_GRAD_CONTEXTS = {"no_grad": "torch.no_grad()", "enable_grad": "torch.enable_grad()"}
+
+
+def grad_switch(value: bool) -> GradSwitch:
+    """Who is switching gradient recording to `value` (called from the trace's torch-function handler)."""
+    frame: FrameType | None = sys._getframe(1)
+    names: list[tuple[str, str]] = []  # (class, method) of torch's grad-mode frames, innermost first
+    decorated = False
+    while frame is not None:  # gradflow's handler, torch's mode machinery, grad_mode.py's contexts, the caller
+        file = frame.f_code.co_filename
+        if file.endswith(_GRAD_MODE_PY):
+            names.append((type(frame.f_locals.get("self")).__name__, frame.f_code.co_name))
+        elif file.endswith(_CONTEXTLIB_PY):
+            decorated = True
+        elif names or not file.startswith(SKIP_DIRS):
+            break
+        frame = frame.f_back
+    methods = {m for _, m in names}
+    action = "exit" if methods & {"__exit__", "__call__"} else "again" if names[:1] == [("set_grad_enabled",
+                                                                                          "__enter__")] else "enter"
+    cls = names[-1][0] if names else None
+    how = _GRAD_CONTEXTS.get(cls or "", f"torch.set_grad_enabled({value})" if cls == "set_grad_enabled" else
+                             f"torch._C._set_grad_enabled({value})")
+    checkpoint, recompute, inputs = None, False, True
+    if frame is not None and frame.f_code.co_filename.endswith(_CHECKPOINT_PY) \
+            and frame.f_code.co_name in ("forward", "backward") and "ctx" in frame.f_locals:
+        local = frame.f_locals
+        checkpoint, recompute = id(local["ctx"]), frame.f_code.co_name == "backward"
+        inputs = any(getattr(a, "requires_grad", False) is True for a in local.get("args", ()))
+    return GradSwitch(action, "@" + how if decorated else how, checkpoint, recompute, inputs)
 
 
 def custom_function() -> tuple[str, tuple] | None:
@@ -71,6 +136,15 @@ def _library_dirs() -> tuple[str, ...]:
 
     paths = sysconfig.get_paths()
     return (SKIP_DIRS[0], *(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")))
+
+
+@functools.lru_cache(maxsize=512)
+def library_path(path: str) -> str:
+    """An installed package's file as its import path shows it: `transformers/pytorch_utils.py`."""
+    for root in sorted(_library_dirs()[1:], key=len, reverse=True):
+        if path.startswith(root):
+            return path[len(root):]
+    return short_path(path)
 
 
 def their_code(filename: str) -> bool:

@@ -12,23 +12,37 @@ are computed only for cuts, parameter uses, flag changes and top-level ops. Each
 use of a leaf that requires grad gets a hook on the autograd node that consumes
 it, so the gradient along every use is measured, not inferred. Results of the
 user's code are unchanged: every call runs as it would without the trace.
+
+Also recorded: how gradients were switched off (torch.no_grad(), torch.set_grad_enabled(False), a decorator),
+values that leave torch (`.item()`, `float(t)`, `.tolist()`, `.numpy()`: followed by identity into the ops
+they are given to), and the ops inside each reentrant checkpoint, whose forward runs with grad off: `explain`
+maps its recomputation in backward onto them (`replaying`).
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gradflow.inspect.source import custom_function, user_line
+from gradflow.inspect.reasons import ESCAPES, REWRAP
+from gradflow.inspect.source import custom_function, grad_switch, lines
 from gradflow.language.ops import OPS
 
 _DETACH = {name for op in OPS.values() if op.role == "cut" for name in op.torch_names}  # detach, detach_, .data
 _FLAGS = {"requires_grad_", "requires_grad="}  # requires_grad_(v) and `t.requires_grad = v`
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
 _LOW = (torch.float16, torch.bfloat16)  # half precision: its ops' autograd nodes are kept (inspect/precision.py)
+# Ops that read only the dtype / device / shape of their first tensor, never its values: no use, no data flow.
+METADATA_ONLY = {"new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "new",
+                 "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
+_FOLLOWED_OBJECTS = 10_000  # Python values followed per trace
+_SCAN_BUDGET = 1_000  # arguments looked at per op for a followed Python value
+_FOLLOWED_LIST = 4_096  # elements: a longer list from .tolist() is not followed
 
 
 def tensors_in(obj, out: list) -> list:
@@ -62,9 +76,12 @@ class OpRecord:
     grad_enabled: bool
     inference: bool
     module: int | None  # id() of the innermost module whose forward was running
-    cut: str | None = None  # detach | no_grad | inference_mode | nondiff (an input required grad, no output does)
-    line: str | None = None
+    cut: str | None = None  # detach | no_grad | inference_mode | item | rewrap | nondiff (an input required grad,
+    #                         no output does)
+    line: str | None = None  # the user's own line (the call that entered library code, when the op ran there)
     inside: str | None = None  # the custom autograd.Function whose forward ran this op (grad off, but no cut)
+    library_line: str | None = None  # where in library code (transformers, ...) the op ran, when not the user's
+    how: str | None = None  # for a no_grad cut: what switched gradients off (torch.set_grad_enabled(False), ...)
 
 
 @dataclass
@@ -123,6 +140,41 @@ class TraceState:
     #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
 
 
+@dataclass
+class _Region:
+    """A stretch of code with gradient recording switched on or off; a reentrant checkpoint's own no_grad (its
+    forward) and enable_grad (its recomputation in backward) carry the checkpoint's ctx id."""
+
+    value: bool
+    how: str
+    checkpoint: int | None = None
+    recompute: bool = False
+    count: int = 0  # ops recorded in it (a recomputation)
+    dead: tuple[str, str | None] | None = None  # a checkpoint autograd will not record: (cut kind, how)
+    nested: bool = False  # a checkpoint inside another's forward: recomputed only as part of that one's
+
+
+@dataclass
+class _Replay:
+    """The explaining backward, run through reentrant checkpoints: their forward ran with grad off, so the
+    recomputation in backward is what shows how each parameter used inside gets its gradient. Its k-th op is
+    the forward's k-th op inside the same checkpoint."""
+
+    uses: dict  # forward op index -> its uses
+    alias: dict = field(default_factory=dict)  # id(detached input) -> (weak ref, serial of the forward tensor)
+    cuts: dict = field(default_factory=dict)  # checkpoint -> [(forward op, kind, how, line, library line)]
+    found: dict = field(default_factory=dict)  # checkpoint -> [forward uses the recomputation measured]
+    counts: dict = field(default_factory=dict)  # checkpoint -> ops its recomputation ran
+    broken: set = field(default_factory=set)  # checkpoints whose recomputation ran other ops
+
+
+def _grad_fn(a: torch.Tensor):
+    try:
+        return a.grad_fn
+    except RuntimeError:  # a view made under no_grad whose base changed in place: torch refuses to say
+        return None
+
+
 class _Mode(TorchFunctionMode):
     def __init__(self, trace: Trace):
         super().__init__()
@@ -131,26 +183,40 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
+        t = self.t
+        if name == "_set_grad_enabled":
+            t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
+            return func(*args, **kwargs)
         ins = tensors_in(kwargs, tensors_in(args, []))
-        if name in _FLAGS and ins:
-            self.t._flag(name, ins[0], args, kwargs)
+        if name in METADATA_ONLY and t.follows_numbers:
+            ins = ins[1:]
+        if name in _FLAGS and ins and t._replay is None:
+            t._flag(name, ins[0], args, kwargs)
         in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
         # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
-        stop = {a.grad_fn for a in ins if a.grad_fn is not None} \
-            if any(rg and a.is_leaf for a, rg in zip(ins, in_rg)) else None
+        stop = {g for g in map(_grad_fn, ins) if g is not None} if any(in_leaf) else None
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
-            self.t._maybe_failure(name, ins, err)
+            if t._replay is None:
+                t._maybe_failure(name, ins, err)
             raise
-        if name not in _FLAGS:
-            self.t._record(name, ins, in_rg, out, stop)
+        if t._replay is not None:
+            t._replayed(name, ins, in_rg, in_leaf, out, stop)
+        elif name in ESCAPES and t.follows_numbers:
+            t._escape(name, ins, in_rg, out)
+        elif name not in _FLAGS:
+            extra = t._followed_in(args, kwargs, ins) if t._objs else ()
+            t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf, extra=extra)
         return out
 
 
 class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
+
+    follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
 
     def __init__(self) -> None:
         self.state = TraceState()
@@ -159,6 +225,16 @@ class Trace:
         self._mode = _Mode(self)
         self._hooks: list = []
         self._failed_with: BaseException | None = None
+        self._regions: list[_Region] = []  # gradient on/off contexts entered and not left, innermost last
+        self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
+        self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
+        self._grad_base = True  # gradients on when the trace began
+        self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
+        self._objs: dict[int, tuple[Any, int]] = {}  # id(Python value) -> (it or a weak ref, serial)
+        self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
+        self._ear = [False]  # the per-use hooks listen only while explain runs its backward
+        self._replay: _Replay | None = None
+        self._recording = False  # inside the `with` block
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -166,10 +242,13 @@ class Trace:
 
         self._hooks = [m.register_module_forward_pre_hook(self._enter_module),
                        m.register_module_forward_hook(self._leave_module, always_call=True)]
+        self._grad_base = torch.is_grad_enabled()
         self._mode.__enter__()
+        self._recording = True
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
         for h in self._hooks:
             h.remove()
@@ -217,39 +296,56 @@ class Trace:
         entry = self._ids.get(id(t))
         return entry[1] if entry is not None and entry[0]() is t else None
 
-    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop):
+    @staticmethod
+    def _cut_kind(name: str, grad_on: bool, inference: bool) -> str:
+        return "detach" if name in _DETACH else "rewrap" if name in REWRAP else "inference_mode" if inference \
+            else "no_grad" if not grad_on else "nondiff"
+
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,
+                extra: tuple[int, ...] = ()):
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
         if not outs:
             return
+        if in_leaf is None:
+            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
         serials = tuple(self.serial(a) for a in ins)  # here came from outside the trace
-        came_in = [a for a, rg, s in zip(ins, in_rg, serials) if s >= first and rg and not a.is_leaf]
-        rec = OpRecord(len(st.ops), name, serials, tuple(self.serial(o) for o in outs), grad_on, inference,
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf]
+        rec = OpRecord(len(st.ops), name, serials + extra, tuple(self.serial(o) for o in outs), grad_on, inference,
                        id(st.stack[-1]) if st.stack else None)
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
         if any(in_rg) and not any(o.requires_grad for o in outs):
-            rec.cut = "detach" if name in _DETACH else "inference_mode" if inference else \
-                "no_grad" if not grad_on else "nondiff"
-            function = custom_function() if rec.cut == "no_grad" else None
+            rec.cut = self._cut_kind(name, grad_on, inference)
+            dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
+            if dead:
+                rec.cut, rec.how = self._dead  # type: ignore[misc]
+            function = custom_function() if rec.cut == "no_grad" and not dead else None
             if function is not None:
                 rec.cut, rec.inside = None, function[0]  # the Function's own backward carries the gradient
                 st.functions.add(function[0])
                 given = {id(a) for a in tensors_in(function[1], [])}
-        leaves = [a for a, rg in zip(ins, in_rg) if rg and a.is_leaf and not any(a is o for o in outs)]
-        if rec.cut or leaves or inference or rec.module is None or came_in:
-            rec.line = user_line()
+            elif rec.cut == "no_grad" and not dead:
+                rec.how = self._grad_off()
+        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
+        if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:
-            st.outside += [(rec.index, s) for a, rg, s in zip(ins, in_rg, serials)
-                           if s >= first and rg and not a.is_leaf]
-        st.ops.append(rec)
+            st.outside += [(rec.index, s) for s in came_in]
+        self._append(rec)
         low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
         if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
             st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
-            rec.line = rec.line or user_line()
+            if rec.line is None:
+                rec.line, rec.library_line = lines()
         if leaves:
             self._uses(rec, leaves, outs, stop, given)
+
+    def _append(self, rec: OpRecord):
+        self.state.ops.append(rec)
+        if self._checkpoint is not None:
+            self.checkpoint_ops[self._checkpoint].append(rec.index)
 
     def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
         uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
@@ -257,12 +353,193 @@ class Trace:
         self.state.uses.extend(uses.values())
         if not rec.grad_enabled:
             return
+        self._listen(outs, uses, stop)
+
+    def _listen(self, outs: list, uses: dict, stop):
+        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use."""
+        ear = self._ear
         for node, i, var in _consumers(outs, set(uses), stop or set()):
-            node.register_hook(lambda gi, go, use=uses[var], i=i: use.add(gi[i]))
+            node.register_hook(lambda gi, go, use=uses[var], i=i, ear=ear: use.add(gi[i]) if ear[0] else None)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, user_line()))
+        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
+
+    # ---- gradient on/off contexts, reentrant checkpoints -------------------------------------
+    def _grad_switch(self, value: bool):
+        switch = grad_switch(value)
+        regions = self._regions
+        if switch.action == "exit" and regions:
+            region = regions.pop()
+            if region.recompute and self._replay is not None and region.checkpoint is not None:
+                self._replay.counts[region.checkpoint] = region.count
+        elif switch.action == "enter":
+            region = _Region(value, switch.how, switch.checkpoint, switch.recompute)
+            if switch.checkpoint is not None and not switch.recompute and self._replay is None:
+                region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in regions)
+                region.dead = None if region.nested else self._unrecorded(switch.inputs_require_grad)
+                if region.dead is None and not region.nested:
+                    self.state.functions.add("CheckpointFunction")
+                    self.checkpoint_ops.setdefault(switch.checkpoint, [])
+            regions.append(region)
+        inner = next((r for r in reversed(regions) if r.checkpoint is not None), None)
+        forward = inner is not None and not inner.recompute and self._replay is None
+        live = forward and inner.dead is None and not inner.nested  # type: ignore[union-attr]
+        self._checkpoint = inner.checkpoint if live else None  # type: ignore[union-attr]
+        self._dead = inner.dead if forward else None  # type: ignore[union-attr]
+
+    def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
+        """A reentrant checkpoint starting: autograd records it only if gradients were on where it was called and
+        one of its inputs requires grad; else the parameters used inside get nothing -- (cut kind, how)."""
+        outer = self._regions[-1] if self._regions else None
+        if not (outer.value if outer is not None else self._grad_base):
+            return "no_grad", outer.how if outer is not None else None
+        return None if inputs_require_grad else ("checkpoint", None)
+
+    def _grad_off(self) -> str | None:
+        """How the innermost context switched gradients off, when the trace saw it do so."""
+        region = self._regions[-1] if self._regions else None
+        return region.how if region is not None and not region.value else None
+
+    @contextmanager
+    def listening(self):
+        """The per-use hooks record what flows back while this is open."""
+        self._ear[0] = True
+        try:
+            yield
+        finally:
+            self._ear[0] = False
+
+    @contextmanager
+    def replaying(self):
+        """Run a plain backward inside this: the reentrant checkpoints' recomputations are recorded, and each of
+        their forward's ops gets the cut and the per-use gradients of its recomputed twin."""
+        by_op: dict[int, list[Use]] = {}
+        for use in self.state.uses:
+            by_op.setdefault(use.op, []).append(use)
+        saved, self._regions = self._regions, []
+        self._replay = _Replay(by_op)
+        try:
+            with self.listening(), contextlib.nullcontext() if self._recording else self._mode:
+                yield
+        finally:
+            replay, self._replay, self._regions = self._replay, None, saved
+            self._checkpoint = None
+        for key, ops in self.checkpoint_ops.items():  # only recomputations that ran exactly the forward's ops
+            if key in replay.broken or replay.counts.get(key) != len(ops):
+                continue
+            for rec, kind, how, line, library in replay.cuts.get(key, []):
+                rec.cut, rec.how = kind, how
+                rec.line, rec.library_line = rec.line or line, rec.library_line or library
+            for use in replay.found.get(key, []):
+                use.hidden = False
+
+    def _replayed(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool], out, stop):
+        """An op run during the explaining backward: a reentrant checkpoint's recomputation, or anything else."""
+        replay = self._replay
+        assert replay is not None
+        if name in _DETACH and ins:  # the checkpoint detaches its saved inputs before recomputing
+            for o in tensors_in(out, []):
+                serial = self.known(ins[0])
+                if serial is not None:
+                    replay.alias[id(o)] = (weakref.ref(o), serial)
+        region = next((r for r in reversed(self._regions) if r.checkpoint is not None), None)
+        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
+        if region is None or not region.recompute or name in _FLAGS or not (outs or name in ESCAPES):
+            return
+        key, k = region.checkpoint, region.count
+        region.count += 1
+        ops = self.checkpoint_ops.get(key)  # type: ignore[arg-type]
+        if ops is None or k >= len(ops) or self.state.ops[ops[k]].name != name:
+            replay.broken.add(key)
+            return
+        rec = self.state.ops[ops[k]]
+        if any(in_rg) and (name in ESCAPES or not any(o.requires_grad for o in outs)):
+            kind = "item" if name in ESCAPES else self._cut_kind(name, torch.is_grad_enabled(),
+                                                                   torch.is_inference_mode_enabled())
+            line, library = lines()
+            replay.cuts.setdefault(key, []).append((rec, kind, self._grad_off() if kind == "no_grad" else None,
+                                                    line, library))
+        uses = {}
+        for a, leaf in zip(ins, in_leaf):
+            serial = self._serial_or_alias(a) if leaf and not any(a is o for o in outs) else None
+            use = next((u for u in replay.uses.get(rec.index, []) if u.serial == serial), None)
+            if use is not None:
+                uses[id(a)] = use
+                replay.found.setdefault(key, []).append(use)
+        if uses and torch.is_grad_enabled():
+            self._listen(outs, uses, stop)
+
+    def _serial_or_alias(self, t: torch.Tensor) -> int | None:
+        serial = self.known(t)
+        if serial is None and self._replay is not None:
+            entry = self._replay.alias.get(id(t))
+            serial = entry[1] if entry is not None and entry[0]() is t else None
+        return serial
+
+    # ---- values that leave torch ---------------------------------------------------------
+    def _escape(self, name: str, ins: list, in_rg: list[bool], out):
+        """`.item()`, `float(t)`, `.tolist()`, `.numpy()`: an op whose output is a Python value, followed by id."""
+        if not ins:
+            return
+        st = self.state
+        serial = self._next
+        self._next += 1
+        self._follow(out, serial)
+        rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
+                       torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
+                       cut="item" if in_rg[0] else None)
+        rec.line, rec.library_line = lines()
+        self._append(rec)
+
+    def _follow(self, obj, serial: int, depth: int = 0):
+        if len(self._objs) >= _FOLLOWED_OBJECTS or obj is None or isinstance(obj, bool):
+            return
+        if isinstance(obj, int) and -5 <= obj <= 256:  # small ints are shared objects: not this value's own
+            return
+        if isinstance(obj, list) and len(obj) > _FOLLOWED_LIST:  # kept alive while followed: not a huge one
+            return
+        if isinstance(obj, (int, float, complex, list)):
+            self._objs[id(obj)] = (obj, serial)
+            if isinstance(obj, list) and depth < 2:
+                for x in obj[:64]:
+                    self._follow(x, serial, depth + 1)
+            return
+        try:
+            self._objs[id(obj)] = (weakref.ref(obj), serial)  # a numpy array: its memory is the tensor's
+        except TypeError:
+            return
+        pointer = getattr(obj, "__array_interface__", {}).get("data", (0,))[0]
+        if pointer and getattr(obj, "size", 0):
+            self._arrays[pointer] = serial
+
+    def _followed(self, obj) -> int | None:
+        entry = self._objs.get(id(obj))
+        if entry is None:
+            return None
+        held = entry[0]() if isinstance(entry[0], weakref.ref) else entry[0]
+        return entry[1] if held is obj else None
+
+    def _followed_in(self, args, kwargs, ins: list) -> tuple[int, ...]:
+        """Serials of followed Python values among an op's arguments (nested lists, tuples, dicts), and of the
+        numpy arrays whose memory an input tensor the trace has not seen uses (torch.from_numpy is not an op)."""
+        found: list[int] = [self._arrays[p] for p in (a.data_ptr() for a in ins if self._arrays and
+                                                      self.known(a) is None) if p in self._arrays]
+        todo: list = [args, tuple(kwargs.values())]
+        budget = _SCAN_BUDGET
+        while todo and budget > 0:
+            x = todo.pop()
+            budget -= 1
+            if isinstance(x, torch.Tensor):
+                continue
+            serial = self._followed(x)
+            if serial is not None:
+                found.append(serial)
+            elif isinstance(x, (list, tuple)):
+                todo.extend(x)
+            elif isinstance(x, dict):
+                todo.extend(x.values())
+        return tuple(dict.fromkeys(found))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
@@ -270,7 +547,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(str(err).split("\n")[0], name, user_line(),
+        self.state.failure = TraceFailure(str(err).split("\n")[0], name, lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     def producer(self, serial: int | None) -> OpRecord | None:
@@ -298,9 +575,10 @@ class Trace:
     def failure(self) -> TraceFailure | None:
         return self.state.failure
 
-    def explain(self, loss, params=None, *, retain_graph: bool = False, optimizer=None):
+    def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
         """Run backward from `loss` and report every parameter: grad, routes, and why not (and, given the
-        optimizer, the parameters it never trains)."""
+        optimizer, the parameters it never trains). The graph is kept (`retain_graph`), so the user's own
+        `loss.backward()` still works afterwards; `.grad` is left alone."""
         from gradflow.inspect.report import build_report
 
         return build_report(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)

@@ -1,14 +1,16 @@
 """The gradients behind the report, and torch's own answer when the trace cannot see part of the computation.
 
-`explain` asks `torch.autograd.grad` for the parameters' gradients (`.grad` is left alone). One case is blind
-to both the trace and autograd.grad: a custom autograd.Function that uses a parameter it was not given (a
-reentrant `torch.utils.checkpoint` uses the whole checkpointed module that way). The forward ran with grad off,
-so the graph has no edge to that parameter; in a plain `loss.backward()` the Function's backward builds one
-and accumulates into `.grad` itself. autograd.grad then says None where training gets a gradient, and for a
-reentrant checkpoint it refuses to run at all when a leaf it needs lies behind it.
+`explain` asks `torch.autograd.grad` for the parameters' gradients (`.grad` is left alone, the graph kept). A
+reentrant `torch.utils.checkpoint` runs its forward with grad off and refuses autograd.grad; there the report
+comes from a plain `loss.backward()` with every `.grad` put back, run with the trace recording the checkpoint's
+recomputation (trace.replaying), which shows how each parameter inside gets its gradient.
 
-So when the trace saw such a use, the truth is checked: a plain `loss.backward()` runs with every `.grad` the
-trace can reach saved and put back. A parameter on which the two disagree is reported "untraced".
+One case stays blind to both the trace and autograd.grad: a custom autograd.Function that uses a parameter it
+was not given. The forward ran with grad off, so the graph has no edge to that parameter; in a plain
+`loss.backward()` the Function's backward builds one and accumulates into `.grad` itself. autograd.grad then
+says None where training gets a gradient. So when the trace saw such a use, the truth is checked: a plain
+`loss.backward()` runs with every `.grad` the trace can reach saved and put back. A parameter on which the two
+disagree is reported "untraced".
 """
 from __future__ import annotations
 
@@ -44,13 +46,21 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     wanted = [t for t in tensors if t.requires_grad]
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))
-    leaves = _leaves(trace, tensors) if hidden else []
+    if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
+        leaves = _leaves(trace, tensors)
+        if not _would_hook(leaves):
+            with trace.replaying():
+                plain = _plain(loss, leaves, tensors, retain_graph)
+            if plain is not None:
+                return Gradients(plain, plain, checked=True)
+    leaves = _leaves(trace, tensors) if hidden else _retaining(trace)  # autograd.grad fills retain_grad()'s
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
-        with _grads_put_back(leaves):  # a reentrant backward accumulates into .grad even under autograd.grad
+        with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
             grads = _grad(loss, tensors, wanted, retain_graph or bool(hidden) or may_refuse)
     except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
-        plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
+        with trace.listening():
+            plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
         if plain is None:
             raise GradflowError("untraceable", "torch.autograd.grad cannot run through the reentrant checkpoint "
                                 "in this model, and a plain backward would run a post-accumulate-grad hook",
@@ -58,10 +68,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
         return Gradients(plain, plain, checked=True)
     if not hidden:
         return Gradients(grads)
-    flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in the plain backward
-    plain = _plain(loss, leaves, tensors, retain_graph)
-    for u, f in zip(trace.state.uses, flows):
-        u.flow = f
+    plain = _plain(loss, leaves, tensors, retain_graph)  # the hooks do not listen: the flows stay autograd.grad's
     return Gradients(grads, plain, checked=plain is not None)
 
 
@@ -92,6 +99,11 @@ def _leaves(trace, tensors: list) -> list:
     return list(found.values())
 
 
+def _retaining(trace) -> list:
+    """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
+    return [t for t in trace.seen() if not t.is_leaf and t.retains_grad]
+
+
 class _grads_put_back:
     """Save the tensors' .grad and set them to None; put the saved ones back on exit."""
 
@@ -110,14 +122,32 @@ class _grads_put_back:
         return False
 
 
+def _backward(loss, retain_graph: bool):
+    """loss.backward(), straight into autograd's engine where torch has it: torch.autograd.backward is a function
+    torch runs with the trace's mode switched off, and the engine must run the checkpoints' recomputation with
+    it on (trace.replaying)."""
+    try:
+        from torch.autograd.graph import _engine_run_backward
+    except ImportError:  # another torch: the recomputation goes unseen, its parameters stay "untraced"
+        torch.autograd.backward(loss, retain_graph=retain_graph)
+        return
+    _engine_run_backward((loss,), (torch.ones_like(loss),), retain_graph, False, (), allow_unreachable=True,
+                         accumulate_grad=True)
+
+
+def _would_hook(leaves: list) -> bool:
+    """A plain backward would run a post-accumulate-grad hook (an optimizer step in backward, say)."""
+    return any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves)
+
+
 def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None:
     """The .grad a plain loss.backward() leaves on each tensor, every .grad put back as it was; None when that
     cannot be done harmlessly (a post-accumulate-grad hook, an optimizer step in backward, would run)."""
-    if any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves):
+    if _would_hook(leaves):
         return None
     with _grads_put_back(leaves):
         try:
-            torch.autograd.backward(loss, retain_graph=retain_graph)
+            _backward(loss, retain_graph)
         except Exception as err:
             if raised_by_gradflow(err):
                 raise

@@ -342,14 +342,14 @@ def test_option_errors_load_no_torch(args):
 def test_the_gate_wins_over_untraced(monkeypatch):
     """Exit 4 (some parameters untraced) becomes 6 when the gate matched; both messages print."""
     monkeypatch.chdir(ROOT)
-    plain = cli("examples/misbehaving.py:checkpointed")
+    plain = cli("examples/misbehaving.py:closure")
     assert plain.exit_code == 4
-    res = cli("examples/misbehaving.py:checkpointed", "--fail-on", "untraced")
+    res = cli("examples/misbehaving.py:closure", "--fail-on", "untraced")
     assert res.exit_code == 6
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert errors[0].startswith("error: 2 parameters could not be traced")
     assert errors[1] == "error: --fail-on untraced: 2 parameters failed (untraced: 2)"
-    assert cli("examples/misbehaving.py:checkpointed", "--fail-on", "cut").exit_code == 4
+    assert cli("examples/misbehaving.py:closure", "--fail-on", "cut").exit_code == 4
 
 
 def test_the_json_document_gates_as_the_report():

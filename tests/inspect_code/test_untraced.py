@@ -108,8 +108,6 @@ def test_grad_is_none_exactly_when_plain_backward_gives_none(how):
 
 
 @pytest.mark.parametrize("how,why", [
-    ("reentrant", "computed inside a reentrant checkpoint (use_reentrant=True) at {checkpoint}, which gradflow "
-                  "cannot trace yet"),
     ("function", "used inside the autograd.Function Reentrant at {line} without being one of its inputs"),
 ])
 def test_what_the_trace_cannot_see_is_untraced_with_the_reason(how, why):
@@ -131,6 +129,14 @@ def test_a_function_that_really_sends_nothing_back_is_not_untraced():
     assert p.status == "unreached" and p.grad is None and report.error is None  # plain torch agrees: None
 
 
+def test_a_reentrant_checkpoint_is_traced_through_its_recomputation():
+    """The checkpoint's forward ran with grad off; its recomputation in the explaining backward is recorded."""
+    _, report = traced("reentrant")
+    assert {p.status for p in report.params} == {"live"} and report.error is None
+    (route,) = report.param("inner.weight").routes
+    assert route.line == line_of("checkpoint") and route.share == pytest.approx(1.0)
+
+
 def test_a_loss_alone_with_a_reentrant_checkpoint_and_an_input_that_requires_grad():
     """autograd.grad refuses to run through a reentrant checkpoint when a leaf it needs is behind it: the report
     comes from a plain backward instead (and .grad is put back)."""
@@ -140,24 +146,37 @@ def test_a_loss_alone_with_a_reentrant_checkpoint_and_an_input_that_requires_gra
     with gradflow.trace() as t:
         loss = cp.checkpoint(lambda a: lin(a).relu(), x, use_reentrant=True).sum()
     report = t.explain(loss)  # x is found as a stray leaf: autograd.grad would need to go through the checkpoint
-    assert {p.status for p in report.params} == {"untraced", "live"}
+    assert {p.status for p in report.params} == {"live"}
     (x_report,) = [p for p in report.params if p.name.startswith("tensor@")]
     torch.manual_seed(0)
     lin2, x2 = nn.Linear(3, 3), X.clone().requires_grad_()
     cp.checkpoint(lambda a: lin2(a).relu(), x2, use_reentrant=True).sum().backward()
     torch.testing.assert_close(x_report.grad, x2.grad)
-    assert report.param("weight").status == "untraced" and x.grad is None and lin.weight.grad is None
+    assert report.param("weight").status == "live" and x.grad is None and lin.weight.grad is None
 
 
 def test_cli_reports_untraced_and_exits_4(cli, tmp_path):
     f = tmp_path / "ckpt.py"
     f.write_text(
-        "import torch\nfrom torch import nn\nimport torch.utils.checkpoint as cp\n\n"
+        "import torch\nfrom torch import nn\n\n"
+        "class Closure(torch.autograd.Function):  # uses `lin` without being given it\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, lin):\n"
+        "        ctx.save_for_backward(x)\n"
+        "        ctx.lin = lin\n"
+        "        return lin(x).relu()\n\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        (x,) = ctx.saved_tensors\n"
+        "        x = x.detach().requires_grad_()\n"
+        "        with torch.enable_grad():\n"
+        "            torch.autograd.backward(ctx.lin(x).relu(), g)\n"
+        "        return x.grad, None\n\n"
         "def main():\n"
         "    torch.manual_seed(0)\n"
         "    lin = nn.Linear(3, 3)\n"
         "    x = torch.ones(2, 3, requires_grad=True)\n"
-        "    return cp.checkpoint(lambda a: lin(a).relu(), x, use_reentrant=True).sum(), lin\n")
+        "    return Closure.apply(x, lin).sum(), lin\n")
     r = cli("inspect", f"{f}:main", "--json")
     assert r.exit_code == 4
     d = json.loads(r.stdout)
