@@ -17,6 +17,7 @@ import typer  # noqa: E402
 from gradflow.cli import (  # noqa: E402
     batch_command,
     compare_command,
+    ddp_command,
     eval_command,
     graph_command,
     inspect_command,
@@ -69,6 +70,7 @@ _COMMANDS: list[tuple[str, Callable[..., Any], str, dict | None]] = [
     ("batch", batch_command.batch_cmd, batch_command.HELP_END, EXTRA),
     ("whatif", whatif_command.whatif_cmd, whatif_command.HELP_END, EXTRA),
     ("compare", compare_command.compare_cmd, compare_command.HELP_END, EXTRA),
+    ("ddp", ddp_command.ddp_cmd, ddp_command.HELP_END, None),
 ]
 for _name, _function, _help_end, _settings in _COMMANDS:
     app.command(_name, cls=Command, epilog=_help_end, context_settings=_settings)(_function)
