@@ -23,19 +23,18 @@ CLASSES = ("unused", "divergent")
 TargetArg = Annotated[str, typer.Argument(
     help="FUNCTION(rank, world_size) builds the model and returns (model, step); step(model) returns the loss.",
     show_default=False, metavar="FILE.py:FUNCTION")]
-NprocOpt = Annotated[int, typer.Option("--nproc", min=1, max=64, metavar="N",
+NprocOpt = Annotated[int, typer.Option("--nproc", metavar="N",
                                        help="Ranks to start (ignored under torchrun, which starts them).")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.5, metavar="SECONDS",
+TimeoutOpt = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
                                            help="Longest wait for any collective; a rank that makes the others "
                                                 "wait longer is reported as hung.")]
 FailOnOpt = Annotated[str | None, typer.Option("--fail-on", metavar="unused,divergent",
                                                help="Exit 6 if some parameter is unused on every rank, or gets a "
                                                     "gradient on some ranks only.")]
 HELP_END = help_end([
-    "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2  # exit 0",
+    "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2",
     "gradflow ddp examples/ddp_unused_head.py:main --json",
-    "gradflow ddp examples/ddp_aux_loss.py:main --fail-on divergent  # exit 6",
-    "torchrun --nproc-per-node 2 -m gradflow ddp examples/ddp_empty_batch.py:main",
+    "gradflow ddp examples/ddp_empty_batch.py:main --fail-on unused,divergent  # exit 6",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE, ExitCode.GATE,
     ExitCode.DISTRIBUTED, ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, FUNCTION does not return (model, step)",
@@ -47,7 +46,11 @@ HELP_END = help_end([
 
 def ddp_cmd(target: TargetArg, nproc: NprocOpt = 2, timeout: TimeoutOpt = 60.0, fail_on: FailOnOpt = None,
             json_: JsonOpt = False, debug: DebugOpt = False):
-    """Run your training step on N real DDP ranks: which parameters get no gradient, on which rank, and why."""
+    """Run your training step on N real DDP ranks: which parameters get no gradient, on which rank, and why.
+
+    gradflow starts the ranks (gloo on 127.0.0.1); under torchrun (RANK and WORLD_SIZE set) it starts none and
+    rank 0 prints: torchrun --nproc-per-node 2 -m gradflow ddp FILE.py:FUNCTION
+    """
     exit_hard()
     guarded(debug, json_, lambda: _ddp(target, nproc, timeout, fail_on, json_, debug))
 
@@ -67,6 +70,10 @@ def _ddp(target: str, nproc: int, timeout: float, fail_on: str | None, json_: bo
     from gradflow.ddp.launch import ENV_STATUS, under_launcher
 
     classes = _classes(fail_on)
+    if not 1 <= nproc <= 64:
+        raise ValueInputError("usage", f"--nproc must be between 1 and 64, got {nproc}", hint="--nproc 2")
+    if not timeout >= 0.5:
+        raise ValueInputError("usage", f"--timeout must be at least 0.5 seconds, got {timeout:g}", hint="--timeout 60")
     path, name = split_target(target)
     find_file(path)
     me = under_launcher()
@@ -131,9 +138,10 @@ def _launch(args: list[str], nproc: int, timeout: float) -> dict:
 def _lost(outcome, timeout: float) -> str:
     parts = [f"rank {rk.rank} {rk.death()} while {rk.at}" for rk in outcome.died]
     parts += [f"rank {rk.rank} hung while {rk.at} (no answer within {timeout:g} s)" for rk in outcome.hung
-              if rk.done is None and not outcome.died]
-    stopped = [str(rk.rank) for rk in outcome.hung]
-    tail = f"; ranks {', '.join(stopped)} were stopped" if stopped else ""
+              if not outcome.died]
+    stopped = [str(rk.rank) for rk in outcome.ranks if rk.stopped or (outcome.died and rk not in outcome.died)]
+    tail = (f"; rank{'s' * (len(stopped) > 1)} {', '.join(stopped)} {'were' if len(stopped) > 1 else 'was'} "
+            "stopped") if stopped else ""
     return "; ".join(parts) + tail
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from gradflow.cli.inspect_command import load_function, run_function
 from gradflow.cli.user_code import contained, preload
 from gradflow.ddp.launch import ENV_STATUS
-from gradflow.errors import ExitCode, GradflowError, UserCodeError
+from gradflow.errors import ExitCode, GradflowError, NoGradientError, UserCodeError
 
 
 def _notify():
@@ -82,6 +82,8 @@ class RankRun:
                 t, loss, _ = user.run("step(model)", run_function, functools.partial(self.step, ddp), "step")
             self.phases.at("backward (gradflow's trace)")
             report = user.run("backward", t.explain, self.r.loss_of(loss), params=self.inner, all_errors=False)
+            if isinstance(report.error, NoGradientError):  # nothing to compare: say why, exit 3
+                return _failure(self.rank, report.error)
             return self.r.verdicts(report, self.rank)
         except GradflowError as err:
             return _failure(self.rank, err)

@@ -25,12 +25,12 @@ def fold(params: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for p in params:
         module = p["name"].rpartition(".")[0]
-        groups.setdefault((module, p["status"], p.get("reason"), p.get("line")), []).append(p)
+        groups.setdefault((module, p["status"], p.get("reason"), p.get("line"), p.get("line_is")), []).append(p)
     rows = []
-    for (module, status, reason, line), items in groups.items():
+    for (module, status, reason, line, line_is), items in groups.items():
         name = f"{module}.*" if len(items) > 1 and module else items[0]["name"]
         rows.append({"name": name, "params": [p["name"] for p in items], "status": status, "reason": reason,
-                     "line": line, "numel": sum(p["numel"] for p in items)})
+                     "line": line, "line_is": line_is, "numel": sum(p["numel"] for p in items)})
     return rows
 
 
@@ -47,7 +47,8 @@ def _with_definition(p: dict, source: str) -> dict:
     if p.get("line") or p["status"] != "unused":
         return p
     parts = p["name"].split(".")
-    found = definition_line(source, parts[-2]) if len(parts) > 1 else None
+    owners = [x for x in (parts[:-1] or parts) if not x.isdigit()]  # blocks.0.0.weight: `self.blocks = ...`
+    found = definition_line(source, owners[-1]) if owners else None
     return {**p, "line": found, "line_is": "definition"} if found else p
 
 
@@ -140,9 +141,9 @@ def fixes(unused: list[dict], divergent: list[dict]) -> list[str]:
     if never:
         out.append(f"freeze or delete {_names(fold_names(never))}: never used in the forward "
                    f"(requires_grad_(False) on them, or remove the module)")
-    for p in unused:
-        if p["status"] == "cut":
-            out.append(f"{p['name']}: {p['reason']}; remove that cut, or freeze it if it is meant to stay fixed")
+    for row in fold([p for p in unused if p["status"] == "cut"]):
+        out.append(f"{row['name']}: {row['reason']}; remove that cut, or freeze them if they are meant to stay "
+                   "fixed")
     left = [p for p in unused if p["status"] in ("unreached",) or (p["status"] == "unused" and p.get("uses"))]
     for line, names in _group_by_line(left).items():
         out.append(f"add the output of {_names(fold_names(names))} (computed at {line}) to the loss, or stop "

@@ -50,18 +50,27 @@ def print_divergent(report: dict, console: Console) -> None:
             _say(console, "the branch that differs was not found in your source", indent=2)
 
 
+def _rows(console: Console, rows: list[tuple[str, str]]) -> None:
+    """Two columns, the second wrapped under itself (a hanging indent)."""
+    table = Table(box=None, show_header=False, pad_edge=False, show_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for left, right in rows:
+        table.add_row(Text("  " + left), Text(right))
+    console.print(table)
+
+
 def print_would(report: dict, console: Console) -> None:
     _say(console, "what DDP does with this step", "bold")
-    for setting, what in report["ddp_would"].items():
-        _say(console, f"{setting:<29} {what}", indent=2)
+    rows = list(report["ddp_would"].items())
     forced = report.get("find_unused_forced_by")
-    if forced is not None:
-        if forced:
-            _say(console, "your DDP sets find_unused_parameters=True; only these need it: "
-                          + ", ".join(fold_names(forced)), indent=2)
-        else:
-            _say(console, "your DDP sets find_unused_parameters=True, but no parameter needs it: set it to False "
-                          "(DDP then skips a search of the autograd graph every iteration)", indent=2)
+    if forced:
+        rows.append(("your find_unused=True", "needed only because of " + ", ".join(fold_names(forced))))
+    elif forced is not None:
+        rows.append(("your find_unused=True", "not needed: every parameter gets a gradient on every rank; set it "
+                                              "to False (DDP then skips a search of the autograd graph every "
+                                              "iteration)"))
+    _rows(console, rows)
 
 
 def print_torch(report: dict, console: Console) -> None:
@@ -69,32 +78,34 @@ def print_torch(report: dict, console: Console) -> None:
     if not said:
         return
     _say(console, "torch's own DDP step (find_unused_parameters=False, 2 iterations, run for real)", "bold")
+    rows = []
     for r in said["ranks"]:
         if r["ok"]:
-            _say(console, f"rank {r['rank']}: ran {r['iterations']} iterations without an error", indent=2)
+            what = f"ran {r['iterations']} iterations without an error"
         elif r["blocked"]:
-            _say(console, f"rank {r['rank']}: blocked in {r['stage']}, waiting for an all-reduce the other ranks "
-                          "never started (torch waits until the timeout; gradflow released it)", indent=2)
+            what = (f"blocked in {r['stage']}, waiting for an all-reduce the other ranks never started (torch "
+                    "waits until the timeout; gradflow released it)")
         else:
-            _say(console, f"rank {r['rank']}: raised in {r['stage']}: {r['said']}", indent=2)
+            what = f"raised in {r['stage']}: {r['said']}"
             if r["unused"]:
-                _say(console, f"torch's parameter indices on rank {r['rank']} are: {', '.join(r['unused'])}",
-                     indent=4)
+                what += f" (the parameter indices it lists: {', '.join(r['unused'])})"
+        rows.append((f"rank {r['rank']}", what))
+    _rows(console, rows)
 
 
 def print_fix(report: dict, console: Console) -> None:
     if not report["fix"]:
         return
     _say(console, "the fix that keeps find_unused_parameters=False", "bold")
-    for i, line in enumerate(report["fix"], 1):
-        _say(console, f"{i}. {line}", indent=2)
+    _rows(console, [(f"{i}.", line) for i, line in enumerate(report["fix"], 1)])
 
 
 def print_report(report: dict, out: Console, err: Console) -> None:
     ddp = report["ddp"]
-    how = "gradflow's DDP" if ddp["wrapped_by"] == "gradflow" else "your DDP"
-    flags = f"find_unused_parameters={ddp['find_unused_parameters']}, static_graph={ddp['static_graph']}"
-    _say(out, f"{report['target']}  ·  {report['world_size']} ranks (gloo)  ·  {how} ({flags})")
+    how = "DDP by gradflow" if ddp["wrapped_by"] == "gradflow" else "your DDP"
+    flags = f"find_unused_parameters={ddp['find_unused_parameters']}" + \
+        (", static_graph=True" if ddp["static_graph"] else "")
+    _say(out, f"{report['target']}  ·  {report['world_size']} ranks  ·  {how}, {flags}")
     out.print()
     print_ranks(report, out)
     out.print()
