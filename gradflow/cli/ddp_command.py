@@ -176,5 +176,5 @@ def _gate_text(doc: dict, hit: list[str]) -> str:
     if "unused" in hit:
         parts.append(f"{len(doc['unused'])} parameters get no gradient on any rank")
     if "divergent" in hit:
-        parts.append(f"{sum(len(g['params']) for g in doc['divergent'])} get a gradient on some ranks only")
+        parts.append(f"{sum(len(g['params']) for g in doc['divergent'])} parameters get a gradient on some ranks only")
     return "; ".join(parts)

@@ -29,7 +29,7 @@ def print_ranks(report: dict, console: Console) -> None:
     for r in report["ranks"]:
         rows = fold(r["no_gradient"])
         if not rows:
-            table.add_row(str(r["rank"]), Text("● every parameter gets a gradient"), "", "")
+            table.add_row(str(r["rank"]), Text("● all"), "", Text("every parameter gets a gradient"))
         for row in rows:
             why, where = row["reason"] or row["status"], _where(row)
             if where and row.get("line") not in why:
@@ -62,7 +62,7 @@ def _rows(console: Console, rows: list[tuple[str, str]]) -> None:
 
 def print_would(report: dict, console: Console) -> None:
     _say(console, "what DDP does with this step", "bold")
-    rows = list(report["ddp_would"].items())
+    rows = []
     forced = report.get("find_unused_forced_by")
     if forced:
         rows.append(("your find_unused=True", "needed only because of " + ", ".join(fold_names(forced))))
@@ -70,7 +70,7 @@ def print_would(report: dict, console: Console) -> None:
         rows.append(("your find_unused=True", "not needed: every parameter gets a gradient on every rank; set it "
                                               "to False (DDP then skips a search of the autograd graph every "
                                               "iteration)"))
-    _rows(console, rows)
+    _rows(console, rows + list(report["ddp_would"].items()))
 
 
 def print_torch(report: dict, console: Console) -> None:
@@ -106,7 +106,6 @@ def print_report(report: dict, out: Console, err: Console) -> None:
     flags = f"find_unused_parameters={ddp['find_unused_parameters']}" + \
         (", static_graph=True" if ddp["static_graph"] else "")
     _say(out, f"{report['target']}  ·  {report['world_size']} ranks  ·  {how}, {flags}")
-    out.print()
     print_ranks(report, out)
     out.print()
     for part in (print_divergent, print_would, print_torch, print_fix):
