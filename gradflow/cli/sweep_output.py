@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from rich.console import Group
-
     from gradflow.values.specs import SweepRange
 
 from gradflow.cli.common import consoles, progress_bar
@@ -75,7 +74,8 @@ def find_sweep(values: dict[str, str], plot: bool, plot_to_stdout_json: bool = F
 
 
 def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
-    """Run the sweep and print it; returns the exit code."""
+    """Run the sweep and print it as it goes (table rows and JSON lines stream; plots come at the end);
+    returns the exit code."""
     picture = None
     if req.plot_file is not None:
         from gradflow.render.plot import check_picture_path
@@ -83,59 +83,92 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         picture = check_picture_path(req.plot_file)  # before any work
     from gradflow.studies.sweeps import check_sweep
 
-    check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed)  # early errors print light
+    graph, _, leaves = check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed)  # early errors
+    tally = _Tally()
     try:
-        result, first = _evaluate(req, var, rng)
-        if not req.json_ and not req.plot:
-            consoles()[0].print(sweep_table(result, first))
+        result = _evaluate(req, var, rng, tally, None if req.json_ or req.plot else
+                           _TableStream(f"L = {graph.source.strip()}, sweeping {var} ({rng.count} points)",
+                                        [var, "L", *(f"dL/d{leaf}" for leaf in leaves)]))
         if req.plot:
             _plots(result, picture)
     except (_PipeClosed, BrokenPipeError):  # `| head`: stop quietly
         _quiet_stdout()
         return 0
-    return _finish(result)
+    return tally.finish()
 
 
-def _evaluate(req: SweepRequest, var: str, rng: SweepRange):
+def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table: _TableStream | None):
+    """Every point, each printed as soon as it is computed. Only a plot keeps the points' rows (it needs them
+    all); otherwise memory stays flat however many points there are."""
     from gradflow.studies.sweeps import record, run_sweep
     from gradflow.values.jsonable import dumps
+    from gradflow.values.text import format_number, format_tensor
 
     point_values, first = rng.points(), []
     values = {k: v for k, v in req.values.items() if k != var}
     err = consoles()[1]
-    with progress_bar(err, streaming=req.json_) as bar:
+    with progress_bar(err, streaming=not req.plot) as bar:
         task = bar.add_task(f"sweeping {var}", total=rng.count)
 
         def on_point(i: int, point):
+            tally.add(point)
             if i == 0:
                 first.append(point)  # its cut lines go under the table
-            if req.json_:  # stream: each point's line goes out as soon as it is computed
+            if req.json_:
                 _write_line(dumps(record(var, i, point_values[i], point, req.full)))
+            elif table is not None:
+                table.add([format_number(point_values[i]), format_tensor(point.output.value),
+                           *(format_tensor(point.grads[w]) for w in point.grads)])
             bar.update(task, completed=i + 1)
 
         result = run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
-                           seed=req.seed, on_point=on_point)
-    return result, (first or [None])[0]
+                           seed=req.seed, on_point=on_point, rows=req.plot)
+    if table is not None:
+        table.close(first[0] if first else None)
+    return result
 
 
-def sweep_table(result, first=None) -> Group:
-    """L and the grads at every point; `first`: the first point's Explanation (for its cut lines)."""
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
+class _TableStream:
+    """The sweep table, a row at a time: the rows of the first BLOCK points (or of the first BLOCK_SECONDS) set
+    the column widths, then each row goes out as soon as its point is computed (`| head` returns at once,
+    memory stays flat). A later cell wider than its column widens only its own row. The layout is the one rich
+    gave the whole table (box.SIMPLE_HEAD, right-justified), without trailing spaces."""
 
-    from gradflow.render.table import cut_lines
-    from gradflow.values.text import format_number, format_tensor
+    BLOCK, BLOCK_SECONDS = 50, 0.2
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in [result.var, "L", *(f"dL/d{leaf}" for leaf in result.wrt)]:
-        table.add_column(col, justify="right")
-    for r in result.rows:
-        grads = (format_tensor(r.grads[w]) for w in result.wrt)
-        table.add_row(format_number(r.value), format_tensor(r.output), *grads)
-    title = Text(f"L = {result.source.strip()}, sweeping {result.var} ({len(result.values)} points)")
-    return Group(title, table, cut_lines(first) if first is not None else Text())
+    def __init__(self, title: str, heads: list[str]):
+        from rich.text import Text
+
+        consoles()[0].print(Text(title))  # through rich: control characters in the program shown escaped
+        self.heads, self.pending, self.widths = heads, [], None
+        self.opened = time.monotonic()
+
+    def add(self, cells: list[str]) -> None:
+        if self.widths is not None:
+            _write_line(self._line(cells))
+            return
+        self.pending.append(cells)
+        if len(self.pending) >= self.BLOCK or time.monotonic() - self.opened > self.BLOCK_SECONDS:
+            self._open()
+
+    def _open(self) -> None:
+        self.widths = [max(len(c) for c in column) for column in zip(self.heads, *self.pending)]
+        rule = " " + "─" * (sum(self.widths) + 3 * (len(self.widths) - 1))
+        _write_line("\n".join(["", self._line(self.heads), rule, *map(self._line, self.pending)]))
+        self.pending = []
+
+    def _line(self, cells: list[str]) -> str:
+        return " " + "   ".join(c.rjust(w) for c, w in zip(cells, self.widths or []))
+
+    def close(self, first) -> None:
+        """The rows still held back (a short sweep), then the first point's cut lines."""
+        from gradflow.render.table import cut_lines
+
+        if self.widths is None:
+            self._open()
+        _write_line("")
+        if first is not None:
+            consoles()[0].print(cut_lines(first))
 
 
 def _plots(result, picture) -> None:
@@ -164,21 +197,34 @@ def _plots(result, picture) -> None:
             _write_line(plot.terminal(s, result.var, color=out.is_terminal and not out.no_color))
 
 
-def _finish(result) -> int:
-    from rich.text import Text
+class _Tally:
+    """What the end of a sweep reports (its warnings once each, the failed points), counted as the points go."""
 
-    from gradflow.render.table import print_error
+    def __init__(self):
+        self.count, self.failed, self.error, self.warnings = 0, 0, None, {}
 
-    err = consoles()[1]
-    for msg in dict.fromkeys(m for r in result.rows for m in r.warnings):
-        err.print(Text(f"warning: {msg}", style="yellow"))
-    failed = [r for r in result.rows if r.error is not None]
-    if not failed:
-        return 0
-    print_error(failed[0].error, err)
-    if len(failed) < len(result.rows):
-        err.print(Text(f"({len(failed)} of {len(result.rows)} points failed)"))
-    return int(failed[0].error.exit_code)
+    def add(self, point) -> None:
+        self.count += 1
+        for w in point.warnings:
+            self.warnings.setdefault(w.message)
+        if point.error is not None:
+            self.failed += 1
+            self.error = self.error or point.error
+
+    def finish(self) -> int:
+        from rich.text import Text
+
+        from gradflow.render.table import print_error
+
+        err = consoles()[1]
+        for msg in self.warnings:
+            err.print(Text(f"warning: {msg}", style="yellow"))
+        if self.error is None:
+            return 0
+        print_error(self.error, err)
+        if self.failed < self.count:
+            err.print(Text(f"({self.failed} of {self.count} points failed)"))
+        return int(self.error.exit_code)
 
 
 class _PipeClosed(Exception):

@@ -36,7 +36,8 @@ def split_line(where: str) -> tuple[str, int] | None:
 
 def _body_lines(node: ast.AST) -> tuple[int, int]:
     """The lines a branch decides about: its body and else (not its own test)."""
-    parts = [n for f in ("body", "orelse", "handlers", "finalbody", "cases") for n in _as_list(getattr(node, f, []))]
+    parts = [n for name, value in ast.iter_fields(node) if name in ("body", "orelse", "handlers", "finalbody", "cases")
+             for n in _as_list(value)]
     if isinstance(node, ast.IfExp):
         parts = [node.body, node.orelse]
     if not parts:

@@ -21,7 +21,7 @@ from gradflow.ddp.errors import DistributedError
 from gradflow.errors import GradflowError
 from gradflow.values.jsonable import dumps, to_jsonable
 
-_INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)")
+_INDICES = r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)"
 
 
 # ---- the group ------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def probe(inner: torch.nn.Module, step: Callable[[Any], Any], groups: list, iter
         dist.destroy_process_group(group)
         group = None
         gc.collect()
-    for m in _INDICES.finditer(out["message"] or ""):
+    for m in re.finditer(_INDICES, out["message"] or ""):
         out["unused"][m.group(1)] = [names[int(i)] for i in m.group(2).split() if int(i) < len(names)]
     return out
 

@@ -104,8 +104,10 @@ def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: Sw
 
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
-              on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False) -> SweepResult:
-    """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed."""
+              on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False,
+              rows: bool = True) -> SweepResult:
+    """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed. `rows=False` keeps
+    no SweepRow (a caller that prints each point as it comes: memory stays flat)."""
     graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed)
     from gradflow.engine.evaluate import evaluate  # torch from here on
     from gradflow.values.tensors import materialize, resolve_device, resolve_dtype, scalar
@@ -117,7 +119,8 @@ def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *,
         # each point already in the dtype: the points are gradflow's, not values given, so no rounding warnings
         point = evaluate(graph, {**fixed, var: scalar(x, torch_dtype, torch_device)}, leaves, dtype=dtype,
                          device=device)
-        result.rows.append(SweepRow.of(x, point))
+        if rows:
+            result.rows.append(SweepRow.of(x, point))
         if keep:
             result.points.append(point)
         if on_point is not None:
