@@ -25,6 +25,8 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 model, step = main(dist.get_rank(), dist.get_world_size())
 step(DDP(model)).backward()
 dist.destroy_process_group()
+if sys.argv[1:] == ["fast-exit"]:  # skip the interpreter's teardown, as gradflow's ranks do (os._exit)
+    os._exit(0)
 """
 
 
@@ -34,9 +36,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def plain() -> None:
+def plain(*args: str) -> None:
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", PLAIN], cwd=ROOT, env={
+    procs = [subprocess.Popen([sys.executable, "-c", PLAIN, *args], cwd=ROOT, env={
         **os.environ, "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": "1"}) for r in range(2)]
     assert all(p.wait(timeout=300) == 0 for p in procs)
@@ -50,17 +52,19 @@ def gradflow() -> None:
 
 
 def main(runs: int) -> None:
-    times: dict = {"plain": [], "gradflow": []}
+    times: dict = {"plain": [], "plain, os._exit": [], "gradflow": []}
+    runners = (("plain", plain), ("plain, os._exit", lambda: plain("fast-exit")), ("gradflow", gradflow))
     for _ in range(runs):
-        for name, fn in (("plain", plain), ("gradflow", gradflow)):
+        for name, fn in runners:
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
     best = {k: min(v) for k, v in times.items()}
     print(f"2-rank DDP step, 5.2M parameters, launch included (best of {runs}):")
-    print(f"  plain DDP   {best['plain']:.2f} s   (all: {', '.join(f'{t:.2f}' for t in times['plain'])})")
-    print(f"  gradflow    {best['gradflow']:.2f} s   (all: {', '.join(f'{t:.2f}' for t in times['gradflow'])})")
-    print(f"  ratio       {best['gradflow'] / best['plain']:.2f}x  (target: at most 1.5x)")
+    for name, ts in times.items():
+        print(f"  {name:<17} {best[name]:6.2f} s   (all: {', '.join(f'{t:.2f}' for t in ts)})")
+    base = min(best["plain"], best["plain, os._exit"])
+    print(f"  ratio             {best['gradflow'] / base:.2f}x against the faster plain run (target: at most 1.5x)")
 
 
 if __name__ == "__main__":
