@@ -43,9 +43,12 @@ def call_function(func, name: str, rank: int, world: int):
     params = [p for p in inspect.signature(func).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
     value = func(rank, world) if len(params) >= 2 else func(rank) if len(params) == 1 else func()
-    if not (isinstance(value, tuple) and len(value) == 2 and callable(value[1])):
+    pair = isinstance(value, tuple) and len(value) == 2
+    if not pair or not callable(value[1]) or hasattr(value[0], "grad_fn"):  # (loss, model): inspect's shape
+        got = "(loss, model), as for gradflow inspect" if pair and hasattr(value[0], "grad_fn") else \
+            type(value).__name__
         raise GradflowError("bad_return", f"{name}() must return (model, step), where step(model) returns the "
-                            f"loss; it returned {type(value).__name__}",
+                            f"loss (DDP must wrap the model before its forward); it returned {got}",
                             hint="def main(rank, world_size): model = Net(); return model, lambda m: m(x).mean()")
     return value
 

@@ -105,7 +105,8 @@ def print_report(report: dict, out: Console, err: Console) -> None:
     how = "DDP by gradflow" if ddp["wrapped_by"] == "gradflow" else "your DDP"
     flags = f"find_unused_parameters={ddp['find_unused_parameters']}" + \
         (", static_graph=True" if ddp["static_graph"] else "")
-    _say(out, f"{report['target']}  ·  {report['world_size']} ranks  ·  {how}, {flags}")
+    ranks = f"{report['world_size']} rank{'s' * (report['world_size'] != 1)}"
+    _say(out, f"{report['target']}  ·  {ranks}  ·  {how}, {flags}")
     print_ranks(report, out)
     out.print()
     for part in (print_divergent, print_would, print_torch, print_fix):

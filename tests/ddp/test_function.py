@@ -19,6 +19,14 @@ def test_a_loss_instead_of_model_and_step_is_bad_input():
     assert err.value.exit_code == ExitCode.INPUT
 
 
+def test_inspect_s_loss_and_model_is_told_apart():
+    class Loss:
+        grad_fn = None
+
+    with pytest.raises(GradflowError, match=r"it returned \(loss, model\), as for gradflow inspect"):
+        call_function(lambda: (Loss(), print), "main", 0, 2)  # a model is callable too: the loss tells them apart
+
+
 def test_a_rank_s_error_keeps_its_rank_exit_code_and_frames():
     doc = {"error": {"kind": "user_code", "message": "main() raised ValueError: x", "hint": "fix it", "rank": 1,
                      "exit_code": 5, "traceback": [{"file": "a.py", "line": 3, "function": "main", "code": "x()"}]}}
