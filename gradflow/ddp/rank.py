@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import gc
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +28,16 @@ _INDICES = r"Parameter indices which did not receive grad for rank (\d+): ([\d ]
 # ---- the group ------------------------------------------------------------------------------
 def join(timeout: float) -> tuple[int, int]:
     """init_process_group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (env://), gloo on CPU."""
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
-    return dist.get_rank(), dist.get_world_size()
+    try:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
+        return dist.get_rank(), dist.get_world_size()
+    except (RuntimeError, ValueError) as err:  # DistStoreError, a port in use, a rank that never came
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        said = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DistributedError("rendezvous", f"rank {os.environ.get('RANK', '?')} could not join the process "
+                               f"group at {where} within {timeout:g} s; torch said: {said}",
+                               hint="every rank must start (and reach the group) within --timeout") from None
 
 
 def leave() -> None:
@@ -49,13 +57,18 @@ class Phases:
         self.doing = doing
         if self.notify is not None:
             self.notify(doing)
-        if self.store is not None:
-            self.store.set(f"gradflow/at/{self.rank}", doing)
+        self._set(f"gradflow/at/{self.rank}", doing)
 
     def arrive(self, gather: str) -> None:
         self.at(f"waiting for the other ranks ({gather})")
+        self._set(f"gradflow/{gather}/{self.rank}", "1")
+
+    def _set(self, key: str, value: str) -> None:
         if self.store is not None:
-            self.store.set(f"gradflow/{gather}/{self.rank}", "1")
+            try:
+                self.store.set(key, value)
+            except RuntimeError:  # the store's host (rank 0) is gone: the gather that follows says so
+                self.store = None
 
     def missing(self, gather: str) -> list[tuple[int, str]]:
         """(rank, what it was last doing) of every rank that has not arrived at this gather."""

@@ -137,3 +137,14 @@ def test_the_same_command_runs_under_torchrun():
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)  # printed by rank 0 only: one document
     assert doc["world_size"] == 2 and doc["divergent"][0]["params"] == ["aux_head.weight", "aux_head.bias"]
+
+
+def test_a_group_nobody_serves_is_a_distributed_error_not_a_bug():
+    """A rank started by another launcher (RANK set) whose group never forms: exit 7 with the address, not exit 1."""
+    from gradflow.ddp.launch import free_port
+
+    port = free_port()
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    res = gradflow_ddp("examples/ddp_aux_loss.py:main", "--timeout", "2", env=env, timeout=90)
+    assert res.returncode == 7, res.stderr[-2000:]
+    assert f"error: rank 1 could not join the process group at 127.0.0.1:{port} within 2 s" in res.stderr
