@@ -12,7 +12,8 @@ SCHEMA = 1
 CLASSES = ("unused", "divergent")
 NO_GRAD = ("unused", "unreached", "cut", "untraced")
 EXPECTED = "Expected to have finished reduction in the prior iteration"
-CLOSED = "Connection closed by peer"
+PEER_GONE = ("by peer", "Broken pipe", "Connection refused")  # gloo, once the rank that raised freed the group:
+#   "Connection closed by peer", "Read error ...: Connection reset by peer", "Write error ...: Broken pipe"
 
 
 def _names(items: list[str], n: int = 4) -> str:
@@ -175,7 +176,8 @@ def torch_said(probes: list[dict]) -> list[dict]:
     out = []
     for r, p in enumerate(probes):
         msg = p.get("message") or ""
-        blocked = bool(msg) and CLOSED in msg and anyone_raised and "backward" in (p.get("stage") or "")
+        blocked = anyone_raised and EXPECTED not in msg and "backward" in (p.get("stage") or "") \
+            and any(word in msg for word in PEER_GONE)
         first = msg.strip().splitlines()[0] if msg.strip() else ""
         if EXPECTED in msg:
             first = first.split(". ")[0] + ". " + first.split(". ")[1] + "." if ". " in first else first

@@ -69,11 +69,15 @@ def test_fold_by_module_and_torch_indices_named():
     rows = fold([param("a.w", False, "unused", reason="r"), param("a.b", False, "unused", reason="r"),
                  param("c.w", False, "cut", reason="x")])
     assert [(r["name"], r["numel"]) for r in rows] == [("a.*", 6), ("c.w", 3)]
-    said = torch_said([{"ok": False, "stage": "iteration 1, backward", "message": "[pair.cc] Connection closed by "
-                        "peer [127.0.0.1]:1"},
-                       {"ok": False, "stage": "iteration 2, forward", "unused": {"1": ["aux.w"]},
-                        "message": "Expected to have finished reduction in the prior iteration before starting a "
-                                   "new one. This error indicates that your module has parameters that were not "
-                                   "used in producing loss. You can enable..."}])
+    said_raw = [{"ok": False, "stage": "iteration 1, backward", "message": "[pair.cc] Connection closed by "
+                 "peer [127.0.0.1]:1"},
+                {"ok": False, "stage": "iteration 2, forward", "unused": {"1": ["aux.w"]},
+                 "message": "Expected to have finished reduction in the prior iteration before starting a new one. "
+                            "This error indicates that your module has parameters that were not used in producing "
+                            "loss. You can enable..."}]
+    said = torch_said(said_raw)
     assert said[0]["blocked"] and not said[1]["blocked"] and said[1]["unused"] == ["aux.w"]
+    for gone in ("[pair.cc:537] Read error [127.0.0.1]:29571: Connection reset by peer.",
+                 "[pair.cc:589] Write error [127.0.0.1]:29571: Broken pipe"):  # how gloo says it, by timing
+        assert torch_said([{"ok": False, "stage": "iteration 1, backward", "message": gone}, said_raw[1]])[0]["blocked"]
     assert said[1]["said"].endswith("were not used in producing loss.")

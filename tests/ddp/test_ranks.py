@@ -101,7 +101,7 @@ def test_a_hanging_rank_is_reported_and_stopped_within_the_timeout(tmp_path):
     start = time.monotonic()
     res = gradflow_ddp(_script(tmp_path, "hang"), "--timeout", "4", timeout=90)
     assert res.returncode == 7, res.stderr
-    assert "rank 1 hung while running main()" in res.stderr and "were stopped" in res.stderr
+    assert "rank 1 hung while running main() (no answer within 4 s); rank 1 was stopped" in res.stderr
     assert time.monotonic() - start < 60
     assert _gone(int((tmp_path / "pid1").read_text()))
 
