@@ -16,7 +16,7 @@ from typing import Any
 
 from gradflow.cli.inspect_command import load_function, run_function
 from gradflow.cli.user_code import contained, preload
-from gradflow.ddp.launch import ENV_STATUS
+from gradflow.ddp.launch import ENV_STATUS, JOIN_FLOOR
 from gradflow.errors import ExitCode, GradflowError, NoGradientError, UserCodeError
 
 
@@ -60,7 +60,9 @@ class RankRun:
         from gradflow.ddp import rank as r
 
         self.path, self.name, self.r = path, name, r
-        self.rank, self.world = r.join(timeout)
+        launched = ENV_STATUS in os.environ  # started together by gradflow: importing torch may take a while
+        self.rank, self.world = r.join(max(timeout, JOIN_FLOOR) if launched else timeout)
+        self.gathers = r.new_group(timeout)  # gradflow's own gathers: --timeout each
         self.phases = r.Phases(self.rank, self.world, _notify())
         self.group = r.new_group(timeout)  # torch's real DDP step runs here
         self.model: Any = None
@@ -98,7 +100,7 @@ class RankRun:
 
     def gather(self, obj, what: str) -> list:
         self.phases.at(f"gathering ({what})")
-        return self.r.gather_json(obj, self.phases, what)
+        return self.r.gather_json(obj, self.phases, what, self.gathers)
 
     def drop_group(self) -> None:
         import torch.distributed as dist

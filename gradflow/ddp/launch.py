@@ -23,6 +23,7 @@ from pathlib import Path
 
 ENV_STATUS = "GRADFLOW_DDP_STATUS_FD"  # the pipe a rank reports to (set by this launcher only)
 GRACE = 3.0  # seconds the other ranks get to finish once one rank is done or gave up
+JOIN_FLOOR = 60.0  # seconds the ranks this launcher starts get to import torch and meet (a busy machine: ~15 s)
 
 
 def under_launcher() -> tuple[int, int] | None:
@@ -49,6 +50,7 @@ class Rank:
     done: int | None = None  # the exit code it announced
     failed: str | None = None  # what it said when it gave up (lost the other ranks)
     stopped: bool = False  # killed by the launcher
+    heard: bool = False  # it said where it is at least once (it has joined the group)
     out: bytearray = field(default_factory=bytearray)
     partial: dict[int, bytearray] = field(default_factory=dict)
 
@@ -159,7 +161,8 @@ def _watch(ranks: list[Rank], timeout: float, echo) -> None:
         finished_at = finished_at or (now if exited else None)
         if finished_at is not None and now - finished_at > GRACE:
             return
-        if now - max(rk.since for rk in ranks) > timeout + 10:
+        joined = all(rk.heard for rk in ranks)  # importing torch is not a collective: it gets the floor
+        if now - max(rk.since for rk in ranks) > (timeout if joined else max(timeout, JOIN_FLOOR)) + 10:
             return
 
 
@@ -202,7 +205,7 @@ def _take(rk: Rank, which: int, data: bytes, echo) -> None:
         if which == 2:
             echo(rk.rank, line)
         elif line.startswith("at "):
-            rk.at, rk.since = line[3:], time.monotonic()
+            rk.at, rk.since, rk.heard = line[3:], time.monotonic(), True
         elif line.startswith("done "):
             rk.done, rk.since = int(line[5:]), time.monotonic()
         elif line.startswith("fail "):

@@ -27,7 +27,8 @@ _INDICES = r"Parameter indices which did not receive grad for rank (\d+): ([\d ]
 
 # ---- the group ------------------------------------------------------------------------------
 def join(timeout: float) -> tuple[int, int]:
-    """init_process_group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (env://), gloo on CPU."""
+    """init_process_group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (env://), gloo on CPU. `timeout` is
+    how long to wait for the other ranks to arrive (gradflow's own launcher gives them time to import torch)."""
     try:
         if not dist.is_initialized():
             dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
