@@ -56,6 +56,7 @@ _COMMANDS: list[tuple[str, dict | None]] = [
     ("batch", EXTRA),
     ("whatif", EXTRA),
     ("compare", EXTRA),
+    ("ddp", None),
 ]
 NAMES = [name for name, _ in _COMMANDS]
 

@@ -18,7 +18,7 @@ from gradflow.values.jsonable import JSON_FULL_MAX
 from ..processes import run
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ["eval", "ops", "graph", "inspect", "script", "batch", "whatif", "compare"]
+COMMANDS = ["eval", "ops", "graph", "inspect", "script", "batch", "whatif", "compare", "ddp"]
 HELPS = [[], *([c] for c in COMMANDS)]  # [] is `gradflow --help`
 
 # What each command can return (checked against the code: guarded(), exit_code, run_safely).
@@ -32,6 +32,7 @@ EXIT_CODES = {
     "batch": {0, 1, 2, 4, 130},
     "whatif": {0, 1, 2, 130},
     "compare": {0, 1, 2, 4, 130},
+    "ddp": {0, 1, 2, 3, 5, 6, 7, 130},
 }
 
 
@@ -56,7 +57,8 @@ def name(command: list[str]) -> str:
 def examples():
     for command in HELPS:
         for example in part(help_text(command), "Examples:"):
-            yield pytest.param(name(command), example, id=example[:70])
+            slow = [pytest.mark.slow] if name(command) == "ddp" else []  # real ranks: seconds each
+            yield pytest.param(name(command), example, id=example[:70], marks=slow)
 
 
 @pytest.mark.parametrize("command", HELPS, ids=name)

@@ -1,0 +1,152 @@
+"""One rank of `gradflow ddp` (started by gradflow's launcher or by torchrun): join the group, run the user's
+FUNCTION and step contained (as inspect does), trace the step, gather the verdicts, run torch's own DDP step,
+gather what it said; rank 0 merges the report.
+
+Between the gathers no rank runs a collective the others do not: FUNCTION's results are gathered before the
+model is wrapped, gradflow's DDP does not broadcast buffers in the traced forward, and torch's real DDP step runs
+in a group of its own, freed on failure so a rank blocked in it is released.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+from gradflow.cli.inspect_command import load_function, run_function
+from gradflow.cli.user_code import contained, preload
+from gradflow.ddp.launch import ENV_STATUS, JOIN_FLOOR
+from gradflow.errors import ExitCode, GradflowError, NoGradientError, UserCodeError
+
+
+def _notify():
+    fd = os.environ.get(ENV_STATUS)
+    if not fd or not fd.isdigit():
+        return None
+
+    def say(text: str) -> None:
+        try:
+            os.write(int(fd), ("at " + text.replace("\n", " ") + "\n").encode())
+        except OSError:  # the launcher is gone: it stops us anyway
+            pass
+
+    return say
+
+
+def _failure(rank: int, err: GradflowError) -> dict:
+    return {"rank": rank, "failure": {**err.to_dict(), "exit_code": int(err.exit_code)}}
+
+
+def call_function(func, name: str, rank: int, world: int):
+    """FUNCTION(rank, world_size), or FUNCTION() when it takes no arguments; it must return (model, step)."""
+    params = [p for p in inspect.signature(func).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    value = func(rank, world) if len(params) >= 2 else func(rank) if len(params) == 1 else func()
+    pair = isinstance(value, tuple) and len(value) == 2
+    if not pair or not callable(value[1]) or hasattr(value[0], "grad_fn"):  # (loss, model): inspect's shape
+        got = "(loss, model), as for gradflow inspect" if pair and hasattr(value[0], "grad_fn") else \
+            type(value).__name__
+        raise GradflowError("bad_return", f"{name}() must return (model, step), where step(model) returns the "
+                            f"loss (DDP must wrap the model before its forward); it returned {got}",
+                            hint="def main(rank, world_size): model = Net(); return model, lambda m: m(x).mean()")
+    return value
+
+
+class RankRun:
+    """The state of this rank between the gathers."""
+
+    def __init__(self, path: Path, name: str, timeout: float):
+        from gradflow.ddp import rank as r
+
+        self.path, self.name, self.r = path, name, r
+        launched = ENV_STATUS in os.environ  # started together by gradflow: importing torch may take a while
+        self.rank, self.world = r.join(max(timeout, JOIN_FLOOR) if launched else timeout)
+        self.gathers = r.new_group(timeout)  # gradflow's own gathers: --timeout each
+        self.phases = r.Phases(self.rank, self.world, _notify())
+        self.group = r.new_group(timeout)  # torch's real DDP step runs here
+        self.model: Any = None
+        self.step: Any = None
+        self.inner: Any = None
+        self.settings: dict = {}
+
+    def build(self, user) -> dict:
+        self.phases.at(f"running {self.name}()")
+        try:
+            func = user.run(f"importing {self.path}", load_function, self.path, self.name)
+            self.model, self.step = user.run(f"{self.name}()", call_function, func, self.name, self.rank, self.world)
+        except GradflowError as err:
+            return _failure(self.rank, err)
+        return {"rank": self.rank}
+
+    def trace(self, user) -> dict:
+        self.phases.at("running step(model) under gradflow's trace")
+        try:
+            ddp, self.inner, self.settings = user.run("wrapping the model in DDP", self.r.wrap, self.model, None)
+            with ddp.no_sync():
+                t, loss, _, _ = user.run("step(model)", run_function, functools.partial(self.step, ddp), "step")
+            self.phases.at("backward (gradflow's trace)")
+            report = user.run("backward", t.explain, self.r.loss_of(loss), params=self.inner, all_errors=False)
+            if isinstance(report.error, NoGradientError):  # nothing to compare: say why, exit 3
+                return _failure(self.rank, report.error)
+            return self.r.verdicts(report, self.rank)
+        except GradflowError as err:
+            return _failure(self.rank, err)
+
+    def probe(self, user) -> dict:
+        self.phases.at("running torch's own DDP step (2 iterations)")
+        groups, self.group = [self.group], None  # the probe frees it: no other reference may keep it open
+        return user.run("torch's DDP step", self.r.probe, self.inner, self.step, groups)
+
+    def gather(self, obj, what: str) -> list:
+        self.phases.at(f"gathering ({what})")
+        return self.r.gather_json(obj, self.phases, what, self.gathers)
+
+    def drop_group(self) -> None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group(self.group)
+
+
+def run_rank(path: Path, name: str, target: str, timeout: float) -> tuple[dict, int]:
+    """(the report or an error document, the exit code) — the same on every rank."""
+    preload()
+    import gradflow.ddp.merge  # noqa: F401  (imported while sys.path is gradflow's own)
+
+    run = RankRun(path, name, timeout)
+    with contained(str(path.resolve().parent)) as user:
+        built = run.gather(run.build(user), "after FUNCTION")
+        failed = [v for v in built if "failure" in v]
+        verdicts = failed or run.gather(run.trace(user), "after the traced step")
+        failed = [v for v in verdicts if "failure" in v]
+        probes = None
+        if failed:
+            run.drop_group()
+        else:
+            probes = run.gather(run.probe(user), "after torch's DDP step")
+    run.r.leave()
+    if failed:
+        return _error_doc(target, failed), int(failed[0]["failure"]["exit_code"])
+    from gradflow.ddp.merge import merge
+
+    return merge(target, str(path), run.settings, verdicts, probes), 0
+
+
+def _error_doc(target: str, failed: list[dict]) -> dict:
+    real = [v for v in failed if "Connection closed" not in v["failure"]["message"]] or failed
+    first = real[0]
+    return {"schema": 1, "target": target, "error": {**first["failure"], "rank": first["rank"]}}
+
+
+def error_from(doc: dict) -> GradflowError:
+    """The error a rank reported, rebuilt for printing (its exit code kept)."""
+    e = doc["error"]
+    where = f"rank {e.get('rank')}: " if e.get("rank") is not None else ""
+    if e.get("traceback"):
+        err: GradflowError = UserCodeError(e["kind"], where + e["message"], hint=e.get("hint"),
+                                           frames=[(f["file"], f["line"], f["function"], f["code"])
+                                                   for f in e["traceback"]])
+    else:
+        err = GradflowError(e["kind"], where + e["message"], hint=e.get("hint"))
+    err.exit_code = ExitCode(e.get("exit_code", int(err.exit_code)))
+    return err

@@ -1,0 +1,119 @@
+"""`gradflow ddp`'s report for people (rich), printed from the report's JSON-able dict: the launcher that prints
+it never imports torch."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gradflow.ddp.merge import fold, fold_names
+
+MARKS = {"unused": "◌", "unreached": "◌", "cut": "✂", "untraced": "?"}
+
+
+def _say(console: Console, text: str, style: str | None = None, indent: int = 0) -> None:
+    console.print(Text(" " * indent + text, style=style or ""), soft_wrap=False)
+
+
+def _where(p: dict) -> str:
+    line = p.get("line")
+    if not line:
+        return ""
+    return f"defined at {line}" if p.get("line_is") == "definition" else line
+
+
+def print_ranks(report: dict, console: Console) -> None:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for col, justify in (("rank", "right"), ("parameter", "left"), ("numel", "right"), ("why no gradient", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in report["ranks"]:
+        rows = fold(r["no_gradient"])
+        if not rows:
+            table.add_row(str(r["rank"]), Text("● all"), "", Text("every parameter gets a gradient"))
+        for row in rows:
+            why, where = row["reason"] or row["status"], _where(row)
+            if where and row.get("line") not in why:
+                why += f" ({where})"
+            table.add_row(str(r["rank"]), Text(f"{MARKS.get(row['status'], '◌')} {row['name']}"),
+                          f"{row['numel']:,}", Text(why))
+    console.print(table)
+
+
+def print_divergent(report: dict, console: Console) -> None:
+    for g in report["divergent"]:
+        names = ", ".join(fold_names(g["params"]))
+        on, off = (", ".join(str(r) for r in g[k]) for k in ("gradient_on", "none_on"))
+        _say(console, f"divergent: {names} get a gradient on rank {on} and none on rank {off}", "bold yellow")
+        if g["branch"]:
+            _say(console, f"the branch that differs: {g['branch']['line']}  {g['branch']['code']}", indent=2)
+        else:
+            _say(console, "the branch that differs was not found in your source", indent=2)
+
+
+def _rows(console: Console, rows: list[tuple[str, str]]) -> None:
+    """Two columns, the second wrapped under itself (a hanging indent)."""
+    table = Table(box=None, show_header=False, pad_edge=False, show_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for left, right in rows:
+        table.add_row(Text("  " + left), Text(right))
+    console.print(table)
+
+
+def print_would(report: dict, console: Console) -> None:
+    _say(console, "what DDP does with this step", "bold")
+    rows = []
+    forced = report.get("find_unused_forced_by")
+    if forced:
+        rows.append(("your find_unused=True", "needed only because of " + ", ".join(fold_names(forced))))
+    elif forced is not None:
+        rows.append(("your find_unused=True", "not needed: every parameter gets a gradient on every rank; set it "
+                                              "to False (DDP then skips a search of the autograd graph every "
+                                              "iteration)"))
+    _rows(console, rows + list(report["ddp_would"].items()))
+
+
+def print_torch(report: dict, console: Console) -> None:
+    said = report.get("torch")
+    if not said:
+        return
+    _say(console, "torch's own DDP step (find_unused_parameters=False, 2 iterations, run for real)", "bold")
+    rows = []
+    for r in said["ranks"]:
+        if r["ok"]:
+            what = f"ran {r['iterations']} iterations without an error"
+        elif r["blocked"]:
+            what = (f"blocked in {r['stage']}, waiting for an all-reduce the other ranks never started (torch "
+                    "waits until the timeout; gradflow released it)")
+        else:
+            what = f"raised in {r['stage']}: {r['said']}"
+            if r["unused"]:
+                what += f" (the parameter indices it lists: {', '.join(r['unused'])})"
+        rows.append((f"rank {r['rank']}", what))
+    _rows(console, rows)
+
+
+def print_fix(report: dict, console: Console) -> None:
+    if not report["fix"]:
+        return
+    _say(console, "the fix that keeps find_unused_parameters=False", "bold")
+    _rows(console, [(f"{i}.", line) for i, line in enumerate(report["fix"], 1)])
+
+
+def print_report(report: dict, out: Console, err: Console) -> None:
+    ddp = report["ddp"]
+    how = "DDP by gradflow" if ddp["wrapped_by"] == "gradflow" else "your DDP"
+    flags = f"find_unused_parameters={ddp['find_unused_parameters']}" + \
+        (", static_graph=True" if ddp["static_graph"] else "")
+    ranks = f"{report['world_size']} rank{'s' * (report['world_size'] != 1)}"
+    _say(out, f"{report['target']}  ·  {ranks}  ·  {how}, {flags}")
+    print_ranks(report, out)
+    out.print()
+    for part in (print_divergent, print_would, print_torch, print_fix):
+        before = len(report["divergent"]) if part is print_divergent else 1
+        if before:
+            part(report, out)
+            out.print()
+    for r in report["ranks"]:
+        for w in r["warnings"]:
+            err.print(Text(f"warning: rank {r['rank']}: {w}"))
