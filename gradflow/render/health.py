@@ -90,9 +90,9 @@ def legend(health: HealthReport) -> Text:
 
 def picture(health: HealthReport, path: Path, title: str = "") -> bytes:
     """The chart as a picture (.png, .svg or .pdf by the name's suffix): bars on a log axis, the marks apart."""
-    import io
-
     import matplotlib
+
+    from gradflow.render.plot import figure_bytes
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -116,13 +116,7 @@ def picture(health: HealthReport, path: Path, title: str = "") -> bytes:
     ax.set_title(visible(title) or "gradient norm per layer")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format=path.suffix.lower().lstrip("."))
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+    return figure_bytes(fig, path)
 
 
 def _marks(ax, health: HealthReport, lo: int, hi: int) -> None:

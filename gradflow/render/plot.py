@@ -84,8 +84,6 @@ def check_picture_path(path: str, terminal: str = "plain --plot draws in the ter
 
 def picture(result: SweepResult, all_series: list[Series], path: Path) -> bytes:
     """The picture as bytes, in the format the name's suffix says (the caller writes the file)."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,6 +98,15 @@ def picture(result: SweepResult, all_series: list[Series], path: Path) -> bytes:
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel(result.var)
     fig.suptitle(visible(result.source.strip()))  # a comment in the program may hold anything
+    return figure_bytes(fig, path)
+
+
+def figure_bytes(fig, path: Path) -> bytes:
+    """A matplotlib figure as bytes in the format `path`'s suffix names; the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     buffer = io.BytesIO()
     try:
