@@ -251,7 +251,8 @@ def _results(run: _Run) -> list[NodeResult]:
     for node in run.g.nodes:
         t = run.t[node.id]
         nodes.append(NodeResult(node.id, node.label, node.text, node.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args))
+                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args,
+                                span=(node.span.start, node.span.end), abbreviated=node.abbreviated))
     for i, e in enumerate(run.edges):
         if i in run.aliases:
             e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad

@@ -15,6 +15,7 @@ from rich.text import Text
 from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.display import visible
 from gradflow.errors import GradflowError
+from gradflow.language.graph import NAME_WIDTH
 from gradflow.values.text import DASH, format_tensor
 
 ANOMALY = "⚠"
@@ -77,16 +78,29 @@ def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
     return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
 
 
+def abbreviated(result: Explanation) -> bool:
+    """Is any name shortened (`%17 + x*6400`)? Then the table numbers its nodes, so %17 can be found."""
+    return any(n.abbreviated for n in result.nodes)
+
+
+def abbreviation_note() -> Text:
+    return Text(f"%N is node N: a name over {NAME_WIDTH} characters refers to its long operands by id "
+                "(--json: each node's span in the source)", style="dim")
+
+
 def node_table(result: Explanation, cells: list[tuple[str, str]]) -> Table:
     table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
+    ids = abbreviated(result)
+    if ids:
+        table.add_column("id", justify="right", no_wrap=True)
     for col, kw in _COLUMNS:
         table.add_column(col, **kw)
     marked = anomalies(result)
     for n, (value, grad) in zip(result.nodes, cells):
         # Text, not str: values like [nan, 1] must not be read as markup
-        table.add_row(_node_cell(n, n.id in marked), n.op, Text(value), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, Text(grad))
+        table.add_row(*([f"%{n.id}"] if ids else []), _node_cell(n, n.id in marked), n.op, Text(value),
+                      _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(grad))
     return table
 
 
@@ -95,8 +109,10 @@ def node_blocks(result: Explanation) -> Group:
     headers and drop its last columns, grad first): nothing is lost, the details wrap under their node."""
     marked = anomalies(result)
     parts: list = [Text(f"{_out_label(result)} = {result.output.expr}\n")]
+    ids = abbreviated(result)
     for n in result.nodes:
-        parts.append(Text.assemble(_node_cell(n, n.id in marked), (f"  {n.op}", "dim")))
+        parts.append(Text.assemble((f"%{n.id} " if ids else "", "dim"), _node_cell(n, n.id in marked),
+                                   (f"  {n.op}", "dim")))
         details = Text.assemble((f"grad {format_tensor(n.grad)}", "bold"),  # first: what the table is read for
                                 f" · value {format_tensor(n.value)} · requires_grad {n.requires_grad}"
                                 f" · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
@@ -110,6 +126,8 @@ def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool
     column = {"op": [n.op for n in result.nodes], "value": [v for v, _ in cells], "requires_grad": ["False"],
               "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes], "grad": [g for _, g in cells]}
     need = 2 + 2 * (len(_COLUMNS) - 1) + 8  # the box's edges, the gaps between columns, the node column
+    if abbreviated(result):
+        need += 3 + len(str(len(result.nodes)))  # the id column and its gap
     for name, _ in _COLUMNS[1:]:
         need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
     return need <= width
@@ -137,7 +155,8 @@ def grad_lines(result: Explanation) -> Text:
 
 
 def print_explanation(result: Explanation, out: Console, err: Console):
-    out.print(Group(nodes_view(result, out.width), legend(result), cut_lines(result), grad_lines(result)))
+    note = [abbreviation_note()] if abbreviated(result) else []
+    out.print(Group(nodes_view(result, out.width), legend(result), *note, cut_lines(result), grad_lines(result)))
     print_warnings(result, err)
 
 
