@@ -4,9 +4,11 @@ Never prints JSON (that goes out through result.dumps and plain print).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.table import Table
@@ -139,6 +141,126 @@ def nodes_view(result: Explanation, width: int):
     return node_table(result, cells) if _fits(result, cells, width) else node_blocks(result)
 
 
+# ---- the same, as plain lines -------------------------------------------------------------------------------
+# Rich spends ~0.2 ms per table row (measuring, wrapping and padding every cell), so a program of 19,200 nodes
+# took 4 s to print. Without colour (a pipe or a file: no styles to emit), plain_nodes_view() lays out the
+# very same lines itself; where rich's layout is not a plain one (a title or a header wider than the table
+# would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
+
+_WORD = r"\s*\S+\s*"  # rich._wrap's words: a word and the spaces around it (re caches the compiled patterns)
+
+
+_WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
+
+
+def _cells(text: str) -> int:
+    return len(text) if re.search(_WIDER, text) is None else cell_len(text)
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """rich._wrap.divide_line(), without its per-word cell_len() when every character is one cell wide."""
+    from rich._wrap import divide_line
+
+    if _cells(line) != len(line):
+        return divide_line(line, width, fold=True)
+    breaks, offset = [], 0
+    for m in re.finditer(_WORD, line):
+        start, word = m.start(), m.group()
+        length = len(word.rstrip())
+        if width - offset >= length:
+            offset += len(word)
+        elif length > width:
+            return divide_line(line, width, fold=True)  # a word folded across lines: rich's own way
+        elif offset and start:
+            breaks.append(start)
+            offset = len(word)
+    return breaks
+
+
+def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
+    """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
+    (as a Padding around it prints it)."""
+    lines = []
+    for line in text.split("\n"):
+        cuts = [0, *_breaks(line, width), len(line)] if _cells(line) > width else [0, len(line)]
+        for a, b in zip(cuts, cuts[1:]):
+            piece = line[a:b]
+            excess = _cells(piece) - width
+            if excess > 0:  # rich's rstrip_end(): spaces beyond the width go
+                piece = piece[:len(piece) - min(excess, len(piece) - len(piece.rstrip()))]
+            lines.append(_pad(piece, width) if pad else piece)
+    return lines
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    gap = width - _cells(text)
+    return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
+
+
+def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) -> list[str] | None:
+    marked = anomalies(result)
+    ids = abbreviated(result)
+    heads = (["id"] if ids else []) + [col for col, _ in _COLUMNS]
+    right = ([True] if ids else []) + [kw.get("justify") == "right" for _, kw in _COLUMNS]
+    rows = []
+    for n, (value, grad) in zip(result.nodes, cells):
+        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
+        row = [node, n.op, value, str(n.requires_grad), str(n.is_leaf), n.grad_fn or DASH, grad]
+        rows.append([f"%{n.id}", *row] if ids else row)
+    widths = [max(_cells(h), *(_cells(line) for r in rows for line in r[i].split("\n")))
+              for i, h in enumerate(heads)]
+    for i, (_, kw) in enumerate(_COLUMNS, start=len(heads) - len(_COLUMNS)):
+        widths[i] = max(widths[i], kw.get("min_width", 0))
+    at = len(heads) - len(_COLUMNS)  # the node column
+    inner = sum(widths) + 2 * (len(widths) - 1)
+    if inner + 2 > width:  # rich folds the node column (the only one that wraps) to what is left
+        widths[at] -= inner + 2 - width
+        inner = width - 2
+        if widths[at] < _COLUMNS[0][1]["min_width"]:
+            return None
+        for r in rows:
+            if _cells(r[at]) > widths[at]:
+                r[at] = "\n".join(line.rstrip() for line in _wrap(r[at], widths[at]))
+    title = f"{_out_label(result)} = {result.output.expr}"
+    if _cells(title) > inner + 2 or "\n" in title:
+        return None  # rich would fold the title: its own layout
+
+    def line(cells_of_row: list[str]) -> str:
+        return " " + "  ".join(_pad(c, w, r) for c, w, r in zip(cells_of_row, widths, right)) + " "
+
+    out = [_pad(title, inner + 2), " " * (inner + 2), line(heads), " " + "─" * inner + " "]
+    for r in rows:
+        if any("\n" in c for c in r):
+            parts = [c.split("\n") for c in r]
+            for k in range(max(len(p) for p in parts)):
+                out.append(line([p[k] if k < len(p) else "" for p in parts]))
+        else:
+            out.append(line(r))
+    out.append(" " * (inner + 2))
+    return out
+
+
+def _plain_blocks(result: Explanation, width: int) -> list[str] | None:
+    marked = anomalies(result)
+    ids = abbreviated(result)
+    out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
+    for n in result.nodes:
+        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
+        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width)
+        details = (f"grad {format_tensor(n.grad)} · value {format_tensor(n.value)} · requires_grad "
+                   f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
+        out += ["  " + line for line in _wrap(details, width - 2, pad=True)]
+    out.append("")
+    return out
+
+
+def plain_nodes_view(result: Explanation, width: int) -> list[str] | None:
+    """nodes_view()'s lines as rich prints them without colour, or None where rich must lay them out."""
+    cells = _tensor_cells(result)
+    lines = _plain_table(result, cells, width) if _fits(result, cells, width) else _plain_blocks(result, width)
+    return None if lines is None else [ln if ln.isprintable() else visible(ln) for ln in lines]
+
+
 def grad_lines(result: Explanation) -> Text:
     """`x.grad = 50`, one line per chosen leaf, with the reason where it is None."""
     lines = Text()
@@ -156,7 +278,11 @@ def grad_lines(result: Explanation) -> Text:
 
 def print_explanation(result: Explanation, out: Console, err: Console):
     note = [abbreviation_note()] if abbreviated(result) else []
-    out.print(Group(nodes_view(result, out.width), legend(result), *note, cut_lines(result), grad_lines(result)))
+    plain = None if out.is_terminal or out.color_system else plain_nodes_view(result, out.width)
+    if plain is not None:
+        out.file.write("\n".join(plain) + "\n")  # see plain_nodes_view: the lines rich would print
+    view = [] if plain is not None else [nodes_view(result, out.width)]
+    out.print(Group(*view, legend(result), *note, cut_lines(result), grad_lines(result)))
     print_warnings(result, err)
 
 
