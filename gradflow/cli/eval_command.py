@@ -28,6 +28,7 @@ from gradflow.cli.common import (
     read_program,
 )
 from gradflow.cli.help import help_end
+from gradflow.cli.startup import pause_collector, resume_collector
 from gradflow.errors import ExitCode
 
 HELP_END = help_end([
@@ -55,6 +56,13 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
     """
     def body() -> int:
+        pause_collector()  # one evaluation: see cli/startup.py
+        try:
+            return work()
+        finally:
+            resume_collector()
+
+    def work() -> int:
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = read_program(program, file, limit)  # with --file, the first value lands in EXPR: put it back
@@ -66,6 +74,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         values = parse_values(args, var)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
         if swept:
+            resume_collector()  # many evaluations
             return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, full, plot, plot_file), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit)
         from gradflow.limits import as_limits, using

@@ -77,3 +77,9 @@ def test_small_programs_are_never_abbreviated(source):
     g = compile_program(source)
     for node in g.nodes:
         assert not node.abbreviated and node.text == g.full_text(node) == source[node.span.start:node.span.end]
+
+
+def test_the_nodes_default_takes_a_6000_term_program():
+    """18,000 nodes within the default `nodes` limit (20,000; it was 2,000 when names grew quadratically)."""
+    limits = as_limits({"length": 10**6, "depth": 10**6})
+    assert len(compile_program(chain(6000), limits).nodes) == 18_000
