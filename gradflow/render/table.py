@@ -147,33 +147,33 @@ def nodes_view(result: Explanation, width: int):
 # very same lines itself; where rich's layout is not a plain one (a title or a header wider than the table
 # would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
 
-_WORD = r"\s*\S+\s*"  # rich._wrap's words: a word and the spaces around it (re caches the compiled patterns)
-
-
 _WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
 
 
 def _cells(text: str) -> int:
-    return len(text) if re.search(_WIDER, text) is None else cell_len(text)
+    return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
 
 
 def _breaks(line: str, width: int) -> list[int]:
-    """rich._wrap.divide_line(), without its per-word cell_len() when every character is one cell wide."""
+    """rich._wrap.divide_line(line, width): where rich breaks a line, found with rfind() instead of a Python
+    step per word when every character is one cell and the only white space is ' ' (else rich's own)."""
     from rich._wrap import divide_line
 
-    if _cells(line) != len(line):
+    if _cells(line) != len(line) or not line.replace(" ", "x").isprintable():
         return divide_line(line, width, fold=True)
-    breaks, offset = [], 0
-    for m in re.finditer(_WORD, line):
-        start, word = m.start(), m.group()
-        length = len(word.rstrip())
-        if width - offset >= length:
-            offset += len(word)
-        elif length > width:
-            return divide_line(line, width, fold=True)  # a word folded across lines: rich's own way
-        elif offset and start:
-            breaks.append(start)
-            offset = len(word)
+    breaks, start, n = [], 0, len(line)
+    while start + width < n:
+        end = start + width  # the first character that does not fit
+        if line[end] == " ":  # the word before it fits; the next word starts the next line
+            nxt = len(line) - len(line[end:].lstrip(" "))
+            if nxt >= n:
+                break
+        else:  # the word under `end` starts the next line
+            nxt = line.rfind(" ", start, end) + 1
+            if nxt <= start or line[start:nxt].strip(" ") == "":
+                return divide_line(line, width, fold=True)  # a word longer than the line: rich folds it
+        breaks.append(nxt)
+        start = nxt
     return breaks
 
 
@@ -182,18 +182,20 @@ def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
     (as a Padding around it prints it)."""
     lines = []
     for line in text.split("\n"):
-        cuts = [0, *_breaks(line, width), len(line)] if _cells(line) > width else [0, len(line)]
+        cells = _cells(line)
+        one = cells == len(line)  # every piece's width is its length
+        cuts = [0, *_breaks(line, width), len(line)] if cells > width else [0, len(line)]
         for a, b in zip(cuts, cuts[1:]):
             piece = line[a:b]
-            excess = _cells(piece) - width
+            excess = (len(piece) if one else _cells(piece)) - width
             if excess > 0:  # rich's rstrip_end(): spaces beyond the width go
                 piece = piece[:len(piece) - min(excess, len(piece) - len(piece.rstrip()))]
-            lines.append(_pad(piece, width) if pad else piece)
+            lines.append(_pad(piece, width, cells=len(piece) if one else None) if pad else piece)
     return lines
 
 
-def _pad(text: str, width: int, right: bool = False) -> str:
-    gap = width - _cells(text)
+def _pad(text: str, width: int, right: bool = False, cells: int | None = None) -> str:
+    gap = width - (_cells(text) if cells is None else cells)
     return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
 
 

@@ -50,3 +50,20 @@ def test_a_big_program_is_laid_out_plainly():
     for width in (80, 200):
         lines = plain_nodes_view(result, width)
         assert lines is not None and len(lines) >= 1200 and max(len(line) for line in lines) <= width
+
+
+def test_line_breaks_are_richs():
+    """Where a line breaks, against rich._wrap.divide_line itself: words of any length, runs of spaces, one-cell
+    symbols, leading spaces, words longer than the line (rich folds them: its own code does it)."""
+    import random
+
+    from rich._wrap import divide_line
+
+    from gradflow.render.table import _breaks
+
+    rng = random.Random(12)
+    for _ in range(3000):
+        words = ["".join(rng.choice("ab·—●%1") for _ in range(rng.randint(1, 14))) for _ in range(rng.randint(1, 12))]
+        line = " " * rng.choice([0, 0, 2]) + "".join(w + " " * rng.choice([1, 1, 1, 2, 3]) for w in words)
+        width = rng.randint(4, 40)
+        assert _breaks(line, width) == divide_line(line, width, fold=True), (line, width)
