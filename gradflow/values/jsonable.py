@@ -38,10 +38,13 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     elements and not `full`); non-finite numbers as strings if strict."""
     if t is None:
         return None
-    if not full and hasattr(t, "numel") and t.numel() > JSON_FULL_MAX:
-        return {k: _clean(v) if strict else v for k, v in summary(t).items()}
     if hasattr(t, "tolist"):
-        t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
+        if t.dim() == 0:  # the common case first: one number (a node of a long program is usually one)
+            x = t.item()
+            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
+        if not full and t.numel() > JSON_FULL_MAX:
+            return {k: _clean(v) if strict else v for k, v in summary(t).items()}
+        t = t.tolist()  # no detach()/cpu(): tolist copies out as it is
     return _clean(t) if strict else t
 
 
