@@ -210,7 +210,7 @@ class _Run:
     def run(self) -> dict[int, torch.Tensor]:
         """Every step in order. Warnings are recorded once for the whole run (a catch_warnings() per op cost
         ~6 us); an op's are reported as its node's, any other (making a leaf) is passed on as it would be."""
-        self.claimed: set[int] = set()  # indexes in self.said of the ops' own warnings
+        self.claimed = set()  # indexes in self.said of the ops' own warnings
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             self.said = said

@@ -280,7 +280,9 @@ def grad_lines(result: Explanation) -> Text:
 
 def print_explanation(result: Explanation, out: Console, err: Console):
     note = [abbreviation_note()] if abbreviated(result) else []
-    plain = None if out.is_terminal or out.color_system else plain_nodes_view(result, out.width)
+    # a pipe or a file, without colour, in UTF-8: an ASCII output has rich draw its boxes in ASCII
+    plain = None if out.is_terminal or out.color_system or out.options.ascii_only else plain_nodes_view(result,
+                                                                                                        out.width)
     if plain is not None:
         out.file.write("\n".join(plain) + "\n")  # see plain_nodes_view: the lines rich would print
     view = [] if plain is not None else [nodes_view(result, out.width)]
