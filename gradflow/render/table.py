@@ -257,7 +257,11 @@ def _plain_blocks(result: Explanation, width: int) -> list[str] | None:
 
 
 def plain_nodes_view(result: Explanation, width: int) -> list[str] | None:
-    """nodes_view()'s lines as rich prints them without colour, or None where rich must lay them out."""
+    """nodes_view()'s lines as rich prints them without colour, or None where rich must lay them out (also
+    for text with a tab or a control character in it: rich expands and escapes those its own way)."""
+    if not all(n.name.isprintable() or n.name.replace("\n", "").isprintable() for n in result.nodes) \
+            or not result.output.expr.isprintable():
+        return None
     cells = _tensor_cells(result)
     lines = _plain_table(result, cells, width) if _fits(result, cells, width) else _plain_blocks(result, width)
     return None if lines is None else [ln if ln.isprintable() else visible(ln) for ln in lines]

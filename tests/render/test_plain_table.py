@@ -45,6 +45,16 @@ def test_plain_lines_are_richs(number, width):
     assert plain == rich_lines(result, width)
 
 
+@pytest.mark.parametrize("source", ["a = sum(x *\n  2, # a comment\n dim=0); a*4", "sum(x *\n\t2)",
+                                    "sum(x * # a note\x01\n 2)"])
+def test_text_over_several_lines_with_tabs_or_controls(source):
+    """A name over several lines is laid out as rich does; a tab or a control character is left to rich."""
+    result = explain(source, x=[1.0, 2.0], limits=BIG)
+    for width in (40, 100):
+        plain = plain_nodes_view(result, width)
+        assert plain == rich_lines(result, width) if "\t" not in source and "\x01" not in source else plain is None
+
+
 def test_a_big_program_is_laid_out_plainly():
     result = explain(" + ".join(f"x*{k}" for k in range(1, 401)), x=1, limits=BIG)
     for width in (80, 200):
