@@ -60,3 +60,10 @@ def test_table_numbers_the_nodes_when_names_are_abbreviated(cli):
     assert max(len(line.rstrip()) for line in out.splitlines()) < 200
     short = cli("eval", "sin(x*2)", "--x", "1")
     assert "%" not in short.stdout  # small programs: the table as before
+
+
+def test_graph_labels_carry_their_ids_when_names_are_abbreviated(cli):
+    for fmt, expected in (("tree", "%60 = sin(%59)"), ("dot", "%59 = %56 + x*20"), ("mermaid", "%0 = x")):
+        res = cli("graph", f"sin({chain(20)})", "--x", "1", "--format", fmt)
+        assert res.exit_code == 0 and expected in res.stdout, (fmt, res.output)
+    assert "%" not in cli("graph", "sin(x*2)", "--x", "1").stdout
