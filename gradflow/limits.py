@@ -15,7 +15,11 @@ from gradflow.errors import LimitError, Span
 
 MAX_LENGTH = 10_000  # characters of program text
 MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, operator chains)
-MAX_NODES = 2_000  # nodes in the lowered graph
+# nodes in the lowered graph. Names are short (language/graph.py: NAME_WIDTH), so cost grows linearly with the
+# nodes: 20,000 take ~1 s and ~150 MB over start-up (bench/program_size.py). A graph is also a chain as deep
+# as its nodes (x+x+...+x, or a1 = x*1; a2 = a1*1; ...): eval of a chain of 40,000 worked, one of 80,000
+# crashed (SIGSEGV, the C stack; docs/limits.md); the default keeps twice that margin.
+MAX_NODES = 20_000
 MAX_ELEMENTS = 50_000_000  # elements in any one tensor (a value, a result, a constructor): 200 MB as float32
 MAX_TOTAL_ELEMENTS = 200_000_000  # elements over all values of one evaluation: 0.8 GB as float32
 # bytes of one batch input line: a program (MAX_LENGTH characters, up to 6 bytes each escaped in JSON) and its values

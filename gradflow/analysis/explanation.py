@@ -24,7 +24,7 @@ Status = Literal["live", "cut", "unused", "unreached", "off"]  # what the table'
 class NodeResult:
     id: int
     name: str  # display label: the assigned name, or the expression text
-    expr: str  # the expression text as written
+    expr: str  # the expression text as written; over NAME_WIDTH characters abbreviated (language/graph.py)
     op: str
     value: Tensor
     requires_grad: bool
@@ -34,13 +34,16 @@ class NodeResult:
     status: Status = "off"
     cut_by: str | None = None  # label of the detach / no_grad / inference_mode that cut it
     args: tuple[int, ...] = ()
+    span: tuple[int, int] | None = None  # where the expression is in the source: source[start:end] is it in full
+    abbreviated: bool = False  # `expr` (and so perhaps `name`) is shortened: %ID stands for node ID
 
     @property
     def shape(self) -> list[int]:
         return list(self.value.shape)
 
     def to_dict(self, full: bool = True) -> dict:
-        return {"id": self.id, "name": self.name, "expr": self.expr, "op": self.op,
+        return {"id": self.id, "name": self.name, "expr": self.expr,
+                "span": None if self.span is None else list(self.span), "op": self.op,
                 "value": to_jsonable(self.value, full=full), "shape": self.shape,
                 "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
                 "grad_fn": self.grad_fn, "grad": to_jsonable(self.grad, full=full),
@@ -97,6 +100,11 @@ class Explanation:
             if n.name == name or n.expr == name:
                 return n
         raise KeyError(name)
+
+    def full_expr(self, node_id: int) -> str:
+        """Node `node_id`'s expression exactly as written: its `expr` may be abbreviated (`%17 + x*6400`)."""
+        n = self.nodes[node_id]
+        return n.expr if n.span is None else self.source[n.span[0]:n.span[1]]
 
     def grad(self, leaf: str) -> float | list | None:
         """A chosen leaf's gradient as a number or nested list (None if it got none)."""

@@ -32,6 +32,7 @@ from gradflow.cli.common import (
     summary_mode,
 )
 from gradflow.cli.help import help_end
+from gradflow.cli.startup import pause_collector, resume_collector
 from gradflow.errors import ExitCode
 
 HELP_END = help_end([
@@ -64,6 +65,13 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     about = request(wrt, dtype, device, limit)
 
     def body() -> int:
+        pause_collector()  # one evaluation: see cli/startup.py
+        try:
+            return work()
+        finally:
+            resume_collector()
+
+    def work() -> int:
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
@@ -77,6 +85,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
         brief = summary_mode(full, summary)
         if swept:
+            resume_collector()  # many evaluations
             with using(as_limits(limit)):  # every point, and every JSON record, within the limits
                 return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, brief, plot, plot_file,
                                         strict), *swept)

@@ -10,6 +10,7 @@
    Only the command does this; the library leaves a user's process alone.
 2. Typer's coercion (`_lazy_typer_coercion`): Typer 0.2x builds a pydantic TypeAdapter for every parameter
    of the command being run, so `gradflow eval "x+"` paid ~0.13 s (a third of its start-up) to import pydantic.
+   - one evaluation pauses the collector until its output is printed (`pause_collector`).
 3. lark is never imported at start-up, only on the first parse; its parse tables ship with the package
    (language/tables.py) and it is imported with the optional `regex` package hidden (language/larklib.py,
    6-12 ms): the library gets both too, so they live in language/.
@@ -45,6 +46,19 @@ def in_command() -> None:
 
 def before_exit() -> None:
     gc.freeze()
+
+
+def pause_collector() -> None:
+    """One evaluation, from parsing to its printed output: its graph, tensors and results live until then, and
+    every collection while they pile up walked them all again (a 19,200-node program spent 0.7 s of 3.5 s
+    in the collector; bench/README.md, "Program size"). What the evaluation makes is still freed by reference
+    counting as it goes; only cycles wait for `resume_collector()` (many evaluations, a sweep, resume first)."""
+    gc.disable()
+
+
+def resume_collector() -> None:
+    if _GC_WAS_ON:
+        gc.enable()
 
 
 def _lazy_typer_coercion() -> bool:

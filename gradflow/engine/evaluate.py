@@ -103,6 +103,8 @@ class _Run:
         self.hooked: set[int] = set()  # edges whose view has that hook (the others retain their grad)
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
+        self.said: list = []  # every warning of the run, recorded by run()
+        self.claimed: set[int] = set()
         self.total = 0  # elements over all values so far (limits.total)
         self.numbers = _numbers(graph)
 
@@ -157,15 +159,17 @@ class _Run:
         if is_cut(node.op) and not self.cuts:
             return args[0]
         precheck(node, args, self.g.source)
+        said = self.said
+        before = len(said)
         try:
-            with _context(self.modes(node)), warnings.catch_warnings(record=True) as said:
-                warnings.simplefilter("always")
+            with _context(self.modes(node)):
                 out = OPS[node.op].fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
-        for w in said:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, never printed
+        for w in said[before:]:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
             self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
                                          f"{str(w.message).splitlines()[0]}", node.id))
+        self.claimed.update(range(before, len(said)))
         if self.measure and out.requires_grad:
             out.retain_grad()
         return out
@@ -204,6 +208,21 @@ class _Run:
                             span=step.span, source=self.g.source)
 
     def run(self) -> dict[int, torch.Tensor]:
+        """Every step in order. Warnings are recorded once for the whole run (a catch_warnings() per op cost
+        ~6 us); an op's are reported as its node's, any other (making a leaf) is passed on as it would be."""
+        self.claimed = set()  # indexes in self.said of the ops' own warnings
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            self.said = said
+            try:
+                self._steps()
+            finally:
+                others = [w for i, w in enumerate(said) if i not in self.claimed]
+        for w in others:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        return self.t
+
+    def _steps(self) -> None:
         for step in self.g.steps:
             if isinstance(step, FlagStep):
                 if self.cuts:
@@ -215,7 +234,6 @@ class _Run:
                 t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
                 held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
                 self.total = account(self.total, step, t, self.g.source, grad=held)
-        return self.t
 
 
 def _grad_fn_name(t: torch.Tensor) -> str | None:
@@ -251,7 +269,8 @@ def _results(run: _Run) -> list[NodeResult]:
     for node in run.g.nodes:
         t = run.t[node.id]
         nodes.append(NodeResult(node.id, node.label, node.text, node.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args))
+                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args,
+                                span=(node.span.start, node.span.end), abbreviated=node.abbreviated))
     for i, e in enumerate(run.edges):
         if i in run.aliases:
             e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad

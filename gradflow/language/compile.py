@@ -1,9 +1,10 @@
 """Program text -> checked, lowered Graph, once per distinct text and limits (batch and sweeps reuse it).
 
 The compiled graphs are kept in a cache bounded by their estimated size in bytes (PARSE_CACHE_BYTES, 64 MB),
-not by their number: a graph of an 8 KB program can take a megabyte (every node keeps its own source text,
-and the text of a chain `a+b+c+...` repeats its whole prefix at every step), so a count of 1,024 could hold
-gigabytes. The least recently used graphs go first; a graph larger than the whole budget is not kept.
+not by their number: a graph of an 8 KB program can take a megabyte (~400 bytes per node, and every node
+keeps its own text: at most NAME_WIDTH characters since names are abbreviated, language/graph.py; before
+that, the text of a chain `a+b+c+...` repeated its whole prefix at every step), so a count of 1,024 could
+hold gigabytes. The least recently used graphs go first; a graph larger than the whole budget is not kept.
 
 Torch-free: a syntax error or a limit is found before torch is imported.
 """

@@ -16,6 +16,12 @@ from gradflow.errors import ParseError, Span
 from gradflow.language.ops import is_region
 from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Num, Program, SetFlag, Stmt, Var, With
 
+# A node's text is its expression as written, up to this many characters. A longer one names its longest
+# operands by id, `%17 + x*6400` (`%` is not in the language, so it never reads as program text), and if it
+# is still too long keeps its two ends around a `…`. So every name is short, and a program's names grow with
+# its size, not with its size squared (a chain `a+b+c+...` would repeat its whole prefix at every step).
+# The full text is `graph.full_text(node)`, the source between the node's span.
+NAME_WIDTH = 60
 # ---- the lowered graph --------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class Node:
     params: tuple = ()  # the op's other parameters, (name, value) pairs: (("dim", 0), ("keepdim", False))
     inner: Span | None = None  # the first operand as written in this call (a cut's argument: edits rewrite it)
     block: str | None = None  # the innermost enclosing region when it is a `with` block: how messages name it
+    abbreviated: bool = False  # `text` is shorter than the source between `span` (see NAME_WIDTH)
 
     @property
     def label(self) -> str:
@@ -68,6 +75,10 @@ class Graph:
     inputs: Mapping[str, int]  # input variable name -> leaf node id (read-only)
     output: int
 
+    def full_text(self, node: Node) -> str:
+        """The node's expression exactly as written (its `text` may be abbreviated: see NAME_WIDTH)."""
+        return self.source[node.span.start:node.span.end] if node.abbreviated else node.text
+
     def consumers(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
         for n in self.nodes:
@@ -91,13 +102,41 @@ class _Lowering:
         nid = len(self.nodes)
         modes = tuple(mode for _, mode in regions)
         innermost = regions[-1][0] if regions else None
-        self.nodes.append(Node(nid, op, tuple(args), self.source[span.start:span.end], span, value=value, modes=modes,
+        text, short = self.text(span, call, args)
+        self.nodes.append(Node(nid, op, tuple(args), text, span, value=value, modes=modes,
                                params=() if call is None else call.params, inner=None if call is None else call.inner,
-                               block=innermost.header if isinstance(innermost, With) else None))
+                               block=innermost.header if isinstance(innermost, With) else None, abbreviated=short))
         if isinstance(innermost, Call):
             self.regions[nid] = innermost
         self.steps.append(nid)
         return nid
+
+    def text(self, span: Span, call: Call | None, args) -> tuple[str, bool]:
+        """The node's name as text, and whether it is abbreviated: longest operands first become `%ID`
+        until it fits NAME_WIDTH, then the middle becomes `…`. Linear: only this call's own characters
+        (between its operands) and at most NAME_WIDTH of theirs are copied."""
+        start, end = span.start, span.end
+        if end - start <= NAME_WIDTH or call is None:
+            return self.source[start:end], False
+        inside = sorted((a.full.start, a.full.end, nid) for a, nid in zip(call.args, args)
+                        if isinstance(a, Call) and start <= a.full.start and a.full.end <= end)
+        size, refs = end - start, set()
+        for s, t, nid in sorted(inside, key=lambda p: p[0] - p[1]):  # the longest operand first
+            if size <= NAME_WIDTH:
+                break
+            size -= (t - s) - len(f"%{nid}")
+            refs.add(nid)
+        parts, at = [], start
+        for s, t, nid in inside:
+            if nid in refs and s >= at:
+                parts += [self.source[at:s], f"%{nid}"]
+                at = t
+        parts.append(self.source[at:end])
+        text = "".join(parts)
+        if len(text) > NAME_WIDTH:
+            head = NAME_WIDTH // 2
+            text = text[:head] + "…" + text[len(text) - (NAME_WIDTH - head - 1):]
+        return text, True
 
     def fail(self, message: str, span: Span, hint: str, kind: str = "syntax") -> ParseError:
         return ParseError(kind, message, hint=hint, span=span, source=self.source)
@@ -144,15 +183,15 @@ class _Lowering:
     def call(self, e: Call, args: list[int], reg: tuple) -> int:
         """A call's node; the in-place spellings act on their operand: a.requires_grad_(v) is a flag step on
         it, a.detach_() a detach that later uses of the name a read."""
-        text = self.source[e.span.start:e.span.end]
         if e.op == "retain_grad":
             raise self.fail("retain_grad() returns None, so it cannot be used in an expression", e.span,
                             "call it as a statement of its own: y.retain_grad()")
         if e.op == "requires_grad_":
-            self.steps.append(FlagStep(args[0], dict(e.params)["requires_grad"], e.span, text))
+            self.steps.append(FlagStep(args[0], dict(e.params)["requires_grad"], e.span, self.text(e.span, e, args)[0]))
             return args[0]
         if e.op == "detach" and e.inplace and self.nodes[args[0]].op == "var":
-            self.steps.append(FlagStep(args[0], False, e.span, text))  # a leaf's detach_(): requires_grad_(False)
+            # a leaf's detach_(): requires_grad_(False)
+            self.steps.append(FlagStep(args[0], False, e.span, self.text(e.span, e, args)[0]))
             return args[0]
         nid = self.new(e.op, args, e.span, regions=reg, call=e)
         if e.inplace and isinstance(e.args[0], Var):

@@ -4,9 +4,11 @@ Never prints JSON (that goes out through result.dumps and plain print).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.table import Table
@@ -15,6 +17,7 @@ from rich.text import Text
 from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.display import visible
 from gradflow.errors import GradflowError
+from gradflow.language.graph import NAME_WIDTH
 from gradflow.values.text import DASH, format_tensor
 
 ANOMALY = "⚠"
@@ -77,16 +80,29 @@ def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
     return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
 
 
+def abbreviated(result: Explanation) -> bool:
+    """Is any name shortened (`%17 + x*6400`)? Then the table numbers its nodes, so %17 can be found."""
+    return any(n.abbreviated for n in result.nodes)
+
+
+def abbreviation_note() -> Text:
+    return Text(f"%N is node N: a name over {NAME_WIDTH} characters refers to its long operands by id "
+                "(--json: each node's span in the source)", style="dim")
+
+
 def node_table(result: Explanation, cells: list[tuple[str, str]]) -> Table:
     table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
+    ids = abbreviated(result)
+    if ids:
+        table.add_column("id", justify="right", no_wrap=True)
     for col, kw in _COLUMNS:
         table.add_column(col, **kw)
     marked = anomalies(result)
     for n, (value, grad) in zip(result.nodes, cells):
         # Text, not str: values like [nan, 1] must not be read as markup
-        table.add_row(_node_cell(n, n.id in marked), n.op, Text(value), _flag(n.requires_grad), _flag(n.is_leaf),
-                      n.grad_fn or DASH, Text(grad))
+        table.add_row(*([f"%{n.id}"] if ids else []), _node_cell(n, n.id in marked), n.op, Text(value),
+                      _flag(n.requires_grad), _flag(n.is_leaf), n.grad_fn or DASH, Text(grad))
     return table
 
 
@@ -95,8 +111,10 @@ def node_blocks(result: Explanation) -> Group:
     headers and drop its last columns, grad first): nothing is lost, the details wrap under their node."""
     marked = anomalies(result)
     parts: list = [Text(f"{_out_label(result)} = {result.output.expr}\n")]
+    ids = abbreviated(result)
     for n in result.nodes:
-        parts.append(Text.assemble(_node_cell(n, n.id in marked), (f"  {n.op}", "dim")))
+        parts.append(Text.assemble((f"%{n.id} " if ids else "", "dim"), _node_cell(n, n.id in marked),
+                                   (f"  {n.op}", "dim")))
         details = Text.assemble((f"grad {format_tensor(n.grad)}", "bold"),  # first: what the table is read for
                                 f" · value {format_tensor(n.value)} · requires_grad {n.requires_grad}"
                                 f" · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
@@ -110,6 +128,8 @@ def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool
     column = {"op": [n.op for n in result.nodes], "value": [v for v, _ in cells], "requires_grad": ["False"],
               "is_leaf": ["False"], "grad_fn": [n.grad_fn or DASH for n in result.nodes], "grad": [g for _, g in cells]}
     need = 2 + 2 * (len(_COLUMNS) - 1) + 8  # the box's edges, the gaps between columns, the node column
+    if abbreviated(result):
+        need += 3 + len(str(len(result.nodes)))  # the id column and its gap
     for name, _ in _COLUMNS[1:]:
         need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
     return need <= width
@@ -119,6 +139,132 @@ def nodes_view(result: Explanation, width: int):
     """The node table when it fits in `width` (see _fits), else node_blocks()."""
     cells = _tensor_cells(result)
     return node_table(result, cells) if _fits(result, cells, width) else node_blocks(result)
+
+
+# ---- the same, as plain lines -------------------------------------------------------------------------------
+# Rich spends ~0.2 ms per table row (measuring, wrapping and padding every cell), so a program of 19,200 nodes
+# took 4 s to print. Without colour (a pipe or a file: no styles to emit), plain_nodes_view() lays out the
+# very same lines itself; where rich's layout is not a plain one (a title or a header wider than the table
+# would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
+
+_WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
+
+
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """rich._wrap.divide_line(line, width): where rich breaks a line, found with rfind() instead of a Python
+    step per word when every character is one cell and the only white space is ' ' (else rich's own)."""
+    from rich._wrap import divide_line
+
+    if _cells(line) != len(line) or not line.replace(" ", "x").isprintable():
+        return divide_line(line, width, fold=True)
+    breaks, start, n = [], 0, len(line)
+    while start + width < n:
+        end = start + width  # the first character that does not fit
+        if line[end] == " ":  # the word before it fits; the next word starts the next line
+            nxt = len(line) - len(line[end:].lstrip(" "))
+            if nxt >= n:
+                break
+        else:  # the word under `end` starts the next line
+            nxt = line.rfind(" ", start, end) + 1
+            if nxt <= start or line[start:nxt].strip(" ") == "":
+                return divide_line(line, width, fold=True)  # a word longer than the line: rich folds it
+        breaks.append(nxt)
+        start = nxt
+    return breaks
+
+
+def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
+    """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
+    (as a Padding around it prints it)."""
+    lines = []
+    for line in text.split("\n"):
+        cells = _cells(line)
+        one = cells == len(line)  # every piece's width is its length
+        cuts = [0, *_breaks(line, width), len(line)] if cells > width else [0, len(line)]
+        for a, b in zip(cuts, cuts[1:]):
+            piece = line[a:b]
+            excess = (len(piece) if one else _cells(piece)) - width
+            if excess > 0:  # rich's rstrip_end(): spaces beyond the width go
+                piece = piece[:len(piece) - min(excess, len(piece) - len(piece.rstrip()))]
+            lines.append(_pad(piece, width, cells=len(piece) if one else None) if pad else piece)
+    return lines
+
+
+def _pad(text: str, width: int, right: bool = False, cells: int | None = None) -> str:
+    gap = width - (_cells(text) if cells is None else cells)
+    return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
+
+
+def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) -> list[str] | None:
+    marked = anomalies(result)
+    ids = abbreviated(result)
+    heads = (["id"] if ids else []) + [col for col, _ in _COLUMNS]
+    right = ([True] if ids else []) + [kw.get("justify") == "right" for _, kw in _COLUMNS]
+    rows = []
+    for n, (value, grad) in zip(result.nodes, cells):
+        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
+        row = [node, n.op, value, str(n.requires_grad), str(n.is_leaf), n.grad_fn or DASH, grad]
+        rows.append([f"%{n.id}", *row] if ids else row)
+    widths = [max(_cells(h), *(_cells(line) for r in rows for line in r[i].split("\n")))
+              for i, h in enumerate(heads)]
+    for i, (_, kw) in enumerate(_COLUMNS, start=len(heads) - len(_COLUMNS)):
+        widths[i] = max(widths[i], kw.get("min_width", 0))
+    at = len(heads) - len(_COLUMNS)  # the node column
+    inner = sum(widths) + 2 * (len(widths) - 1)
+    if inner + 2 > width:  # rich folds the node column (the only one that wraps) to what is left
+        widths[at] -= inner + 2 - width
+        inner = width - 2
+        if widths[at] < _COLUMNS[0][1]["min_width"]:
+            return None
+        for r in rows:
+            if _cells(r[at]) > widths[at]:
+                r[at] = "\n".join(line.rstrip() for line in _wrap(r[at], widths[at]))
+    title = f"{_out_label(result)} = {result.output.expr}"
+    if _cells(title) > inner + 2 or "\n" in title:
+        return None  # rich would fold the title: its own layout
+
+    def line(cells_of_row: list[str]) -> str:
+        return " " + "  ".join(_pad(c, w, r) for c, w, r in zip(cells_of_row, widths, right)) + " "
+
+    out = [_pad(title, inner + 2), " " * (inner + 2), line(heads), " " + "─" * inner + " "]
+    for r in rows:
+        if any("\n" in c for c in r):
+            parts = [c.split("\n") for c in r]
+            for k in range(max(len(p) for p in parts)):
+                out.append(line([p[k] if k < len(p) else "" for p in parts]))
+        else:
+            out.append(line(r))
+    out.append(" " * (inner + 2))
+    return out
+
+
+def _plain_blocks(result: Explanation, width: int) -> list[str] | None:
+    marked = anomalies(result)
+    ids = abbreviated(result)
+    out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
+    for n in result.nodes:
+        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
+        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width)
+        details = (f"grad {format_tensor(n.grad)} · value {format_tensor(n.value)} · requires_grad "
+                   f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
+        out += ["  " + line for line in _wrap(details, width - 2, pad=True)]
+    out.append("")
+    return out
+
+
+def plain_nodes_view(result: Explanation, width: int) -> list[str] | None:
+    """nodes_view()'s lines as rich prints them without colour, or None where rich must lay them out (also
+    for text with a tab or a control character in it: rich expands and escapes those its own way)."""
+    if not all(n.name.isprintable() or n.name.replace("\n", "").isprintable() for n in result.nodes) \
+            or not result.output.expr.isprintable():
+        return None
+    cells = _tensor_cells(result)
+    lines = _plain_table(result, cells, width) if _fits(result, cells, width) else _plain_blocks(result, width)
+    return None if lines is None else [ln if ln.isprintable() else visible(ln) for ln in lines]
 
 
 def grad_lines(result: Explanation) -> Text:
@@ -137,7 +283,14 @@ def grad_lines(result: Explanation) -> Text:
 
 
 def print_explanation(result: Explanation, out: Console, err: Console):
-    out.print(Group(nodes_view(result, out.width), legend(result), cut_lines(result), grad_lines(result)))
+    note = [abbreviation_note()] if abbreviated(result) else []
+    # a pipe or a file, without colour, in UTF-8: an ASCII output has rich draw its boxes in ASCII
+    plain = None if out.is_terminal or out.color_system or out.options.ascii_only else plain_nodes_view(result,
+                                                                                                        out.width)
+    if plain is not None:
+        out.file.write("\n".join(plain) + "\n")  # see plain_nodes_view: the lines rich would print
+    view = [] if plain is not None else [nodes_view(result, out.width)]
+    out.print(Group(*view, legend(result), *note, cut_lines(result), grad_lines(result)))
     print_warnings(result, err)
 
 

@@ -139,6 +139,7 @@ def picture(result: Explanation) -> Picture:
 
 
 def _add_nodes(pic: Picture, graph: Graph, result: Explanation, fns: dict, reach: list[bool]):
+    ids = any(n.abbreviated for n in graph.nodes)  # a name refers to others as %ID: every label shows its own
     for n in graph.nodes:
         if not reach[n.id]:
             continue
@@ -149,7 +150,8 @@ def _add_nodes(pic: Picture, graph: Graph, result: Explanation, fns: dict, reach
         elif fn is None and r.grad_fn and not is_cut(n.op):
             fn = r.grad_fn  # recorded by torch, but cut off from the output
         region = n.id if is_region(n.op) else n.region
-        pic.nodes.append(PNode(f"n{n.id}", r.name, n.op, fn, r.requires_grad, f"n{n.id}" in fns, r.status,
+        label = f"%{n.id} = {r.name}" if ids else r.name
+        pic.nodes.append(PNode(f"n{n.id}", label, n.op, fn, r.requires_grad, f"n{n.id}" in fns, r.status,
                                format_tensor(r.value), None if r.grad is None else format_tensor(r.grad),
                                None if region is None else f"r{region}"))
         if is_region(n.op):

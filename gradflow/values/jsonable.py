@@ -98,7 +98,10 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
         if doc is not None:
             doc.spend(count)
     if hasattr(t, "tolist"):
-        t = t.item() if t.dim() == 0 else t.tolist()  # no detach()/cpu(): tolist copies out as it is
+        if t.dim() == 0:  # the common case first: one number (a node of a long program is usually one)
+            x = t.item()
+            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
+        t = t.tolist()  # no detach()/cpu(): tolist copies out as it is
     return _clean(t) if strict else t
 
 

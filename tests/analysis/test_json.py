@@ -107,5 +107,7 @@ def test_json_bypasses_rich(cli):
     """Brackets and long lines come out untouched (no markup, no wrapping)."""
     long = " + ".join(f"x*{i}" for i in range(1, 40))
     res, doc = run_json(cli, f"sum({long})", "--x", "[1,2]")
-    assert res.stdout.count("\n") == 1 and doc["output"]["name"] == f"sum({long})"
+    assert res.stdout.count("\n") == 1 and doc["source"] == f"sum({long})"
+    start, end = doc["nodes"][-1]["span"]
+    assert doc["source"][start:end] == f"sum({long})"  # the output's name is abbreviated; its span is not
     assert doc["nodes"][0]["value"] == [1.0, 2.0]

@@ -25,7 +25,7 @@ def refused(source, kind, limits=None, **values) -> LimitError:
 
 def test_defaults_are_documented_numbers():
     assert (MAX_LENGTH, MAX_DEPTH, MAX_NODES, MAX_ELEMENTS, MAX_TOTAL_ELEMENTS) == \
-        (10_000, 500, 2_000, 50_000_000, 200_000_000)
+        (10_000, 500, 20_000, 50_000_000, 200_000_000)
 
 
 def test_length():
