@@ -30,6 +30,13 @@ InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]
 TextOpt = Annotated[bool, typer.Option(
     "--text", help="Each line is a plain program; values come from the command line (--x 1).")]
+JobsOpt = Annotated[int | None, typer.Option(
+    "--jobs", min=1, show_default=False, metavar="N",
+    help="Worker processes [default: the usable cores]; 1 runs in this process. Output stays in input order.")]
+FirstLineOpt = Annotated[int, typer.Option(
+    "--first-line", min=1, metavar="N",
+    help="The number of the input's first line: a shard of a bigger file numbers its lines (and the ids of "
+         "lines without one) as the whole file does.")]
 HELP_END = help_end([
     """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
@@ -40,7 +47,7 @@ HELP_END = help_end([
      ExitCode.PARTIAL: "partial: some lines failed (each gets an error record)"})
 
 
-def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path | None]:
+def _open(source: str, limit: int, first: int = 1) -> tuple[Iterator[str | GradflowError], Path | None]:
     """The input's lines (batch_lines: one reader for files, pipes and stdin), and the path when it is a regular
     file (its lines can be counted for a progress bar). A pipe, FIFO or `<(process substitution)` can be read only
     once: it is streamed like stdin."""
@@ -49,7 +56,7 @@ def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path 
     if source == "-":
         from gradflow.cli.streams import stdin_bytes
 
-        return read_lines(stdin_bytes(), limit, "stdin"), None
+        return read_lines(stdin_bytes(), limit, "stdin", first), None
     path = Path(source)
     try:
         mode = path.stat().st_mode
@@ -59,7 +66,7 @@ def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path 
         fh = path.open("rb")
     except OSError as err:
         raise ValueInputError("usage", f"cannot read {source}: {err.strerror}") from None
-    return _closing(fh, read_lines(fh, limit, source)), path if stat.S_ISREG(mode) else None
+    return _closing(fh, read_lines(fh, limit, source, first)), path if stat.S_ISREG(mode) else None
 
 
 def _closing(fh: BinaryIO, lines: Iterator[str | GradflowError]) -> Iterator[str | GradflowError]:
@@ -86,7 +93,8 @@ def _source(source: str | None, extra: list[str]) -> tuple[str, list[str]]:
     return source or "-", extra
 
 
-def _progress(records: Iterator[dict], path: Path | None) -> Iterator[dict]:
+def _progress(records: Iterator[tuple[int, str, bool]], path: Path | None,
+              first: int = 1) -> Iterator[tuple[int, str, bool]]:
     """A transient progress bar on stderr, only for a file when stderr is a terminal."""
     total = _count_lines(path) if path is not None and sys.stderr.isatty() else None
     if total is None:
@@ -95,7 +103,7 @@ def _progress(records: Iterator[dict], path: Path | None) -> Iterator[dict]:
     with progress_bar(consoles()[1], streaming=True) as bar:
         task = bar.add_task("batch", total=total)
         for rec in records:
-            bar.update(task, completed=rec["line"])
+            bar.update(task, completed=rec[0] - first + 1)
             yield rec
 
 
@@ -126,33 +134,41 @@ def _write(line: str, flush: bool) -> bool:
 
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False):
+              limit: LimitOpt = None, debug: DebugOpt = False, jobs: JobsOpt = None, first_line: FirstLineOpt = 1):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
 
     Values on the command line (--x 1) are defaults for every line that uses them. Blank lines are skipped.
-    The number of failed lines goes to stderr.
+    The number of failed lines goes to stderr. Records are made by --jobs worker processes (one per core).
     """
     def body() -> int:
+        from functools import partial
+
         from gradflow.limits import as_limits
-        from gradflow.studies.batch import run_batch
+        from gradflow.studies.batch_pool import batch_lines_out, usable_cores
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var)
         limits = as_limits(limit)
-        lines, regular = _open(path, limits.line)
-        records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits)
+        lines, regular = _open(path, limits.line, first_line)
+        jobs_ = jobs or usable_cores()
+        if jobs_ > 1:  # a reader thread may still wait on a pipe at the end: end the process without joining it
+            from gradflow.cli.streams import exit_hard
+
+            exit_hard()
+        records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug), first_line=first_line,
+                                  text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
+                                  limits=limits)
         done = failed = 0
         # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
         # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
         # streams.run_safely flushes stdout on the way out.
         streaming = regular is None  # stdin, a pipe or a FIFO
-        for rec in _progress(records, regular):
-            if not _write(_dumps(rec, debug), streaming):
+        for _, out, bad in _progress(records, regular, first_line):
+            if not _write(out, streaming):
                 return int(ExitCode.OK)
-            done, failed = done + 1, failed + (rec["error"] is not None)
+            done, failed = done + 1, failed + bad
             if done == 1:
                 gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
         if failed:
