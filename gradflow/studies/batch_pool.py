@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +42,7 @@ from gradflow.errors import ExitCode, GradflowError
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
+SEND_AFTER = 0.05  # seconds: a worker sends what it has made so far once a chunk has run this long
 Out = tuple[int, str, bool]  # (line number, the record as one JSON line, failed?)
 _PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.engine.explain", "gradflow.language.parser"]
 
@@ -99,9 +101,16 @@ def _work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
                 current.value = first + i  # the line in flight, for the command if this process dies
                 yield line
 
+        out: list[Out] = []
+        sent = time.monotonic()
         try:
-            out = [(rec["line"], encode(rec), rec["error"] is not None)
-                   for rec in run_batch(numbered(), first_line=first, **options)]
+            for rec in run_batch(numbered(), first_line=first, **options):
+                out.append((rec["line"], encode(rec), rec["error"] is not None))
+                if time.monotonic() - sent > SEND_AFTER:  # slow records: each goes out soon, not with its chunk
+                    conn.send(("part", out))
+                    out, sent = [], time.monotonic()
+        except (BrokenPipeError, OSError):  # the command is gone
+            return
         except Exception:  # only with debug: run_batch turns every other exception into an error record
             current.value = 0
             conn.send(("bug", traceback.format_exc()))
@@ -119,18 +128,21 @@ def _work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
 # ---- the command side --------------------------------------------------------------------------------------
 
 class _Slot:
-    """Consecutive input lines, first numbered `first`, and their records once made."""
+    """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
 
-    __slots__ = ("first", "lines", "out")
+    __slots__ = ("first", "lines", "out", "done", "given")
 
     def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
-        self.first, self.lines, self.out = first, lines, out
+        self.first, self.lines = first, lines
+        self.out: list[Out] = out or []
+        self.done = out is not None
+        self.given = 0  # records already yielded
 
 
 class _Worker:
     __slots__ = ("proc", "conn", "current", "slot")
 
-    def __init__(self, proc, conn, current):
+    def __init__(self, proc: Any, conn: Any, current: Any) -> None:
         self.proc, self.conn, self.current = proc, conn, current
         self.slot: _Slot | None = None
 
@@ -232,16 +244,22 @@ class _Pool:
         worker.conn.close()
         if slot is None:
             return []
+        lines = slot.lines
+        covered = slot.out[-1][0] - slot.first + 1 if slot.out else 0  # lines whose records came (and blanks)
         at = worker.current.value - slot.first
-        if not 0 <= at < len(slot.lines):  # it died between records: run the whole chunk again
-            return [slot]
+        if not covered <= at < len(lines):  # it died between records: run the rest of the chunk again
+            at = len(lines)
         pieces = []
-        if at:
-            pieces.append(_Slot(slot.first, slot.lines[:at]))
-        pieces.append(_Slot(slot.first + at, [], [self._crash_record(slot.first + at, slot.lines[at],
-                                                                      worker.proc.exitcode)]))
-        if at + 1 < len(slot.lines):
-            pieces.append(_Slot(slot.first + at + 1, slot.lines[at + 1:]))
+        if covered:  # the slot keeps the records that came (and what of them is yielded already)
+            slot.lines, slot.done = slot.lines[:covered], True
+            pieces.append(slot)
+        if covered < at:
+            pieces.append(_Slot(slot.first + covered, lines[covered:at]))
+        if at < len(lines):
+            pieces.append(_Slot(slot.first + at, [], [self._crash_record(slot.first + at, lines[at],
+                                                                          worker.proc.exitcode)]))
+        if at + 1 < len(lines):
+            pieces.append(_Slot(slot.first + at + 1, lines[at + 1:]))
         return pieces
 
     def _crash_record(self, number: int, line: str, exitcode: int | None) -> Out:
@@ -315,8 +333,14 @@ class _Pool:
                     break
                 self._give(idle.pop(), todo.popleft())
             # 3. records out, in order
-            while slots and slots[0].out is not None:
-                yield from slots.popleft().out  # type: ignore[misc]
+            while slots:
+                head = slots[0]
+                if head.given < len(head.out):
+                    given, head.given = head.given, len(head.out)
+                    yield from head.out[given:]
+                if not head.done:
+                    break
+                slots.popleft()
             if ended and not slots and not building:
                 if end_error is not None:
                     raise end_error
@@ -338,7 +362,7 @@ class _Pool:
                         del slots[at]
                         for piece in reversed(pieces):
                             slots.insert(at, piece)
-                            if piece.out is None:
+                            if not piece.done:
                                 todo.appendleft(piece)
 
     def _hear(self, worker: _Worker) -> list[_Slot]:
@@ -349,14 +373,16 @@ class _Pool:
                 if kind == "bug":
                     raise WorkerBug(f"a worker process failed:\n{body}")
                 assert worker.slot is not None
-                worker.slot.out, worker.slot = body, None
+                worker.slot.out += body
                 self.fruitless = 0
+                if kind == "done":
+                    worker.slot.done, worker.slot = True, None
             if worker.proc.is_alive():
                 return []
         except (EOFError, OSError):
             pass
         pieces = self._crashed(worker)
-        if pieces == [] or (len(pieces) == 1 and pieces[0].out is None):  # nothing in flight: it did no work
+        if all(not piece.out for piece in pieces):  # nothing made, nothing in flight: it did no work
             self.fruitless += 1
             if self.fruitless > self.jobs + 2:
                 raise startup_failed(self.jobs)
