@@ -1,11 +1,12 @@
 """gradflow vs plain torch, measured in the same run: prints ratios (medians), not pass/fail tests.
 
-    python bench/run.py [--runs N] [--only a,b,c,d]
+    python bench/run.py [--runs N] [--only a,b,c,d,e]
 
 Each pair runs alternately (gradflow, torch, gradflow, torch, ...) in fresh processes; every number is a
 median. Stdlib + torch only. Targets (from issue #4): (a) cold eval <= 1.10x, (b) --help / syntax error
 <= 1.5x of `import typer, rich` with torch not imported, (c) batch <= 2.0x, (d) 4M elements: time <= 1.3x
-and peak memory <= 1.5x.
+and peak memory <= 1.5x; from issue #12: (e) 10,000 all-distinct programs: `batch --jobs 2` >= 1.7x as fast as
+`--jobs 1`, and `--jobs 1` <= 1.5x of the eval loop.
 """
 from __future__ import annotations
 
@@ -222,6 +223,54 @@ def bench_batch(runs: int) -> list[float]:
     return [pair("batch, wall", got, "g", "t", 2.0)]
 
 
+def distinct_lines(n: int = 10_000, seed: int = 0) -> list[str]:
+    """`n` lines, each with its own program (no program text is repeated), half of them reduced vectors."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    lines = []
+    while len(lines) < n:
+        body = _tree(rng, rng.randint(2, 5))
+        if not _live_x(body):
+            body = f"({body}) * x"
+        vector = len(lines) % 2 == 1
+        expr = f"{rng.choice(['sum', 'mean'])}({body})" if vector else body
+        if expr in seen:
+            continue
+        seen.add(expr)
+        size = rng.randint(2, 8)
+        draw = (lambda: [round(rng.uniform(-2, 2), 3) for _ in range(size)]) if vector else \
+            (lambda: round(rng.uniform(-2, 2), 3))
+        names = ["x"] + (["y"] if "y" in expr else [])
+        lines.append(json.dumps({"id": len(lines), "expr": expr, "vars": {k: draw() for k in names}}))
+    return lines
+
+
+def bench_jobs(runs: int) -> list[float]:
+    cores = len(os.sched_getaffinity(0))
+    print(f"(e) `gradflow batch --jobs N` over 10,000 all-distinct programs ({cores} usable cores) vs an eval loop")
+    lines = distinct_lines()
+    assert len(set(json.loads(ln)["expr"] for ln in lines)) == len(lines), "a program is repeated"
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        fh.write("\n".join(lines) + "\n")
+    try:
+        got = alternate({"1": gradflow("batch", fh.name, "--jobs", "1"), "2": gradflow("batch", fh.name, "--jobs", "2"),
+                         "t": [PY, "-c", TORCH_BATCH, fh.name]}, runs)
+    finally:
+        os.unlink(fh.name)
+    one, two, ref = got["1"][0], got["2"][0], got["t"][0]
+    assert one[3] == two[3] == ref[3] == 0, "a batch failed"
+    assert one[2] == two[2], "--jobs 2 and --jobs 1 differ"
+    recs = [(json.loads(a)["grads"]["x"], json.loads(b)["grads"]["x"])
+            for a, b in zip(one[2].splitlines(), ref[2].splitlines())]
+    assert len(recs) == 10_000 and all(_close(a, b) for a, b in recs), "gradflow and torch disagree"
+    w1, w2, wt = median(got["1"]), median(got["2"]), median(got["t"])
+    speedup = w1 / w2
+    print(f"  {'--jobs 1 / --jobs 2, wall':40} --jobs 1 {w1:8.3f}s  --jobs 2 {w2:8.3f}s  speed-up {speedup:5.2f}x  "
+          f"(target >= 1.7x: {'ok' if speedup >= 1.7 else 'MISSED'})")
+    return [speedup, pair("--jobs 1 vs the eval loop, wall", got, "1", "t", 1.5),
+            line("--jobs 2 vs the eval loop, wall", w2, wt, None)]
+
+
 def _close(a, b) -> bool:
     a, b = (a, b) if isinstance(a, list) else ([a], [b])
     return all(u == v or abs(u - v) <= 1e-5 * max(1, abs(v)) for u, v in zip(a, b))
@@ -253,18 +302,18 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}")
 
 
-BENCHES = {"a": bench_cold, "b": bench_startup, "c": bench_batch, "d": bench_big}
+BENCHES = {"a": bench_cold, "b": bench_startup, "c": bench_batch, "d": bench_big, "e": bench_jobs}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="runs per side (median); batch uses max(3, runs // 2)")
-    ap.add_argument("--only", default="abcd", help="which benchmarks, e.g. 'a,d'")
+    ap.add_argument("--only", default="abcde", help="which benchmarks, e.g. 'a,d'")
     opts = ap.parse_args()
     print("machine:", machine())
     ratios = []
     for key in [k for k in BENCHES if k in opts.only]:
-        ratios += BENCHES[key](max(3, opts.runs // 2) if key == "c" else opts.runs)
+        ratios += BENCHES[key](max(3, opts.runs // 2) if key == "c" else max(1, opts.runs // 2) if key == "e" else opts.runs)
     print("ratios:", " ".join(f"{r:.2f}" for r in ratios))
 
 
