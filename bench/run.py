@@ -272,8 +272,10 @@ def bench_jobs(runs: int) -> list[float]:
 
 
 def _close(a, b) -> bool:
+    """Equal within float32 rounding; gradflow writes non-finite numbers as "nan", "inf", "-inf"."""
     a, b = (a, b) if isinstance(a, list) else ([a], [b])
-    return all(u == v or abs(u - v) <= 1e-5 * max(1, abs(v)) for u, v in zip(a, b))
+    pairs = [(float(u), float(v)) for u, v in zip(a, b)]
+    return all(u == v or (u != u and v != v) or abs(u - v) <= 1e-5 * max(1, abs(v)) for u, v in pairs)
 
 
 def bench_big(runs: int) -> list[float]:
