@@ -146,33 +146,41 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         from functools import partial
 
         from gradflow.limits import as_limits
-        from gradflow.studies.batch_pool import batch_lines_out, usable_cores
+        from gradflow.studies.batch_pool import batch_lines_out, needs_hard_exit, usable_cores
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var)
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line, first_line)
         jobs_ = jobs or usable_cores()
-        if jobs_ > 1:  # a reader thread may still wait on a pipe at the end: end the process without joining it
-            from gradflow.cli.streams import exit_hard
-
-            exit_hard()
         records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug), first_line=first_line,
                                   text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
                                   limits=limits)
-        done = failed = 0
-        # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
-        # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
-        # streams.run_safely flushes stdout on the way out.
-        streaming = regular is None  # stdin, a pipe or a FIFO
-        for _, out, bad in _progress(records, regular, first_line):
-            if not _write(out, streaming):
-                return int(ExitCode.OK)
-            done, failed = done + 1, failed + bad
-            if done == 1:
-                gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
-        if failed:
-            consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
-        return int(ExitCode.PARTIAL if failed else ExitCode.OK)
+        try:
+            return _write_all(records, regular, first_line)
+        finally:
+            records.close()  # the workers stop now, whatever ended the loop (a reader gone, Ctrl-C, an error)
+            if needs_hard_exit():  # the input's reader thread still waits on a pipe: end without joining it
+                from gradflow.cli.streams import exit_hard
+
+                exit_hard()
 
     guarded(debug, False, body)
+
+
+def _write_all(records: Iterator[tuple[int, str, bool]], regular: Path | None, first_line: int) -> int:
+    """Every record to stdout, then `N of M lines failed` on stderr; the exit code."""
+    done = failed = 0
+    # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
+    # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
+    # streams.run_safely flushes stdout on the way out.
+    streaming = regular is None  # stdin, a pipe or a FIFO
+    for _, out, bad in _progress(records, regular, first_line):
+        if not _write(out, streaming):
+            return int(ExitCode.OK)
+        done, failed = done + 1, failed + bad
+        if done == 1:
+            gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
+    if failed:
+        consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
+    return int(ExitCode.PARTIAL if failed else ExitCode.OK)

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from gradflow.errors import ExitCode, GradflowError
@@ -56,7 +56,7 @@ def usable_cores() -> int:
 
 
 def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callable[[dict], str], *,
-                    first_line: int = 1, **options: Any) -> Iterator[Out]:
+                    first_line: int = 1, **options: Any) -> Generator[Out, None, None]:
     """(line, JSON text, failed) per record of `run_batch(lines, first_line=first_line, **options)`, in input
     order, made by `jobs` worker processes. `encode` turns a record into its JSON line; with jobs > 1 it runs in
     the workers, so it must pickle (a module-level function, or a functools.partial of one), as must `options`."""
@@ -234,7 +234,10 @@ class _Pool:
 
     def _give(self, worker: _Worker, slot: _Slot) -> None:
         worker.slot = slot
-        worker.conn.send((slot.first, slot.lines))  # the worker is waiting in recv(): this never blocks for long
+        try:
+            worker.conn.send((slot.first, slot.lines))  # the worker waits in recv(): this never blocks for long
+        except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
+            pass
 
     def _crashed(self, worker: _Worker) -> list[_Slot]:
         """A worker died: what its chunk becomes (lines to run again, and the error record of the one in flight)."""
@@ -389,7 +392,9 @@ class _Pool:
         return pieces
 
     def close(self) -> None:
-        """Stop everything: workers killed (Ctrl-C, a reader gone or the end), the reader told to stop."""
+        """Stop everything: workers killed (Ctrl-C, a reader gone or the end), the reader told to stop. A reader
+        still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
+        so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
         for worker in self.workers:
             try:
@@ -405,6 +410,21 @@ class _Pool:
                 os.close(fd)
             except OSError:
                 pass
+        if self.reader is not None and self.reader.is_alive():
+            from multiprocessing import util
+
+            _HARD_EXIT.append(True)
+            util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
+
+
+_HARD_EXIT: list[bool] = []
+
+
+def needs_hard_exit() -> bool:
+    """A batch ended while its reader thread was still blocked on the input (`| head`, Ctrl-C, an error with a
+    pipe still open): the interpreter's normal exit would wait on it or die on stdin's lock (daemon threads at
+    shutdown); the command should end with os._exit once its output is flushed."""
+    return bool(_HARD_EXIT)
 
 
 def startup_failed(jobs: int) -> GradflowError:

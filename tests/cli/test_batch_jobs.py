@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -216,6 +217,21 @@ def test_ctrl_c_stops_every_worker_and_leaves_whole_records(tmp_path):
     while not all(gone(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(gone(w) for w in workers)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_stdin_is_still_open_ends_at_once_and_quietly():
+    """The reader thread is blocked on a pipe nobody closes: the command must not wait for it at exit, nor die
+    on stdin's lock in the interpreter's shutdown ("Fatal Python error: could not acquire lock")."""
+    with child(GRADFLOW + ["batch", "--jobs", "2", "--x", "2"], stdin=subprocess.PIPE, timeout=110,
+               start_new_session=True) as proc:
+        proc.stdin.write(b'"x*2"\n')
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 130  # stdin still open
+        err = proc.stderr.read()
+    assert first["grads"] == {"x": 2.0} and err == b""
 
 
 # ---- shards: --first-line, then merged by `line` ---------------------------------------------------------------
