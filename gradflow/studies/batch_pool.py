@@ -348,7 +348,9 @@ class _Pool:
                 if end_error is not None:
                     raise end_error
                 return
-            # 4. wait for a worker's answer or death, or for more input
+            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
+            if not ended and len(slots) < window and not self.lines.empty():
+                continue
             waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
                                                                                    for w in self.workers]
             from multiprocessing.connection import wait

@@ -97,15 +97,15 @@ def test_jobs_2_is_byte_identical_to_jobs_1_on_a_generated_batch(tmp_path):
 
 @pytest.mark.slow
 def test_order_is_kept_when_early_records_are_slow_and_later_ones_fast(tmp_path):
-    """The first 40 lines take ~0.2 s each, the next 160 a millisecond: the second worker finishes its fast
+    """The first 40 lines take ~0.2 s each, the next 960 a millisecond: the second worker finishes its fast
     chunks long before the first one ends; their records still come after the slow ones."""
-    lines = [{**SLOW, "id": i} for i in range(40)] + [linear(i)[0] for i in range(40, 200)]
+    lines = [{**SLOW, "id": i} for i in range(40)] + [linear(i)[0] for i in range(40, 1000)]
     (tmp_path / "jobs.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in lines))
     res = batch([str(tmp_path / "jobs.jsonl"), "--jobs", "2"])
     assert res.returncode == 0, res.stderr
     records = [json.loads(line) for line in res.stdout.splitlines()]
-    assert [r["id"] for r in records] == list(range(200))
-    assert [r["line"] for r in records] == list(range(1, 201))
+    assert [r["id"] for r in records] == list(range(1000))  # more chunks than are read ahead: the window moves
+    assert [r["line"] for r in records] == list(range(1, 1001))
     for r in records[40:]:
         _, value, grad = linear(r["id"])
         assert (r["output"]["value"], r["grads"]["x"]) == (value, grad)
