@@ -44,7 +44,7 @@ WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
 SEND_AFTER = 0.05  # seconds: a worker sends what it has made so far once a chunk has run this long
 Out = tuple[int, str, bool]  # (line number, the record as one JSON line, failed?)
-_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.engine.explain", "gradflow.language.parser"]
+_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.engine.explain"]  # then the encoder's, then batch_warm
 
 
 def usable_cores() -> int:
@@ -183,7 +183,7 @@ class _Pool:
         self.jobs, self.encode, self.options = jobs, encode, options
         self.ctx = multiprocessing.get_context("forkserver")
         module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
-        self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []))
+        self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []) + ["gradflow.studies.batch_warm"])
         self.workers: list[_Worker] = []
         self.wake_r, self.wake_w = os.pipe()
         self.lines: queue.Queue = queue.Queue(QUEUE_LINES)
