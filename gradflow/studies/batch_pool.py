@@ -24,6 +24,14 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
 - **Stopping**: Ctrl-C, a reader gone (`| head`) or an error ends the generator: every worker is killed (they
   hold no state worth saving) before the exception goes on; the caller writes only whole records.
 
+Why not multiprocessing.Pool or concurrent.futures.ProcessPoolExecutor: when a worker dies, Pool replaces it but
+never returns its task (the batch would wait for ever), and ProcessPoolExecutor marks itself broken and fails
+every pending task; neither says which record was in flight. Both also pickle one task per call unless
+chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`).
+
+The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
+first-record work done once, then gc.freeze() so no worker copies torch's objects page by page).
+
 `jobs <= 1` runs in this process, exactly as run_batch does (torch imported here, no threads, no workers).
 """
 from __future__ import annotations
