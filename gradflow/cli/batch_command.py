@@ -7,7 +7,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
@@ -32,10 +32,21 @@ from gradflow.cli.common import (
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
+if TYPE_CHECKING:
+    from gradflow.studies.batch import DefaultsUse
+    from gradflow.studies.batch_pool import Out
+
 InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]
 TextOpt = Annotated[bool, typer.Option(
     "--text", help="Each line is a plain program; values come from the command line (--x 1).")]
+JobsOpt = Annotated[int | None, typer.Option(
+    "--jobs", min=1, show_default=False, metavar="N",
+    help="Worker processes [default: the usable cores]; 1 runs in this process. Output stays in input order.")]
+FirstLineOpt = Annotated[int, typer.Option(
+    "--first-line", min=1, metavar="N",
+    help="The number of the input's first line: a shard of a bigger file numbers its lines (and the ids of "
+         "lines without one) as the whole file does.")]
 HELP_END = help_end([
     """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
@@ -46,7 +57,7 @@ HELP_END = help_end([
      ExitCode.PARTIAL: "partial: some lines failed (each gets an error record)"})
 
 
-def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path | None]:
+def _open(source: str, limit: int, first: int = 1) -> tuple[Iterator[str | GradflowError], Path | None]:
     """The input's lines (batch_lines: one reader for files, pipes and stdin), and the path when it is a regular
     file (its lines can be counted for a progress bar). A pipe, FIFO or `<(process substitution)` can be read only
     once: it is streamed like stdin."""
@@ -55,7 +66,7 @@ def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path 
     if source == "-":
         from gradflow.cli.streams import stdin_bytes
 
-        return read_lines(stdin_bytes(), limit, "stdin"), None
+        return read_lines(stdin_bytes(), limit, "stdin", first), None
     path = Path(source)
     try:
         mode = path.stat().st_mode
@@ -65,7 +76,7 @@ def _open(source: str, limit: int) -> tuple[Iterator[str | GradflowError], Path 
         fh = path.open("rb")
     except OSError as err:
         raise ValueInputError("usage", f"cannot read {source}: {err.strerror}") from None
-    return _closing(fh, read_lines(fh, limit, source)), path if stat.S_ISREG(mode) else None
+    return _closing(fh, read_lines(fh, limit, source, first)), path if stat.S_ISREG(mode) else None
 
 
 def _closing(fh: BinaryIO, lines: Iterator[str | GradflowError]) -> Iterator[str | GradflowError]:
@@ -92,7 +103,7 @@ def _source(source: str | None, extra: list[str]) -> tuple[str, list[str]]:
     return source or "-", extra
 
 
-def _progress(records: Iterator[dict], path: Path | None) -> Iterator[dict]:
+def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iterator[Out]:
     """A transient progress bar on stderr, only for a file when stderr is a terminal."""
     total = _count_lines(path) if path is not None and sys.stderr.isatty() else None
     if total is None:
@@ -101,7 +112,7 @@ def _progress(records: Iterator[dict], path: Path | None) -> Iterator[dict]:
     with progress_bar(consoles()[1], streaming=True) as bar:
         task = bar.add_task("batch", total=total)
         for rec in records:
-            bar.update(task, completed=rec["line"])
+            bar.update(task, completed=rec[0] - first + 1)
             yield rec
 
 
@@ -130,15 +141,17 @@ def _write(line: str, flush: bool) -> bool:
         return False
 
 
-def _failed(rec: dict) -> bool:
-    """An error record counts as failed; "no gradient reaches x" is an answer (exit 4 counts input errors)."""
-    return rec["error"] is not None and rec["error"]["kind"] != "no_gradient"
+def record_failed(kind: str | None) -> bool:
+    """A record with an error counts as failed; "no gradient reaches x" is an answer (exit 4 counts input
+    errors)."""
+    return kind is not None and kind != "no_gradient"
 
 
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
-              full: FullOpt = False, summary: SummaryOpt = False):
+              full: FullOpt = False, summary: SummaryOpt = False, jobs: JobsOpt = None,
+              first_line: FirstLineOpt = 1):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -146,38 +159,55 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     Values on the command line (--x 1) are defaults for every line that uses them. Blank lines are skipped.
     The number of failed lines goes to stderr; a line whose answer is "no gradient" has not failed.
     A line's "vars" naming a variable its program does not use is a warning in its record, a default no line
-    uses a warning on stderr (--strict: errors).
+    uses a warning on stderr (--strict: errors). Records are made by --jobs worker processes (one per core).
     """
     def body() -> int:
+        from functools import partial
+
         from gradflow.limits import as_limits
-        from gradflow.studies.batch import DefaultsUse, run_batch
+        from gradflow.studies.batch import DefaultsUse
+        from gradflow.studies.batch_pool import batch_lines_out, needs_hard_exit, usable_cores
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var, ctx)
         limits = as_limits(limit)
-        lines, regular = _open(path, limits.line)
-        records = run_batch(lines, text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                            limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
-                            summary=summary_mode(full, summary))
-        uses = DefaultsUse(values, limits)
-        done = failed = 0
-        # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
-        # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
-        # streams.run_safely flushes stdout on the way out.
-        streaming = regular is None  # stdin, a pipe or a FIFO
-        for rec in _progress(records, regular):
-            if not _write(_dumps(rec, debug), streaming):
-                return int(ExitCode.OK)
-            done, failed = done + 1, failed + _failed(rec)
-            uses.see(rec)
-            if done == 1:
-                gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
-        if failed:
-            consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
-        if strict:
-            uses.refuse()
-        for _, message in uses.unused():
-            consoles()[1].print(f"warning: {message}", markup=False, style="yellow", soft_wrap=True)
-        return int(ExitCode.PARTIAL if failed else ExitCode.OK)
+        lines, regular = _open(path, limits.line, first_line)
+        jobs_ = jobs or usable_cores()
+        records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug), first_line=first_line,
+                                  text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
+                                  limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
+                                  summary=summary_mode(full, summary))
+        try:
+            return _write_all(records, regular, first_line, DefaultsUse(values, limits), strict)
+        finally:
+            records.close()  # the workers stop now, whatever ended the loop (a reader gone, Ctrl-C, an error)
+            if needs_hard_exit():  # the input's reader thread still waits on a pipe: end without joining it
+                from gradflow.cli.streams import exit_hard
+
+                exit_hard()
 
     guarded(debug, False, body)
+
+
+def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, uses: DefaultsUse,
+               strict: bool) -> int:
+    """Every record to stdout, then `N of M lines failed` and the unused defaults on stderr; the exit code."""
+    done = failed = 0
+    # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
+    # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
+    # streams.run_safely flushes stdout on the way out.
+    streaming = regular is None  # stdin, a pipe or a FIFO
+    for _, out, kind, source in _progress(records, regular, first_line):
+        if not _write(out, streaming):
+            return int(ExitCode.OK)
+        done, failed = done + 1, failed + record_failed(kind)
+        uses.see({"source": source})
+        if done == 1:
+            gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
+    if failed:
+        consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
+    if strict:
+        uses.refuse()
+    for _, message in uses.unused():
+        consoles()[1].print(f"warning: {message}", markup=False, style="yellow", soft_wrap=True)
+    return int(ExitCode.PARTIAL if failed else ExitCode.OK)

@@ -222,6 +222,20 @@ def error_record(rid: Any, number: int, source: str | None, error: GradflowError
                                                         dtype, defaults.device)}
 
 
+def crashed_record(number: int, line: str, text: bool, how: str) -> dict:
+    """The record of a line whose worker process died while evaluating it (`batch --jobs N`)."""
+    rid, source = number, None
+    try:
+        job = read_job(number, line, text)
+        rid, source = job.id, job.expr
+    except Exception:  # noqa: BLE001 - it was read once already; whatever happens, its line number names it
+        pass
+    error = GradflowError("crashed", f"the worker process evaluating line {number} {how} before its record was made",
+                          hint="it may have run out of memory (the kernel then sends SIGKILL) or met a crash in "
+                               "torch; run this line alone with --jobs 1 to see, and report it if it crashes")
+    return error_record(rid, number, source, error)
+
+
 def internal_error(exc: Exception) -> GradflowError:
     return GradflowError("internal", f"{type(exc).__name__}: {exc}",
                          hint="this is a bug in gradflow; rerun with --debug and report the traceback")
@@ -297,7 +311,7 @@ class DefaultsUse:
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
               debug: bool = False, limits=None, seed: int = 0, strict: bool = False,
-              options: Iterable[str] = (), summary: bool = False) -> Iterator[dict]:
+              options: Iterable[str] = (), summary: bool = False, first_line: int = 1) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed (or, kind
     "no_gradient", got the answer that no gradient reaches its leaves).
 
@@ -307,7 +321,9 @@ def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, value
     explain(); `options`: the command line's option names, which a missing value's hint then gives as --var.
     A line given as a GradflowError (batch_lines.read_lines: not UTF-8, too long) yields that
     line's error record. Tensors are in full (a record over the `json` limit is an error record), or with
-    `summary` over JSON_FULL_MAX elements summary objects.
+    `summary` over JSON_FULL_MAX elements summary objects. `first_line` numbers the first line (a shard of a
+    bigger input numbers its lines, and the ids of lines without one, as the whole input does; a UTF-8
+    byte-order mark is skipped only on line 1).
     """
     from gradflow.engine.prepare import check_seed
     from gradflow.values.text import parse_value
@@ -315,7 +331,7 @@ def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, value
     check_seed(seed)
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
     defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options), summary)
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, first_line):
         if isinstance(line, GradflowError):
             yield error_record(number, number, None, line, None, defaults)
             continue

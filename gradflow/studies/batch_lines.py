@@ -22,10 +22,12 @@ from gradflow.limits import LINE_SKIP_FACTOR, current, too_long
 _CHUNK = 1 << 16  # bytes read at a time while dropping the rest of an over-long line
 
 
-def read_lines(stream: BinaryIO, limit: int | None = None, name: str = "the input") -> Iterator[str | GradflowError]:
-    """The lines of a binary stream, in order, each as text or as the error that stands for it."""
+def read_lines(stream: BinaryIO, limit: int | None = None, name: str = "the input",
+               first: int = 1) -> Iterator[str | GradflowError]:
+    """The lines of a binary stream, in order, each as text or as the error that stands for it; messages number
+    the lines from `first` (a shard of a bigger input: as the whole input does)."""
     limit = current().line if limit is None else limit
-    number = 0
+    number = first - 1
     while True:
         raw = stream.readline(limit + 2)  # +1 for the \n, +1 more to see a line that is too long
         if not raw:

@@ -1,0 +1,452 @@
+"""`gradflow batch --jobs N`: the records of a batch made by N worker processes, yielded in input order.
+
+Standard library only: `multiprocessing` with the *forkserver* context, one duplex Pipe per worker, and
+`multiprocessing.connection.wait` over the pipes, the workers' sentinels and a wake-up pipe of the reader.
+
+- **Reading**: a thread reads the input (batch_lines.read_lines: a file, a pipe or stdin) into a bounded queue.
+  The main thread cuts what has arrived into chunks of up to CHUNK consecutive lines and gives each chunk to an
+  idle worker: one message per chunk each way, never one per record. A chunk is closed early only when a worker
+  would otherwise wait, so a file goes in full chunks while a slow pipe is answered line by line.
+- **Order and streaming**: chunks are numbered slots in input order; a slot's records are yielded as soon as it
+  and every slot before it are done. At most WINDOW_PER_JOB chunks per worker are read ahead (memory stays
+  bounded, and a worker never waits for the reader of a file).
+- **Workers**: forked from multiprocessing's fork server, which has imported torch and gradflow's engine once
+  (`set_forkserver_preload`) but has run no torch operation: a worker never inherits a thread pool that fork
+  would copy half-made (fork copies only the calling thread; a pool's other threads would be missing while its
+  state says they exist). Each worker then calls torch.set_num_threads(1) before its first operation: N workers
+  on N cores are already the parallelism, a batch's tensors are small, and torch's default of one intra-op thread
+  per core would have N x N threads competing for N cores. The fork server, not the command, forks: the
+  command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
+  Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
+- **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
+  segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
+  is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
+- **Stopping**: Ctrl-C, a reader gone (`| head`) or an error ends the generator: every worker is killed (they
+  hold no state worth saving) before the exception goes on; the caller writes only whole records.
+
+Why not multiprocessing.Pool or concurrent.futures.ProcessPoolExecutor: when a worker dies, Pool replaces it but
+never returns its task (the batch would wait for ever), and ProcessPoolExecutor marks itself broken and fails
+every pending task; neither says which record was in flight. Both also pickle one task per call unless
+chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`).
+
+The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
+first-record work done once, then gc.freeze() so no worker copies torch's objects page by page).
+
+`jobs <= 1` runs in this process, exactly as run_batch does (torch imported here, no threads, no workers).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
+
+from gradflow.errors import ExitCode, GradflowError
+
+CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
+WINDOW_PER_JOB = 4  # chunks read ahead per worker
+QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
+SEND_AFTER = 0.05  # seconds: a worker sends what it has made so far once a chunk has run this long
+Out = tuple[int, str, str | None, str | None]  # (line number, the record as one JSON line, its error kind
+#                                                  or None, its program's source: for the unused-defaults check)
+_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.engine.explain"]  # then the encoder's, then batch_warm
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, e.g. under taskset or a container's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callable[[dict], str], *,
+                    first_line: int = 1, **options: Any) -> Generator[Out, None, None]:
+    """(line, JSON text, failed) per record of `run_batch(lines, first_line=first_line, **options)`, in input
+    order, made by `jobs` worker processes. `encode` turns a record into its JSON line; with jobs > 1 it runs in
+    the workers, so it must pickle (a module-level function, or a functools.partial of one), as must `options`."""
+    from gradflow.studies.batch import run_batch
+
+    if jobs <= 1:
+        for rec in run_batch(lines, first_line=first_line, **options):
+            yield _out(rec, encode)
+        return
+    pool = _Pool(jobs, encode, options)
+    try:
+        yield from pool.records(lines, first_line)
+    finally:
+        pool.close()
+
+
+def _out(rec: dict, encode: Callable[[dict], str]) -> Out:
+    error, source = rec["error"], rec.get("source")
+    return (rec["line"], encode(rec), None if error is None else error["kind"],
+            source if isinstance(source, str) else None)
+
+
+# ---- the worker side ---------------------------------------------------------------------------------------
+
+def _work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
+    """A worker: chunks in, encoded records out, until the command closes the pipe (or sends None)."""
+    import gc
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle: it kills the workers
+    import torch
+
+    torch.set_num_threads(1)  # see the module's docstring
+    from gradflow.studies.batch import run_batch
+
+    frozen = False
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the command is gone
+            return
+        if msg is None:
+            return
+        first, lines = msg
+
+        def numbered(first: int = first, lines: list[str] = lines) -> Iterator[str]:
+            for i, line in enumerate(lines):
+                current.value = first + i  # the line in flight, for the command if this process dies
+                yield line
+
+        out: list[Out] = []
+        sent = time.monotonic()
+        try:
+            for rec in run_batch(numbered(), first_line=first, **options):
+                out.append(_out(rec, encode))
+                if time.monotonic() - sent > SEND_AFTER:  # slow records: each goes out soon, not with its chunk
+                    conn.send(("part", out))
+                    out, sent = [], time.monotonic()
+        except (BrokenPipeError, OSError):  # the command is gone
+            return
+        except Exception:  # only with debug: run_batch turns every other exception into an error record
+            current.value = 0
+            conn.send(("bug", traceback.format_exc()))
+            return
+        current.value = 0
+        try:
+            conn.send(("done", out))
+        except (BrokenPipeError, OSError):
+            return
+        if not frozen:  # as the command does in one process: torch's objects live as long as the process
+            gc.freeze()
+            frozen = True
+
+
+# ---- the command side --------------------------------------------------------------------------------------
+
+class _Slot:
+    """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
+
+    __slots__ = ("first", "lines", "out", "done", "given")
+
+    def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
+        self.first, self.lines = first, lines
+        self.out: list[Out] = out or []
+        self.done = out is not None
+        self.given = 0  # records already yielded
+
+
+class _Worker:
+    __slots__ = ("proc", "conn", "current", "slot")
+
+    def __init__(self, proc: Any, conn: Any, current: Any) -> None:
+        self.proc, self.conn, self.current = proc, conn, current
+        self.slot: _Slot | None = None
+
+
+class WorkerBug(RuntimeError):
+    """A worker's exception under --debug: carries its traceback."""
+
+
+def _forget_forkserver() -> None:
+    """In a child forked from a process that has started multiprocessing's fork server: that server belongs to
+    the parent (it is not this process's child, so using it fails with ChildProcessError), and this copy of its
+    keep-alive pipe would keep it running. Forget it: the child starts its own when it needs one. (Private
+    attributes of multiprocessing.forkserver, Python 3.10-3.13; a test forks from a process that ran a batch.)"""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return
+    if server._forkserver_alive_fd is not None:
+        try:
+            os.close(server._forkserver_alive_fd)
+        except OSError:
+            pass
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+    server._inherited_fds = None
+
+
+_AT_FORK: list[bool] = []
+
+
+class _Pool:
+    def __init__(self, jobs: int, encode: Callable[[dict], str], options: dict):
+        import multiprocessing
+
+        if not _AT_FORK:
+            os.register_at_fork(after_in_child=_forget_forkserver)
+            _AT_FORK.append(True)
+        self.jobs, self.encode, self.options = jobs, encode, options
+        self.ctx = multiprocessing.get_context("forkserver")
+        module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
+        self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []) + ["gradflow.studies.batch_warm"])
+        self.workers: list[_Worker] = []
+        self.wake_r, self.wake_w = os.pipe()
+        self.lines: queue.Queue = queue.Queue(QUEUE_LINES)
+        self.reader: threading.Thread | None = None
+        self.stopping = threading.Event()
+        self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
+
+    # -- reading (a thread) --
+    def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
+        end: BaseException | None = None
+        try:
+            for item in enumerate(lines, first):
+                self._put(item)
+                if self.stopping.is_set():
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there in order
+            end = exc
+        self._put((None, end))
+
+    def _put(self, item) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.lines.put(item, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        try:
+            os.write(self.wake_w, b"\0")
+        except OSError:  # closed: the command is done
+            pass
+
+    @property
+    def reader_alive(self) -> bool:
+        """The reader thread is still blocked on the input (a pipe that has not ended)."""
+        return self.reader is not None and self.reader.is_alive()
+
+    # -- workers --
+    def _start_worker(self) -> _Worker:
+        here, there = self.ctx.Pipe(duplex=True)
+        current = self.ctx.RawValue("q", 0)
+        proc = self.ctx.Process(target=_work, args=(there, current, self.encode, self.options), daemon=True,
+                                name="gradflow-batch-worker")
+        proc.start()
+        there.close()
+        worker = _Worker(proc, here, current)
+        self.workers.append(worker)
+        return worker
+
+    def _give(self, worker: _Worker, slot: _Slot) -> None:
+        worker.slot = slot
+        try:
+            worker.conn.send((slot.first, slot.lines))  # the worker waits in recv(): this never blocks for long
+        except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
+            pass
+
+    def _crashed(self, worker: _Worker) -> list[_Slot]:
+        """A worker died: what its chunk becomes (lines to run again, and the error record of the one in flight)."""
+        slot, worker.slot = worker.slot, None
+        self.workers.remove(worker)
+        worker.proc.join(5)
+        worker.conn.close()
+        if slot is None:
+            return []
+        lines = slot.lines
+        covered = slot.out[-1][0] - slot.first + 1 if slot.out else 0  # lines whose records came (and blanks)
+        at = worker.current.value - slot.first
+        if not covered <= at < len(lines):  # it died between records: run the rest of the chunk again
+            at = len(lines)
+        pieces = []
+        if covered:  # the slot keeps the records that came (and what of them is yielded already)
+            slot.lines, slot.done = slot.lines[:covered], True
+            pieces.append(slot)
+        if covered < at:
+            pieces.append(_Slot(slot.first + covered, lines[covered:at]))
+        if at < len(lines):
+            pieces.append(_Slot(slot.first + at, [], [self._crash_record(slot.first + at, lines[at],
+                                                                          worker.proc.exitcode)]))
+        if at + 1 < len(lines):
+            pieces.append(_Slot(slot.first + at + 1, lines[at + 1:]))
+        return pieces
+
+    def _crash_record(self, number: int, line: str, exitcode: int | None) -> Out:
+        import signal
+
+        from gradflow.studies.batch import crashed_record
+
+        if exitcode is not None and exitcode < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-exitcode).name}"
+            except ValueError:
+                how = f"was killed by signal {-exitcode}"
+        else:
+            how = f"exited with code {exitcode}"
+        return _out(crashed_record(number, line, self.options.get("text", False), how), self.encode)
+
+    def _error_out(self, number: int, error: GradflowError) -> Out:
+        from gradflow.studies.batch import error_record
+
+        return _out(error_record(number, number, None, error), self.encode)
+
+    # -- the main loop --
+    def records(self, lines: Iterable[str | GradflowError], first: int) -> Iterator[Out]:
+        self.reader = threading.Thread(target=self._read, args=(lines, first), name="gradflow-batch-reader",
+                                       daemon=True)
+        self.reader.start()
+        slots: deque[_Slot] = deque()  # every slot not yet yielded, in input order
+        todo: deque[_Slot] = deque()  # slots no worker has yet
+        building: list[str] = []  # lines read, not yet in a slot
+        build_first = first
+        ended, end_error = False, None
+        window = WINDOW_PER_JOB * self.jobs
+        while True:
+            # 1. what the reader has read, into slots (up to the window)
+            while not ended and len(slots) < window:
+                try:
+                    number, item = self.lines.get_nowait()
+                except queue.Empty:
+                    break
+                if number is None:
+                    ended, end_error = True, item
+                elif isinstance(item, GradflowError):  # a line that cannot be read: its record is made here
+                    if building:
+                        slot = _Slot(build_first, building)
+                        slots.append(slot)
+                        todo.append(slot)
+                        building = []
+                    slots.append(_Slot(number, [], [self._error_out(number, item)]))
+                    build_first = number + 1
+                else:
+                    if not building:
+                        build_first = number
+                    building.append(item)
+                    if len(building) == CHUNK:
+                        slot = _Slot(build_first, building)
+                        slots.append(slot)
+                        todo.append(slot)
+                        building = []
+            idle = [w for w in self.workers if w.slot is None]
+            if building and not todo and (ended or idle or len(self.workers) < self.jobs):
+                slot = _Slot(build_first, building)  # somebody would wait: do not wait for a full chunk
+                slots.append(slot)
+                todo.append(slot)
+                building = []
+            # 2. work to the workers (starting them as there is work for them)
+            while todo:
+                if not idle and len(self.workers) < self.jobs:
+                    idle.append(self._start_worker())
+                if not idle:
+                    break
+                self._give(idle.pop(), todo.popleft())
+            # 3. records out, in order
+            while slots:
+                head = slots[0]
+                if head.given < len(head.out):
+                    given, head.given = head.given, len(head.out)
+                    yield from head.out[given:]
+                if not head.done:
+                    break
+                slots.popleft()
+            if ended and not slots and not building:
+                if end_error is not None:
+                    raise end_error
+                return
+            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
+            if not ended and len(slots) < window and not self.lines.empty():
+                continue
+            waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
+                                                                                   for w in self.workers]
+            from multiprocessing.connection import wait
+
+            ready = set(wait(waiting))
+            if self.wake_r in ready:
+                os.read(self.wake_r, 1 << 16)
+            for worker in list(self.workers):
+                if worker.conn in ready or worker.proc.sentinel in ready:
+                    dead = worker.slot
+                    pieces = self._hear(worker)
+                    if pieces:
+                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: _Slot has no __eq__
+                        del slots[at]
+                        for piece in reversed(pieces):
+                            slots.insert(at, piece)
+                            if not piece.done:
+                                todo.appendleft(piece)
+
+    def _hear(self, worker: _Worker) -> list[_Slot]:
+        """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
+        try:
+            while worker.conn.poll():
+                kind, body = worker.conn.recv()
+                if kind == "bug":
+                    raise WorkerBug(f"a worker process failed:\n{body}")
+                assert worker.slot is not None
+                worker.slot.out += body
+                self.fruitless = 0
+                if kind == "done":
+                    worker.slot.done, worker.slot = True, None
+            if worker.proc.is_alive():
+                return []
+        except (EOFError, OSError):
+            pass
+        pieces = self._crashed(worker)
+        if all(not piece.out for piece in pieces):  # nothing made, nothing in flight: it did no work
+            self.fruitless += 1
+            if self.fruitless > self.jobs + 2:
+                raise startup_failed(self.jobs)
+        return pieces
+
+    def close(self) -> None:
+        """Stop everything: workers killed (Ctrl-C, a reader gone or the end), the reader told to stop. A reader
+        still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
+        so multiprocessing's exit work (removing its temporary folder) is done here, now."""
+        self.stopping.set()
+        for worker in self.workers:
+            try:
+                worker.proc.kill()
+            except (OSError, ValueError):
+                pass
+        for worker in self.workers:
+            worker.proc.join(5)
+            worker.conn.close()
+        self.workers.clear()
+        for fd in (self.wake_r, self.wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.reader is not None and self.reader.is_alive():
+            from multiprocessing import util
+
+            _HARD_EXIT.append(True)
+            util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
+
+
+_HARD_EXIT: list[bool] = []
+
+
+def needs_hard_exit() -> bool:
+    """A batch ended while its reader thread was still blocked on the input (`| head`, Ctrl-C, an error with a
+    pipe still open): the interpreter's normal exit would wait on it or die on stdin's lock (daemon threads at
+    shutdown); the command should end with os._exit once its output is flushed."""
+    return bool(_HARD_EXIT)
+
+
+def startup_failed(jobs: int) -> GradflowError:
+    """Workers die before making any record, again and again: not a batch that can be run so."""
+    error = GradflowError("internal", f"the worker processes of --jobs {jobs} keep dying before they make a record",
+                          hint="run the batch with --jobs 1 (in this process); if that works, report this with "
+                               "--debug output")
+    error.exit_code = ExitCode.INTERNAL
+    return error
