@@ -14,7 +14,7 @@ import typer
 
 from gradflow.cli.common import DebugOpt, JsonOpt, consoles, guarded
 from gradflow.cli.help import help_end
-from gradflow.cli.inspect_command import find_file, split_target
+from gradflow.cli.inspect_command import GATE_CLASSES, find_file, split_target
 from gradflow.cli.streams import exit_hard
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -29,8 +29,9 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
 FailOnOpt = Annotated[list[str] | None, typer.Option(
     "--fail-on", metavar="CLASSES", help="Exit 6 if a parameter is in one of these classes (comma-separated) on "
                                          "some rank: unused (no gradient on any rank), divergent (a gradient on "
-                                         "some ranks only), and inspect's cut, partly-cut, unreached, frozen, "
-                                         "zero, nonfinite, untraced, untrained, orphan; or default, all.")]
+                                         "some ranks only), and inspect's "
+                                         + ", ".join(c for c in GATE_CLASSES if c != "unused")
+                                         + " (per rank); or default, all.")]
 AllowOpt = Annotated[list[str] | None, typer.Option(
     "--allow", metavar="PATTERN", help="With --fail-on: parameters whose name matches this glob never fail "
                                        "(e.g. 'aux_head.*'). Repeatable.")]
@@ -38,7 +39,7 @@ HELP_END = help_end([
     "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2",
     "gradflow ddp examples/ddp_unused_head.py:main --json",
     "gradflow ddp examples/ddp_empty_batch.py:main --fail-on unused,divergent  # exit 6",
-    "gradflow ddp examples/ddp_detached.py:main --fail-on cut,divergent,frozen --allow 'encoder.*'  # exit 6",
+    "gradflow ddp examples/ddp_detached.py:main --fail-on default,divergent --allow 'adapter.*'  # exit 0",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE, ExitCode.GATE,
     ExitCode.DISTRIBUTED, ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, FUNCTION does not return (model, step)",

@@ -52,10 +52,13 @@ def gate(ranks: list[dict], merged: dict, fail_on, allow=()) -> dict:
             if not (f.kind in PER_RANK_NO_GRAD and f.name in divergent):
                 add(f, [v["rank"]])
     if "unused" in wanted:
-        for p in merged["unused"]:
-            if not allowed(rows[p["name"]], allow):
-                reason = p.get("reason") or "gets no gradient on any rank"
-                add(Failure(p["name"], "unused", reason, p.get("line")), [v["rank"] for v in ranks])
+        for u in merged["unused"]:
+            if allowed(rows[u["name"]], allow):
+                continue
+            for v in ranks:  # each rank's own reason (a cut on one, never called on another)
+                p = next((p for p in v["params"] if p["name"] == u["name"]), u)
+                line = p.get("line") or u.get("line")
+                add(Failure(u["name"], "unused", p.get("reason") or "gets no gradient on any rank", line), [v["rank"]])
     if "divergent" in wanted:
         for g in merged["divergent"]:
             branch = g.get("branch")

@@ -54,6 +54,14 @@ def test_unused_and_divergent_keep_ddp_s_meaning():
     assert set(g["failures"][0]) == {"name", "class", "reason", "line", "ranks"}  # inspect's failure, + ranks
 
 
+def test_unused_everywhere_for_different_reasons_names_each_rank_s_reason():
+    ranks = [rank(0, [param("w"), param("a.w", "cut", reason=CUT, cuts=[f"{F}:9"])]),
+             rank(1, [param("w"), param("a.w", "unused", reason="not used in the forward")])]
+    g = run(ranks, "unused")
+    assert [(f["name"], f["reason"], f["ranks"]) for f in g["failures"]] == \
+        [("a.w", CUT, [0]), ("a.w", "not used in the forward", [1])]
+
+
 def test_inspect_classes_apply_per_rank_and_name_the_ranks():
     g = run(RANKS, "cut,frozen,zero,nonfinite,unreached,untraced,orphan")
     assert table(g) == [("adapter.w", "cut", [0, 1]), ("enc.w", "frozen", [0, 1]), ("scale", "zero", [1]),
