@@ -97,3 +97,36 @@ def test_classes_all_default_and_unknown():
     assert e.value.message == "--fail-on: unknown class 'everything'" and "divergent" in e.value.hint
     healthy = [rank(r, [param("w")]) for r in (0, 1)]
     assert run(healthy, "all")["passed"]
+
+
+def test_a_rank_s_verdicts_keep_every_class_plain_torch_gives():
+    """What a rank sends (ddp/rank.py verdicts, no process group needed) is enough for every per-rank class:
+    checked against a plain backward of the same model (tests/inspect_code/test_gate.py's Mixed)."""
+    import torch
+
+    from gradflow.ddp.rank import verdicts
+
+    from ..inspect_code.test_gate import Mixed, X, plain_truth, traced
+
+    truth = plain_truth(Mixed(), X)
+    sent = verdicts(traced(Mixed(), X), 0)
+    g = run([sent], "all")
+    by = {c: {f["name"] for f in g["failures"] if f["class"] == c} for c in ("frozen", "zero", "nonfinite", "cut",
+                                                                              "unused", "partly-cut")}
+    assert by["frozen"] == truth["frozen"] and by["zero"] == truth["zero"] and by["nonfinite"] == truth["nonfinite"]
+    assert by["unused"] == truth["none"] and by["cut"] == {"cut.weight", "cut.bias"}  # unused: DDP's sense
+    assert by["partly-cut"] == {"partly.weight", "partly.bias"}
+    assert all(f["ranks"] == [0] for f in g["failures"])
+
+    class Huge(torch.nn.Module):  # finite elements whose norm overflows: not nonfinite
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+
+        def forward(self, x):
+            return (self.w * 1e308).sum()  # its gradient: 1e308 each, a norm of 2e308
+
+    report = traced(Huge(), X)
+    assert report.params[0].grad_norm == float("inf") and bool(report.params[0].grad.isfinite().all())
+    huge = verdicts(report, 0)
+    assert run([huge], "nonfinite")["passed"]
