@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Annotated
 
 import typer
 
 from gradflow.cli.common import DebugOpt, JsonOpt, consoles, guarded
 from gradflow.cli.help import help_end
-from gradflow.cli.inspect_command import find_file, split_target
+from gradflow.cli.inspect_command import GATE_CLASSES, find_file, split_target
 from gradflow.cli.streams import exit_hard
 from gradflow.errors import ExitCode, ValueInputError
 
-CLASSES = ("unused", "divergent")
 TargetArg = Annotated[str, typer.Argument(
     help="FUNCTION(rank, world_size) builds the model and returns (model, step); step(model) returns the loss.",
     show_default=False, metavar="FILE.py:FUNCTION")]
@@ -28,48 +26,57 @@ NprocOpt = Annotated[int, typer.Option("--nproc", metavar="N",
 TimeoutOpt = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
                                            help="Longest wait for any collective; a rank that makes the others "
                                                 "wait longer is reported as hung.")]
-FailOnOpt = Annotated[str | None, typer.Option("--fail-on", metavar="unused,divergent",
-                                               help="Exit 6 if some parameter is unused on every rank, or gets a "
-                                                    "gradient on some ranks only.")]
+FailOnOpt = Annotated[list[str] | None, typer.Option(
+    "--fail-on", metavar="CLASSES", help="Exit 6 if a parameter is in one of these classes (comma-separated) on "
+                                         "some rank: unused (no gradient on any rank), divergent (a gradient on "
+                                         "some ranks only), and inspect's "
+                                         + ", ".join(c for c in GATE_CLASSES if c != "unused")
+                                         + " (per rank); or default, all.")]
+AllowOpt = Annotated[list[str] | None, typer.Option(
+    "--allow", metavar="PATTERN", help="With --fail-on: parameters whose name matches this glob never fail "
+                                       "(e.g. 'aux_head.*'). Repeatable.")]
 HELP_END = help_end([
     "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2",
     "gradflow ddp examples/ddp_unused_head.py:main --json",
     "gradflow ddp examples/ddp_empty_batch.py:main --fail-on unused,divergent  # exit 6",
+    "gradflow ddp examples/ddp_detached.py:main --fail-on default,divergent --allow 'adapter.*'  # exit 0",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE, ExitCode.GATE,
     ExitCode.DISTRIBUTED, ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file or function, FUNCTION does not return (model, step)",
      ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad on some rank",
      ExitCode.USER_CODE: "your code failed on some rank (its rank and your frames are shown)",
-     ExitCode.GATE: "a --fail-on class matched (the report is printed first)",
+     ExitCode.GATE: "a --fail-on class matched on some rank (listed after the report, with the ranks)",
      ExitCode.DISTRIBUTED: "a rank died, hung or timed out; the other ranks were stopped"})
 
 
 def ddp_cmd(target: TargetArg, nproc: NprocOpt = 2, timeout: TimeoutOpt = 60.0, fail_on: FailOnOpt = None,
-            json_: JsonOpt = False, debug: DebugOpt = False):
+            allow: AllowOpt = None, json_: JsonOpt = False, debug: DebugOpt = False):
     """Run your training step on N real DDP ranks: which parameters get no gradient, on which rank, and why.
 
     gradflow starts the ranks (gloo on 127.0.0.1); under torchrun (RANK and WORLD_SIZE set) it starts none and
     rank 0 prints: torchrun --nproc-per-node 2 -m gradflow ddp FILE.py:FUNCTION
     """
     exit_hard()
-    guarded(debug, json_, lambda: _ddp(target, nproc, timeout, fail_on, json_, debug))
+    guarded(debug, json_, lambda: _ddp(target, nproc, timeout, tuple(fail_on or ()), tuple(allow or ()), json_,
+                                       debug))
 
 
-def _classes(fail_on: str | None) -> list[str]:
-    if fail_on is None:
-        return []
-    found = [c.strip() for c in fail_on.split(",") if c.strip()]
-    bad = [c for c in found if c not in CLASSES]
-    if bad or not found:
-        raise ValueInputError("usage", f"unknown --fail-on class '{bad[0] if bad else fail_on}'",
-                              hint="use unused, divergent or unused,divergent")
-    return found
+def _classes(fail_on: tuple[str, ...], allow: tuple[str, ...]) -> tuple[str, ...]:
+    if allow and not fail_on:
+        raise ValueInputError("usage", "--allow names parameters the --fail-on gate lets pass: give --fail-on too",
+                              hint="e.g. --fail-on unused,divergent --allow 'aux_head.*'")
+    if not fail_on:
+        return ()
+    from gradflow.ddp.gate import classes
+
+    return classes(fail_on)
 
 
-def _ddp(target: str, nproc: int, timeout: float, fail_on: str | None, json_: bool, debug: bool) -> int:
+def _ddp(target: str, nproc: int, timeout: float, fail_on: tuple[str, ...], allow: tuple[str, ...], json_: bool,
+         debug: bool) -> int:
     from gradflow.ddp.launch import ENV_STATUS, under_launcher
 
-    classes = _classes(fail_on)
+    classes = _classes(fail_on, allow)
     if not 1 <= nproc <= 64:
         raise ValueInputError("usage", f"--nproc must be between 1 and 64, got {nproc}", hint="--nproc 2")
     if not timeout >= 0.5:
@@ -78,27 +85,29 @@ def _ddp(target: str, nproc: int, timeout: float, fail_on: str | None, json_: bo
     find_file(path)
     me = under_launcher()
     if me is None:
-        args = [target, "--timeout", str(timeout), *(["--debug"] if debug else [])]
+        args = [target, "--timeout", str(timeout), *(["--debug"] if debug else []),
+                *(["--fail-on", ",".join(classes)] if classes else []), *(x for a in allow for x in ("--allow", a))]
         doc = _launch(args, nproc, timeout)
     else:
-        doc = _rank(path, name, target, timeout, me)
+        doc = _rank(path, name, target, timeout, me, classes, allow)
         if ENV_STATUS in os.environ:  # gradflow's launcher reads rank 0's document and prints it
             if me[0] == 0:
                 print(json.dumps(doc, allow_nan=False), flush=True)
             return 0
         if me[0] != 0:
-            return _code(doc, classes)  # under torchrun only rank 0 prints
-    return _show(doc, classes, json_)
+            return _code(doc)  # under torchrun only rank 0 prints
+    return _show(doc, json_)
 
 
-def _rank(path, name: str, target: str, timeout: float, me: tuple[int, int]) -> dict:
+def _rank(path, name: str, target: str, timeout: float, me: tuple[int, int], classes: tuple[str, ...],
+          allow: tuple[str, ...]) -> dict:
     from gradflow.cli.ddp_rank import run_rank
     from gradflow.ddp.errors import DistributedError
     from gradflow.ddp.launch import ENV_STATUS
 
     notify = os.environ.get(ENV_STATUS)
     try:
-        doc, _ = run_rank(path, name, target, timeout)
+        doc, _ = run_rank(path, name, target, timeout, classes, allow)
     except DistributedError as err:
         if notify:
             _tell(notify, f"fail {err.message}")
@@ -145,13 +154,13 @@ def _lost(outcome, timeout: float) -> str:
     return "; ".join(parts) + tail
 
 
-def _code(doc: dict, classes: list[str]) -> int:
+def _code(doc: dict) -> int:
     if doc.get("error"):
         return int(doc["error"].get("exit_code", ExitCode.USER_CODE))
-    return int(ExitCode.GATE) if set(classes) & set(doc.get("found", [])) else 0
+    return int(ExitCode.GATE) if doc.get("gate") and not doc["gate"]["passed"] else 0
 
 
-def _show(doc: dict, classes: list[str], json_: bool) -> int:
+def _show(doc: dict, json_: bool) -> int:
     if doc.get("error"):
         from gradflow.cli.ddp_rank import error_from
 
@@ -164,17 +173,19 @@ def _show(doc: dict, classes: list[str], json_: bool) -> int:
         from gradflow.ddp.table import print_report
 
         print_report(doc, *consoles())
-    code = _code(doc, classes)
-    if code == ExitCode.GATE:
-        hit = [c for c in classes if c in doc["found"]]
-        print(f"error: --fail-on {','.join(hit)}: {_gate_text(doc, hit)}", file=sys.stderr)
-    return code
+    if doc.get("gate"):
+        _print_gate(doc)
+    return _code(doc)
 
 
-def _gate_text(doc: dict, hit: list[str]) -> str:
-    parts = []
-    if "unused" in hit:
-        parts.append(f"{len(doc['unused'])} parameters get no gradient on any rank")
-    if "divergent" in hit:
-        parts.append(f"{sum(len(g['params']) for g in doc['divergent'])} parameters get a gradient on some ranks only")
-    return "; ".join(parts)
+def _print_gate(doc: dict) -> None:
+    """--fail-on: after the report, what failed on which rank(s), and why (stderr), as inspect prints it."""
+    from gradflow.ddp.gate import error
+    from gradflow.render.table import print_error
+
+    err = consoles()[1]
+    for pat in doc["gate"]["unmatched_allow"]:
+        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
+    found = error(doc["gate"], doc["world_size"])
+    if found is not None:
+        print_error(found, err)

@@ -108,9 +108,12 @@ class RankRun:
         dist.destroy_process_group(self.group)
 
 
-def run_rank(path: Path, name: str, target: str, timeout: float) -> tuple[dict, int]:
-    """(the report or an error document, the exit code) — the same on every rank."""
+def run_rank(path: Path, name: str, target: str, timeout: float, fail_on: tuple[str, ...] = (),
+             allow: tuple[str, ...] = ()) -> tuple[dict, int]:
+    """(the report or an error document, the exit code) — the same on every rank. With `fail_on`, the report
+    gets its `gate` (ddp/gate.py), read from every rank's verdicts."""
     preload()
+    import gradflow.ddp.gate  # noqa: F401
     import gradflow.ddp.merge  # noqa: F401  (imported while sys.path is gradflow's own)
 
     run = RankRun(path, name, timeout)
@@ -129,7 +132,12 @@ def run_rank(path: Path, name: str, target: str, timeout: float) -> tuple[dict, 
         return _error_doc(target, failed), int(failed[0]["failure"]["exit_code"])
     from gradflow.ddp.merge import merge
 
-    return merge(target, str(path), run.settings, verdicts, probes), 0
+    doc = merge(target, str(path), run.settings, verdicts, probes)
+    if fail_on:
+        from gradflow.ddp.gate import gate
+
+        doc["gate"] = gate(verdicts, doc, fail_on, allow)
+    return doc, 0
 
 
 def _error_doc(target: str, failed: list[dict]) -> dict:

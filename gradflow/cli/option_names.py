@@ -9,7 +9,7 @@ prints the new table to paste here.
 from __future__ import annotations
 
 OWNERS: dict[str, tuple[str, ...]] = {
- 'allow': ('inspect',),
+ 'allow': ('ddp', 'inspect'),
  'arg': ('inspect',),
  'check': ('eval',),
  'debug': ('batch', 'compare', 'ddp', 'eval', 'graph', 'inspect', 'script', 'whatif'),

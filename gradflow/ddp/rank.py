@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime
 import gc
 import json
+import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -171,10 +173,22 @@ def verdicts(report, rank: int) -> dict:
             if graph is not None else []
         line = p.cuts[0].line if p.cuts and p.cuts[0].line else (use_lines[0] if use_lines else None)
         params.append({"name": p.name, "numel": p.numel, "status": p.status, "grad": p.grad is not None,
-                       "requires_grad": p.requires_grad, "reason": p.why, "line": line, "uses": use_lines[:8]})
+                       "requires_grad": p.requires_grad, "reason": p.why, "line": line, "uses": use_lines[:8],
+                       # what inspect's gate reads of its JSON (inspect/gate.py rows_of), for --fail-on
+                       "aliases": list(p.aliases), "grad_is_none": p.grad is None,
+                       "grad_norm": to_jsonable(_norm(p)), "routes": [r.to_dict() for r in p.routes[:1]],
+                       "cuts": [c.line for c in p.cuts]})
     lines = sorted({r.line for r in graph.ops if r.line}) if graph is not None else []
     return {"rank": rank, "loss": to_jsonable(report.loss.detach()), "params": params, "lines": lines,
             "warnings": list(report.warnings), "error": None if report.error is None else report.error.to_dict()}
+
+
+def _norm(p) -> float | None:
+    """The grad norm; inf when a huge but finite gradient overflows it would read as nonfinite: say so only
+    when some element is nan or inf."""
+    if p.grad is None or p.grad_norm is None or math.isfinite(p.grad_norm) or not bool(p.grad.isfinite().all()):
+        return p.grad_norm
+    return sys.float_info.max
 
 
 # ---- torch's own DDP, for real ------------------------------------------------------------------

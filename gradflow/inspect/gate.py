@@ -60,17 +60,21 @@ class GateError(GradflowError):
     exit_code = ExitCode.GATE
 
 
-def parse_classes(values) -> tuple[str, ...]:
-    """`"cut,unused"` or `["cut", "zero,frozen"]` -> ('cut', 'unused', ...); 'default' and 'all' are allowed."""
+def parse_classes(values, extra: dict[str, str] | None = None) -> tuple[str, ...]:
+    """`"cut,unused"` or `["cut", "zero,frozen"]` -> ('cut', 'unused', ...); 'default' and 'all' are allowed.
+
+    `extra`: a command's own classes (name -> meaning, as CLASSES), accepted too and part of 'all' (ddp's
+    `divergent`); `failures` never reports them: the command does."""
+    known = {**CLASSES, **(extra or {})}
     items = [values] if isinstance(values, str) else list(values)
     out: list[str] = []
     for item in items:
         for name in (x.strip() for x in item.split(",")):
-            expanded = DEFAULT if name == "default" else tuple(CLASSES) if name == "all" else (name,)
+            expanded = DEFAULT if name == "default" else tuple(known) if name == "all" else (name,)
             for n in expanded:
-                if n not in CLASSES:
+                if n not in known:
                     raise ValueInputError("usage", f"--fail-on: unknown class '{n}'",
-                                          hint="classes: " + ", ".join(CLASSES) + " (or default, all)")
+                                          hint="classes: " + ", ".join(known) + " (or default, all)")
                 if n not in out:
                     out.append(n)
     if not out:
@@ -183,14 +187,16 @@ def gate_document(report: InspectReport, fail_on, allow) -> dict:
             "failures": [f.to_dict() for f in found], "unmatched_allow": unmatched(report, allow)}
 
 
-def gate_error(found: list[Failure], fail_on) -> GateError:
-    """The summary printed after the report: one line per failure, grouped by class."""
+def gate_error(found: list[Failure], fail_on, extra: dict[str, str] | None = None) -> GateError:
+    """The summary printed after the report: one line per failure, grouped by class (`extra`: as for
+    parse_classes)."""
     names = sorted({f.name for f in found})
-    counts = ", ".join(f"{k}: {sum(f.kind == k for f in found)}" for k in CLASSES if any(f.kind == k for f in found))
+    known = {**CLASSES, **(extra or {})}
+    counts = ", ".join(f"{k}: {sum(f.kind == k for f in found)}" for k in known if any(f.kind == k for f in found))
     wide = max(len(f.name) for f in found)
     lines = [f"  {f.name:<{wide}}  {f.kind:<9}  {f.reason}" for f in found]
     example = next((n for n in names if "." in n), names[0])
-    err = GateError("gate", f"--fail-on {','.join(parse_classes(fail_on))}: {len(names)} parameter"
+    err = GateError("gate", f"--fail-on {','.join(parse_classes(fail_on, extra))}: {len(names)} parameter"
                     f"{'s' * (len(names) != 1)} failed ({counts})",
                     hint=f"fix them, or allow the intended ones: --allow '{example.rsplit('.', 1)[0]}.*' "
                          f"(a glob on parameter names; repeatable)" if "." in example else

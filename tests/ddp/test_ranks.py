@@ -61,8 +61,29 @@ def test_table_and_gate(tmp_path):
     res = gradflow_ddp("examples/ddp_unused_head.py:main", "--fail-on", "unused,divergent", env={"COLUMNS": "100"})
     assert res.returncode == 6, res.stderr
     assert "old_head.*" in res.stdout and "freeze or delete old_head.*" in res.stdout
-    assert "error: --fail-on unused: 2 parameters get no gradient on any rank" in res.stderr
+    assert "error: --fail-on unused,divergent: 2 parameters failed (unused: 2)" in res.stderr
     assert gradflow_ddp("examples/ddp_unused_head.py:main", "--fail-on", "divergent").returncode == 0
+
+
+def test_the_gate_per_rank_with_allow_against_plain_ddp(tmp_path):
+    """inspect's classes and `divergent` on a real 2-rank run: the parameters that fail, and on which rank, are
+    those plain torch leaves with grad None on some ranks only (aux_head.*: rank 1); --allow lets one pass."""
+    target = "examples/ddp_aux_loss.py:main"
+    res = gradflow_ddp(target, "--fail-on", "all", "--allow", "aux_head.bias", "--json", env={"COLUMNS": "200"})
+    assert res.returncode == 6, res.stderr
+    truth = run([*PYTHON, "tests/ddp/plain_ddp.py", target, str(tmp_path)], cwd=ROOT, text=True)
+    assert truth.returncode == 0, truth.stderr
+    local = [set(json.loads((tmp_path / f"rank{r}.json").read_text())["local"]) for r in (0, 1)]
+    divergent = sorted((local[0] | local[1]) - (local[0] & local[1]))
+    assert divergent == ["aux_head.bias", "aux_head.weight"]  # the example's ground truth, as plain torch says
+    gate = json.loads(res.stdout)["gate"]
+    assert gate["fail_on"][-1] == "divergent" and gate["allow"] == ["aux_head.bias"]
+    assert [(f["name"], f["class"], f["ranks"]) for f in gate["failures"]] == \
+        [(n, "divergent", [r for r in (0, 1) if n in local[r]]) for n in divergent if n != "aux_head.bias"]
+    assert gate["failures"][0]["line"] == "examples/ddp_aux_loss.py:30" and not gate["passed"]
+    assert "error: --fail-on cut,partly-cut,unused," in res.stderr and "(divergent: 1)" in res.stderr
+    assert "aux_head.weight  divergent  gets a gradient on rank 0 and none on rank 1" in res.stderr
+    assert "aux_head.bias" not in res.stderr
 
 
 HANG = """
