@@ -91,14 +91,18 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     the elements printed count against its limit (LimitError beyond it)."""
     if t is None:
         return None
-    if hasattr(t, "numel"):
-        doc, count = _DOCUMENT.get(), t.numel()
+    numel = getattr(t, "numel", None)  # one look-up, not hasattr then the call: this runs per value, grad, flow
+    if numel is not None:
+        doc, count = _DOCUMENT.get(), numel()
         if count > JSON_FULL_MAX and (not full or (doc is not None and doc.summary)):
             return {k: _clean(v) if strict else v for k, v in summary(t).items()}
         if doc is not None:
             doc.spend(count)
+        if count == 1 and t.dim() == 0:  # the common case first: one number (a node of a long program)
+            x = t.item()
+            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
     if hasattr(t, "tolist"):
-        if t.dim() == 0:  # the common case first: one number (a node of a long program is usually one)
+        if t.dim() == 0:
             x = t.item()
             return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
         t = t.tolist()  # no detach()/cpu(): tolist copies out as it is
