@@ -282,6 +282,8 @@ def _results(run: _Run) -> list[NodeResult]:
             e.flow = nodes[e.src].grad if i in run.same_as_src else None
     # Region wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
+    if not any(is_region(n.op) for n in nodes):
+        return nodes  # no region wrapper (most programs): no index of the edges to build
     by_src: dict[int, list[EdgeResult]] = {}
     into: dict[int, EdgeResult] = {}  # a region wrapper's one in-edge
     for e in run.edges:
