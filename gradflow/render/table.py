@@ -131,7 +131,7 @@ def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool
     if abbreviated(result):
         need += 3 + len(str(len(result.nodes)))  # the id column and its gap
     for name, _ in _COLUMNS[1:]:
-        need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
+        need += max(map(len, "\n".join([name, *column[name]]).split("\n")))  # the longest line of any cell
     return need <= width
 
 
