@@ -150,11 +150,8 @@ def nodes_view(result: Explanation, width: int):
 _WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
 
 
-_WIDER_SEARCH = re.compile(_WIDER).search  # per cell of every row: compiled once, not looked up in re's cache
-
-
 def _cells(text: str) -> int:
-    return len(text) if text.isascii() or _WIDER_SEARCH(text) is None else cell_len(text)
+    return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
 
 
 def _breaks(line: str, width: int) -> list[int]:
