@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gradflow.errors import GradflowError
-from gradflow.values.jsonable import dumps, one_document, to_jsonable
+from gradflow.values.jsonable import dumps, one_document, spend, to_jsonable
 
 if TYPE_CHECKING:  # types only: the analysis never imports torch
     from torch import Tensor
@@ -60,9 +60,18 @@ class EdgeResult:
     flow: Tensor | None = None  # gradient carried back along this edge, None if nothing
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
 
-    def to_dict(self, nodes: list[NodeResult], full: bool = True) -> dict:
+    def to_dict(self, nodes: list[NodeResult], full: bool = True, grads: list | None = None) -> dict:
+        """`grads`: each node's grad as its dict has it; a number there is reused when the flow is that very
+        tensor (a node used once: most edges of a long program), its element still counted in the document."""
+        flow = self.flow
+        if grads is not None and flow is not None and flow is nodes[self.src].grad \
+                and grads[self.src].__class__ in (int, float, str):
+            spend(1)
+            shown = grads[self.src]
+        else:
+            shown = to_jsonable(flow, full=full)
         return {"from": nodes[self.src].name, "to": nodes[self.dst].name, "from_id": self.src,
-                "to_id": self.dst, "pos": self.pos, "flow": to_jsonable(self.flow, full=full), "cut": self.cut}
+                "to_id": self.dst, "pos": self.pos, "flow": shown, "cut": self.cut}
 
 
 @dataclass
@@ -121,15 +130,16 @@ class Explanation:
     def to_dict(self, full: bool = True) -> dict:
         """Strict-JSON-ready dict, every tensor in full (`full=False`: those over JSON_FULL_MAX elements as
         summary objects); LimitError over the `json` limit (values/jsonable.py)."""
-        return {
-            "schema": SCHEMA_VERSION,
-            "source": self.source,
-            "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
-                       "requires_grad": self.output.requires_grad},
-            "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()},
+        out = {"schema": SCHEMA_VERSION, "source": self.source,
+               "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
+                          "requires_grad": self.output.requires_grad},
+               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}}
+        nodes = [n.to_dict(full) for n in self.nodes]
+        grads = [d["grad"] for d in nodes]
+        return {**out,
             "why": dict(self.why),
-            "nodes": [n.to_dict(full) for n in self.nodes],
-            "edges": [e.to_dict(self.nodes, full) for e in self.edges],
+            "nodes": nodes,
+            "edges": [e.to_dict(self.nodes, full, grads) for e in self.edges],
             "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
             "warnings": [w.to_dict() for w in self.warnings],
             "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,

@@ -161,9 +161,13 @@ class _Run:
         precheck(node, args, self.g.source)
         said = self.said
         before = len(said)
+        fn, modes = OPS[node.op].fn, self.modes(node)
         try:
-            with _context(self.modes(node)):
-                out = OPS[node.op].fn(*args, **dict(node.params))
+            if modes:
+                with _context(modes):
+                    out = fn(*args, **dict(node.params))
+            else:  # most ops: no context manager to enter, often no keyword to pass (~1 us each per op)
+                out = fn(*args, **dict(node.params)) if node.params else fn(*args)
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
         for w in said[before:]:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
@@ -278,6 +282,8 @@ def _results(run: _Run) -> list[NodeResult]:
             e.flow = nodes[e.src].grad if i in run.same_as_src else None
     # Region wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
+    if not any(is_region(n.op) for n in nodes):
+        return nodes  # no region wrapper (most programs): no index of the edges to build
     by_src: dict[int, list[EdgeResult]] = {}
     into: dict[int, EdgeResult] = {}  # a region wrapper's one in-edge
     for e in run.edges:

@@ -239,6 +239,8 @@ class _Lowering:
 
     def _fix_regions(self):
         # regions were recorded as the enclosing Call expression; map them to its node id
+        if not self.regions:
+            return  # most programs: no index of every node to build
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
         for nid, call in self.regions.items():
             self.nodes[nid] = replace(self.nodes[nid], region=by_span[(call.span.start, call.span.end, call.op)])

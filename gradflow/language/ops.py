@@ -317,17 +317,20 @@ def suggest(name: str, among=None) -> str | None:
     return close[0] if close else None
 
 
+_ROLES: dict[str, Role] = {op.name: op.role for op in _ROWS}  # asked per node and per edge: one dict look-up
+_CUTS, _REGIONS = frozenset(CUT_OPS), frozenset(REGION_OPS)
+
+
 def role(name: str) -> Role:
     """An op's autograd role; graph nodes that are not ops (var, const) are plain."""
-    op = OPS.get(name)
-    return "plain" if op is None else op.role
+    return _ROLES.get(name, "plain")
 
 
 def is_cut(name: str) -> bool:
     """Does this op cut the gradient path (detach, or a no_grad / inference_mode region)?"""
-    return role(name) != "plain"
+    return name in _CUTS
 
 
 def is_region(name: str) -> bool:
     """Is this op a region (no_grad, inference_mode): its argument computed under a context, returned as is?"""
-    return role(name) == "region"
+    return name in _REGIONS

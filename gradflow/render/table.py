@@ -131,7 +131,7 @@ def _fits(result: Explanation, cells: list[tuple[str, str]], width: int) -> bool
     if abbreviated(result):
         need += 3 + len(str(len(result.nodes)))  # the id column and its gap
     for name, _ in _COLUMNS[1:]:
-        need += max(len(line) for c in [name, *column[name]] for line in c.split("\n"))
+        need += max(map(len, "\n".join([name, *column[name]]).split("\n")))  # the longest line of any cell
     return need <= width
 
 
@@ -180,6 +180,10 @@ def _breaks(line: str, width: int) -> list[int]:
 def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
     """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
     (as a Padding around it prints it)."""
+    if "\n" not in text:  # one line (most): as the loop below does it, without the loop
+        cells = _cells(text)
+        if cells <= width:
+            return [_pad(text, width, cells=cells) if pad else text]
     lines = []
     for line in text.split("\n"):
         cells = _cells(line)
@@ -242,14 +246,16 @@ def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) 
     return out
 
 
-def _plain_blocks(result: Explanation, width: int) -> list[str] | None:
+def _plain_blocks(result: Explanation, width: int, cells: list[tuple[str, str]]) -> list[str] | None:
     marked = anomalies(result)
     ids = abbreviated(result)
     out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
-    for n in result.nodes:
+    for n, (value, grad) in zip(result.nodes, cells):  # a cell without "\n" is what format_tensor(t) gives
         node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
         out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width)
-        details = (f"grad {format_tensor(n.grad)} · value {format_tensor(n.value)} · requires_grad "
+        value = format_tensor(n.value) if "\n" in value else value
+        grad = format_tensor(n.grad) if "\n" in grad else grad
+        details = (f"grad {grad} · value {value} · requires_grad "
                    f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
         out += ["  " + line for line in _wrap(details, width - 2, pad=True)]
     out.append("")
@@ -263,7 +269,8 @@ def plain_nodes_view(result: Explanation, width: int) -> list[str] | None:
             or not result.output.expr.isprintable():
         return None
     cells = _tensor_cells(result)
-    lines = _plain_table(result, cells, width) if _fits(result, cells, width) else _plain_blocks(result, width)
+    fits = _fits(result, cells, width)
+    lines = _plain_table(result, cells, width) if fits else _plain_blocks(result, width, cells)
     return None if lines is None else [ln if ln.isprintable() else visible(ln) for ln in lines]
 
 

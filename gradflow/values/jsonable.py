@@ -53,6 +53,13 @@ def document(summary: bool = False):
         _DOCUMENT.reset(token)
 
 
+def spend(count: int) -> None:
+    """Count `count` elements printed in full against the document being built (if any)."""
+    doc = _DOCUMENT.get()
+    if doc is not None:
+        doc.spend(count)
+
+
 def one_document(to_dict):
     """A to_dict method builds one document (unless it is part of a bigger one already)."""
     @functools.wraps(to_dict)
@@ -91,14 +98,18 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     the elements printed count against its limit (LimitError beyond it)."""
     if t is None:
         return None
-    if hasattr(t, "numel"):
-        doc, count = _DOCUMENT.get(), t.numel()
+    numel = getattr(t, "numel", None)  # one look-up, not hasattr then the call: this runs per value, grad, flow
+    if numel is not None:
+        doc, count = _DOCUMENT.get(), numel()
         if count > JSON_FULL_MAX and (not full or (doc is not None and doc.summary)):
             return {k: _clean(v) if strict else v for k, v in summary(t).items()}
         if doc is not None:
             doc.spend(count)
+        if count == 1 and t.dim() == 0:  # the common case first: one number (a node of a long program)
+            x = t.item()
+            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
     if hasattr(t, "tolist"):
-        if t.dim() == 0:  # the common case first: one number (a node of a long program is usually one)
+        if t.dim() == 0:
             x = t.item()
             return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
         t = t.tolist()  # no detach()/cpu(): tolist copies out as it is
