@@ -246,4 +246,5 @@ def test_thirty_uses_of_a_big_value_are_refused_before_their_gradients_exist():
     # x and its grad: 80M; uses 1 and 2: 40M (flow) + 2 (value, grad) each -> 160M + 4; the first +: 2 -> 160M + 6;
     # the third use's flow: 200M + 6, over 200M
     assert "have 200,000,006 elements in total" in verdict
-    assert int(peak_mb) < 1200, peak_mb
+    # ~530 MB alone; once 1,243 MB in a run with eight other jobs on the machine; 5,700 MB before the fix
+    assert int(peak_mb) < 2000, peak_mb
