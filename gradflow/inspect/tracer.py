@@ -25,6 +25,7 @@ import gc
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -189,7 +190,7 @@ class _Mode(TorchFunctionMode):
         if name == "_set_grad_enabled":
             t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
             return func(*args, **kwargs)
-        ins = tensors_in(kwargs, tensors_in(args, []))
+        ins = _inputs(args, kwargs)
         if name in METADATA_ONLY and t.follows_numbers:
             ins = ins[1:]
         if name in _FLAGS and ins and t._replay is None:
@@ -198,7 +199,7 @@ class _Mode(TorchFunctionMode):
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
         # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
-        stop = {g for g in map(_grad_fn, ins) if g is not None} if any(in_leaf) else None
+        stop = {g for g in map(_grad_fn, ins) if g is not None} if True in in_leaf else None
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -213,6 +214,19 @@ class _Mode(TorchFunctionMode):
             extra = t._followed_in(args, kwargs, ins) if t._objs else ()
             t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf, extra=extra)
         return out
+
+
+def _inputs(args, kwargs: dict) -> list:
+    """tensors_in(args) then tensors_in(kwargs), without a call per flat argument (every op comes here)."""
+    out: list = []
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple, dict)):
+            tensors_in(x, out)
+    if kwargs:
+        tensors_in(kwargs, out)
+    return out
 
 
 class Trace:
@@ -309,7 +323,12 @@ class Trace:
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,
                 extra: tuple[int, ...] = ()):
-        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
+        if name == "__setitem__":  # x[i] = y writes into x
+            outs = ins[:1]
+        elif isinstance(out, torch.Tensor):
+            outs = [out]
+        else:
+            outs = tensors_in(out, [])
         if not outs:
             return
         if in_leaf is None:
@@ -317,12 +336,22 @@ class Trace:
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        serials = tuple(self.serial(a) for a in ins)  # here came from outside the trace
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf]
-        rec = OpRecord(len(st.ops), name, serials + extra, tuple(self.serial(o) for o in outs), grad_on, inference,
-                       id(st.stack[-1]) if st.stack else None)
+        ids, serial = self._ids, self.serial
+        serials = []
+        for a in ins:
+            entry = ids.get(id(a))
+            serials.append(entry[1] if entry is not None and entry[0]() is a else serial(a))
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
+            if self._next > first else ()  # here came from outside the trace
+        out_serials = []
+        for o in outs:
+            entry = ids.get(id(o))
+            out_serials.append(entry[1] if entry is not None and entry[0]() is o else serial(o))
+        stack = st.stack
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(out_serials), grad_on, inference,
+                       id(stack[-1]) if stack else None)
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
-        if any(in_rg) and not any(o.requires_grad for o in outs):
+        if True in in_rg and not any(o.requires_grad for o in outs):
             rec.cut = self._cut_kind(name, grad_on, inference)
             dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
             if dead:
@@ -334,13 +363,15 @@ class Trace:
                 given = {id(a) for a in tensors_in(function[1], [])}
             elif rec.cut == "no_grad" and not dead:
                 rec.how = self._grad_off()
-        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
+        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)] \
+            if True in in_leaf else ()
         if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
             rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
-        low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
+        dtype = outs[0].dtype
+        low = dtype if dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
         if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
             st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
             if rec.line is None:
@@ -364,10 +395,17 @@ class Trace:
         self._listen(outs, uses, stop)
 
     def _listen(self, outs: list, uses: dict, stop):
-        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use."""
+        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
+        however many leaves it consumes: LayerNorm's weight and bias)."""
         ear = self._ear
+        by_node: dict = {}
         for node, i, var in _consumers(outs, set(uses), stop or set()):
-            node.register_hook(lambda gi, go, use=uses[var], i=i, ear=ear: use.add(gi[i]) if ear[0] else None)
+            by_node.setdefault(node, []).append((i, uses[var]))
+        for node, pairs in by_node.items():
+            if len(pairs) == 1:
+                node.register_hook(partial(_heard, ear, *pairs[0]))
+            else:
+                node.register_hook(partial(_heard_all, ear, tuple(pairs)))
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
@@ -612,6 +650,17 @@ class gc_deferred:
         if self.was_on:
             gc.enable()
         return False
+
+
+def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        use.add(grad_inputs[i])
+
+
+def _heard_all(ear: list, pairs: tuple, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        for i, use in pairs:
+            use.add(grad_inputs[i])
 
 
 def _consumers(outs: list, leaf_ids: set[int], stop: set):
