@@ -47,3 +47,20 @@ def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
         for _ in range(200):
             x = x * 1.0
         assert all(r() is None for r in refs)  # collected inside the block, not only after it
+
+
+def test_batched_grad_norms_are_torch_norms_exactly():
+    """Norms taken in one torch call per dtype are bit for bit the per-tensor ones, and keep the float64 rescue of
+    float32 under- and overflow (hand-derived: |(1e-30,)*4| = 2e-30, |(1e30,)*4| = 2e30)."""
+    import math
+
+    from gradflow.inspect.report import grad_norms
+
+    torch.manual_seed(0)
+    gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
+    gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
+    got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
+                           torch.tensor([float("nan"), 1.0])])
+    assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
+    assert math.isclose(got[-4], 2e-30, rel_tol=1e-6) and math.isclose(got[-3], 2e30, rel_tol=1e-6)
+    assert got[-2] == 0.0 and math.isnan(got[-1])
