@@ -287,15 +287,16 @@ def _measure(params: list[ParamReport]) -> None:
             r.share = _dot(r.flow, p.grad) / squared if squared > 0 else None
 
 
-def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name) -> list[Route]:
+def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out); their norms
-    and shares are filled in by _measure."""
+    and shares are filled in by _measure. A parameter's only use (`whole`, not hooked) sent it all its grad."""
     out = []
     for use in graph.uses.get(serial, []):
         rec = trace.ops[use.op]
-        if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
+        flow = grad if use.whole and use.flow is None else dense(use.flow)
+        if flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        out.append(Route(rec.name, rec.line, module_name(rec.module), dense(use.flow), cut=rec.cut))
+        out.append(Route(rec.name, rec.line, module_name(rec.module), flow, cut=rec.cut))
     return out
 
 
@@ -311,7 +312,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
     if p.status == "live":  # or "zero": _measure tells, from the norm
-        p.routes = _routes(trace, graph, serial, module_name)
+        p.routes = _routes(trace, graph, serial, module_name, grad)
         p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]
     return p
 
@@ -324,6 +325,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     named, module_names = resolve_params(trace, params)
     for use in trace.state.uses:
         use.flow = None
+    trace.arm()
     tensors = [v[0] for v in named.values()]
     leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
     hidden = hidden_serials(trace, leaf_serials)

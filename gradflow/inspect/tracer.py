@@ -95,6 +95,7 @@ class Use:
     op: int  # index into Trace.ops
     flow: Any = None  # torch.Tensor | None, filled by autograd-node hooks during backward
     hidden: bool = False  # inside a custom Function that was not given this leaf: autograd has no edge to see
+    whole: bool = False  # the leaf's only use, its edge found but not hooked: its flow is the leaf's whole grad
 
     def add(self, grad):
         if grad is not None:
@@ -252,6 +253,8 @@ class Trace:
         self._replay: _Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
+        self._pending: list = []  # (autograd node, [(input index, Use)]) found in the forward, for arm()
+        weakref.finalize(self, _release, self._pending)  # never explained: let them go latest first too
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -397,15 +400,44 @@ class Trace:
     def _listen(self, outs: list, uses: dict, stop):
         """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
         however many leaves it consumes: LayerNorm's weight and bias)."""
-        ear = self._ear
         by_node: dict = {}
         for node, i, var in _consumers(outs, set(uses), stop or set()):
             by_node.setdefault(node, []).append((i, uses[var]))
+        if self._replay is None:  # the forward: hooked by arm() at explain, when a report needs the flow
+            self._pending += by_node.items()
+            return
         for node, pairs in by_node.items():
-            if len(pairs) == 1:
-                node.register_hook(partial(_heard, ear, *pairs[0]))
-            else:
-                node.register_hook(partial(_heard_all, ear, tuple(pairs)))
+            self._hook(node, pairs)
+
+    def _hook(self, node, pairs: list):
+        if len(pairs) == 1:
+            node.register_hook(partial(_heard, self._ear, *pairs[0]))
+        else:
+            node.register_hook(partial(_heard_all, self._ear, tuple(pairs)))
+
+    def arm(self) -> None:
+        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+        than once (a leaf's only use sends it its whole gradient: `whole`, no hook, no Python call in backward).
+        Everything is hooked when part of the computation came from outside the trace, where a leaf may have
+        other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
+        pending = list(self._pending)
+        self._pending.clear()
+        counts: dict[int, int] = {}
+        for use in self.state.uses:
+            counts[use.serial] = counts.get(use.serial, 0) + 1
+        for use in self.state.uses:  # a trace entered again: an earlier only use is one no longer
+            if use.whole and counts[use.serial] > 1:
+                use.whole = False
+        everything = bool(self.state.outside)
+        for node, pairs in pending:
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                self._hook(node, pairs)
+        while pending:
+            pending.pop()
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
@@ -650,6 +682,11 @@ class gc_deferred:
         if self.was_on:
             gc.enable()
         return False
+
+
+def _release(nodes: list) -> None:
+    while nodes:
+        nodes.pop()
 
 
 def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:

@@ -64,3 +64,34 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
     assert math.isclose(got[-4], 2e-30, rel_tol=1e-6) and math.isclose(got[-3], 2e30, rel_tol=1e-6)
     assert got[-2] == 0.0 and math.isnan(got[-1])
+
+
+def _shares(report, name):
+    return [r.share for r in report.param(name).routes]
+
+
+def test_routes_of_parameters_used_once_and_more_are_hand_derived():
+    """A parameter's only use is not hooked (its flow is its whole grad); one used twice is, per use; and when
+    part of the loss was computed before the trace, the traced use's share is its own, not the whole grad's.
+    Hand-derived: d/dw sum(w*a + w*b) = a + b per use; share of use k = <g_k, g> / |g|^2."""
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
+    once, twice = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    with gradflow.trace() as t:
+        loss = (once * a).sum() + (twice * a).sum() + (twice * b).sum()
+    report = t.explain(loss, params={"once": once, "twice": twice})
+    g = a + b
+    assert _shares(report, "once") == [1.0]
+    assert report.param("once").routes[0].norm == pytest.approx(float(a.norm()))
+    assert _shares(report, "twice") == pytest.approx([float(a @ g / (g @ g)), float(b @ g / (g @ g))])
+    assert [r.norm for r in report.param("twice").routes] == pytest.approx([float(a.norm()), float(b.norm())])
+
+    w = torch.nn.Parameter(torch.ones(2))
+    before = (w * a).sum()  # computed outside the trace
+    with gradflow.trace() as t:
+        loss = before * 1.0 + (w * b).sum()
+    report = t.explain(loss, params={"w": w})
+    g = a + b
+    route = report.param("w").routes[0]
+    assert route.share == pytest.approx(float(b @ g / (g @ g)))  # not 1: the grad also came from outside
+    assert route.norm == pytest.approx(float(b.norm()))
+    assert report.param("w").grad_norm == pytest.approx(float(g.norm()))
