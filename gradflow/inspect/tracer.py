@@ -711,10 +711,13 @@ def _consumers(outs: list, leaf_ids: set[int], stop: set):
             continue
         seen.add(node)
         for i, (nxt, _) in enumerate(node.next_functions):
-            var = getattr(nxt, "variable", None) if nxt is not None else None
-            if var is not None and id(var) in leaf_ids:
-                found.append((node, i, id(var)))
-            elif nxt is not None and var is None:
+            if nxt is None or nxt in stop:
+                continue
+            if type(nxt).__name__ == "AccumulateGrad":  # a leaf's: `variable` is the leaf (no AttributeError
+                var = nxt.variable  # raised and caught for every other node, as getattr(node, "variable") does)
+                if id(var) in leaf_ids:
+                    found.append((node, i, id(var)))
+            else:
                 todo.append(nxt)
     return found
 
