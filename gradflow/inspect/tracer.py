@@ -294,7 +294,7 @@ class Trace:
             st.roots.append(module)
         st.modules[id(module)] = module
         st.stack.append(module)
-        if module.training and getattr(module, "running_mean", None) is not None:
+        if module.training and _running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
 
     def _leave_module(self, module, args, output):
@@ -682,6 +682,18 @@ class gc_deferred:
         if self.was_on:
             gc.enable()
         return False
+
+
+def _running_mean(module):
+    """getattr(module, "running_mean", None) without nn.Module.__getattr__ raising and catching AttributeError
+    for every module that has none (every module call of a traced forward asks)."""
+    d = module.__dict__
+    buffers = d.get("_buffers")
+    if buffers is not None and "running_mean" in buffers:
+        return buffers["running_mean"]
+    if "running_mean" in d:
+        return d["running_mean"]
+    return getattr(module, "running_mean", None) if hasattr(type(module), "running_mean") else None
 
 
 def _release(nodes: list) -> None:
