@@ -182,10 +182,31 @@ def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str
     else:
         raise GradflowError("bad_params", f"params must be a Module or a dict of tensors, "
                             f"not {type(params).__name__}", hint="t.explain(loss, params=model)")
-    named = _named_from_modules(roots)
+    named, module_names = _names(roots)
     if params is None:
         _add_stray_leaves(trace, named)
-    return named, _module_names(roots)
+    return named, module_names
+
+
+def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
+    """(_named_from_modules(roots), _module_names(roots)) from one walk of the modules, as nn.Module's own
+    named_parameters walks them; the two walks when a root spells named_parameters / named_modules its own way."""
+    plain = torch.nn.Module
+    if any(type(r).named_parameters is not plain.named_parameters or type(r).named_modules is not
+           plain.named_modules for r in roots):
+        return _named_from_modules(roots), _module_names(roots)
+    by_id: dict[int, list] = {}
+    names: dict[int, str] = {}
+    prefix = len(roots) > 1
+    for root in roots:
+        base = type(root).__name__ if prefix else ""
+        for module_prefix, m in root.named_modules(remove_duplicate=False):
+            full = ".".join(x for x in (base, module_prefix) if x)
+            names.setdefault(id(m), full or type(root).__name__)
+            for k, p in m._parameters.items():
+                if p is not None:
+                    by_id.setdefault(id(p), [p]).append(f"{full}.{k}" if full else k)
+    return {v[1]: [v[0], *v[2:]] for v in by_id.values()}, names
 
 
 def _add_stray_leaves(trace: Trace, named: dict[str, list]):
@@ -300,9 +321,8 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> l
     return out
 
 
-def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced) -> ParamReport:
+def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced, serial) -> ParamReport:
     t = tensors[0]
-    serial = trace.known(t)
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
                     aliases=list(tensors[1:]), serial=serial)
     if untraced is not None:
@@ -327,7 +347,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
-    leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
+    serials = [trace.known(t) for t in tensors]
+    leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
     got = gradients(trace, loss, tensors, hidden, retain_graph or low)
@@ -335,9 +356,9 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
-    settled = [settle(trace, got, i, t, hidden) for i, t in enumerate(tensors)]
-    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why)
-                  for (name, vals), (g, why) in zip(named.items(), settled)]
+    settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
+    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why, s)
+                  for (name, vals), (g, why), s in zip(named.items(), settled, serials)]
     _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})

@@ -87,7 +87,7 @@ class OpRecord:
     how: str | None = None  # for a no_grad cut: what switched gradients off (torch.set_grad_enabled(False), ...)
 
 
-@dataclass
+@dataclass(slots=True)
 class Use:
     """One op consuming a leaf that requires grad; `flow` is the gradient it sent back."""
 

@@ -95,3 +95,18 @@ def test_routes_of_parameters_used_once_and_more_are_hand_derived():
     assert route.share == pytest.approx(float(b @ g / (g @ g)))  # not 1: the grad also came from outside
     assert route.norm == pytest.approx(float(b.norm()))
     assert report.param("w").grad_norm == pytest.approx(float(g.norm()))
+
+
+def test_parameter_and_module_names_from_one_walk_are_torchs():
+    """One walk names parameters (tied ones with their aliases) and modules as named_parameters(remove_duplicate=
+    False) and named_modules() do, shared submodules and a None parameter included."""
+    from gradflow.inspect.report import _names
+
+    shared = torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    model[2].bias = None
+    model[2].weight = shared.weight  # tied
+    named, modules = _names([model])
+    assert {k: [v[0], *v[1:]] for k, v in named.items()} == {"0.weight": [shared.weight, "1.0.weight", "2.weight"],
+                                                             "0.bias": [shared.bias, "1.0.bias"]}
+    assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
