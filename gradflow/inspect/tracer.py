@@ -693,7 +693,14 @@ def _running_mean(module):
         return buffers["running_mean"]
     if "running_mean" in d:
         return d["running_mean"]
-    return getattr(module, "running_mean", None) if hasattr(type(module), "running_mean") else None
+    cls = type(module)
+    on_class = _CLASS_RUNNING_MEAN.get(cls)
+    if on_class is None:  # hasattr on a class that has none raises and catches AttributeError: once per class
+        on_class = _CLASS_RUNNING_MEAN[cls] = hasattr(cls, "running_mean")
+    return getattr(module, "running_mean", None) if on_class else None
+
+
+_CLASS_RUNNING_MEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module class -> has running_mean
 
 
 def _release(nodes: list) -> None:
