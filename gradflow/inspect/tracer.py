@@ -253,8 +253,8 @@ class Trace:
         self._replay: _Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._pending: list = []  # (autograd node, [(input index, Use)]) found in the forward, for arm()
-        weakref.finalize(self, _release, self._pending)  # never explained: let them go latest first too
+        self._found: list = []  # (autograd node, [(input index, Use)]) found in the forward, for arm()
+        weakref.finalize(self, _release, self._found)  # never explained: let them go latest first too
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -404,7 +404,7 @@ class Trace:
         for node, i, var in _consumers(outs, set(uses), stop or set()):
             by_node.setdefault(node, []).append((i, uses[var]))
         if self._replay is None:  # the forward: hooked by arm() at explain, when a report needs the flow
-            self._pending += by_node.items()
+            self._found += by_node.items()
             return
         for node, pairs in by_node.items():
             self._hook(node, pairs)
@@ -420,8 +420,8 @@ class Trace:
         than once (a leaf's only use sends it its whole gradient: `whole`, no hook, no Python call in backward).
         Everything is hooked when part of the computation came from outside the trace, where a leaf may have
         other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
-        pending = list(self._pending)
-        self._pending.clear()
+        pending = list(self._found)
+        self._found.clear()
         counts: dict[int, int] = {}
         for use in self.state.uses:
             counts[use.serial] = counts.get(use.serial, 0) + 1
@@ -678,10 +678,9 @@ class gc_deferred:
         gc.disable()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         if self.was_on:
             gc.enable()
-        return False
 
 
 def _running_mean(module):
