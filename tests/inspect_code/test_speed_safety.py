@@ -110,3 +110,26 @@ def test_parameter_and_module_names_from_one_walk_are_torchs():
     assert {k: [v[0], *v[1:]] for k, v in named.items()} == {"0.weight": [shared.weight, "1.0.weight", "2.weight"],
                                                              "0.bias": [shared.bias, "1.0.bias"]}
     assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
+
+
+def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+    """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
+    from gradflow.inspect import tracer
+
+    monkeypatch.setattr(tracer, "_GC_EVERY", 64)
+
+    class Cycle:
+        pass
+
+    gc.enable()
+    x = torch.ones(2, requires_grad=True)
+    with gradflow.trace():
+        c = Cycle()
+        c.me = c
+        ref = weakref.ref(c)
+        for _ in range(200):  # young collections: c survives them, alive
+            x = x * 1.0
+        del c
+        for _ in range(8 * 64):
+            x = x * 1.0
+        assert ref() is None
