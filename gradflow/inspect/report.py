@@ -182,10 +182,31 @@ def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str
     else:
         raise GradflowError("bad_params", f"params must be a Module or a dict of tensors, "
                             f"not {type(params).__name__}", hint="t.explain(loss, params=model)")
-    named = _named_from_modules(roots)
+    named, module_names = _names(roots)
     if params is None:
         _add_stray_leaves(trace, named)
-    return named, _module_names(roots)
+    return named, module_names
+
+
+def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
+    """(_named_from_modules(roots), _module_names(roots)) from one walk of the modules, as nn.Module's own
+    named_parameters walks them; the two walks when a root spells named_parameters / named_modules its own way."""
+    plain = torch.nn.Module
+    if any(type(r).named_parameters is not plain.named_parameters or type(r).named_modules is not
+           plain.named_modules for r in roots):
+        return _named_from_modules(roots), _module_names(roots)
+    by_id: dict[int, list] = {}
+    names: dict[int, str] = {}
+    prefix = len(roots) > 1
+    for root in roots:
+        base = type(root).__name__ if prefix else ""
+        for module_prefix, m in root.named_modules(remove_duplicate=False):
+            full = ".".join(x for x in (base, module_prefix) if x)
+            names.setdefault(id(m), full or type(root).__name__)
+            for k, p in m._parameters.items():
+                if p is not None:
+                    by_id.setdefault(id(p), [p]).append(f"{full}.{k}" if full else k)
+    return {v[1]: [v[0], *v[2:]] for v in by_id.values()}, names
 
 
 def _add_stray_leaves(trace: Trace, named: dict[str, list]):
@@ -237,6 +258,29 @@ def grad_norm(g) -> float:
     return out
 
 
+_BATCHED = (torch.float32, torch.float64)
+
+
+def grad_norms(grads: list) -> list[float]:
+    """grad_norm of each, the dense float32/float64 ones in one torch call per dtype and device (torch's own
+    per-tensor norm inside; ~5 us of Python per tensor saved on a model of hundreds of small tensors)."""
+    out: list = [None] * len(grads)
+    groups: dict[tuple, list[int]] = {}
+    for k, g in enumerate(grads):
+        if g.layout == torch.strided and g.dtype in _BATCHED and g.numel():
+            groups.setdefault((g.dtype, g.device), []).append(k)
+        else:
+            out[k] = grad_norm(g)
+    for ks in groups.values():
+        if len(ks) == 1:
+            out[ks[0]] = grad_norm(grads[ks[0]])
+            continue
+        values = torch.stack(torch._foreach_norm([grads[k] for k in ks])).tolist()
+        for k, v in zip(ks, values):  # 0 and inf: grad_norm tells a float32 underflow / overflow from a real one
+            out[k] = v if v != 0.0 and not math.isinf(v) else grad_norm(grads[k])
+    return out
+
+
 def _same(a, b) -> bool:
     """The same elements in memory (a use's flow is the grad itself when the parameter has one use)."""
     return (a.data_ptr() == b.data_ptr() and a.storage_offset() == b.storage_offset() and a.dtype == b.dtype
@@ -247,10 +291,9 @@ def _measure(params: list[ParamReport]) -> None:
     """Grad norms (and so "zero"), and each route's norm and share <flow, grad> / |grad|^2. A route whose flow
     is the grad tensor itself (one use) has the grad's norm and a share of exactly 1, without two more torch
     calls per parameter (~10 us each: a model of many small layers spent most of explain() here)."""
-    for p in params:
-        if p.grad is None:
-            continue
-        p.grad_norm = grad_norm(p.grad)
+    got = [p for p in params if p.grad is not None]
+    for p, norm in zip(got, grad_norms([p.grad for p in got])):
+        p.grad_norm = norm
         if p.grad_norm == 0.0 and p.status == "live":
             p.status, p.reason = "zero", ZERO_REASON
         squared = None
@@ -265,21 +308,21 @@ def _measure(params: list[ParamReport]) -> None:
             r.share = _dot(r.flow, p.grad) / squared if squared > 0 else None
 
 
-def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name) -> list[Route]:
+def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out); their norms
-    and shares are filled in by _measure."""
+    and shares are filled in by _measure. A parameter's only use (`whole`, not hooked) sent it all its grad."""
     out = []
     for use in graph.uses.get(serial, []):
         rec = trace.ops[use.op]
-        if use.flow is None and not any(o in graph.to_loss for o in rec.outs):
+        flow = grad if use.whole and use.flow is None else dense(use.flow)
+        if flow is None and not any(o in graph.to_loss for o in rec.outs):
             continue
-        out.append(Route(rec.name, rec.line, module_name(rec.module), dense(use.flow), cut=rec.cut))
+        out.append(Route(rec.name, rec.line, module_name(rec.module), flow, cut=rec.cut))
     return out
 
 
-def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced) -> ParamReport:
+def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced, serial) -> ParamReport:
     t = tensors[0]
-    serial = trace.known(t)
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
                     aliases=list(tensors[1:]), serial=serial)
     if untraced is not None:
@@ -289,7 +332,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
     if p.status == "live":  # or "zero": _measure tells, from the norm
-        p.routes = _routes(trace, graph, serial, module_name)
+        p.routes = _routes(trace, graph, serial, module_name, grad)
         p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]
     return p
 
@@ -302,8 +345,10 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     named, module_names = resolve_params(trace, params)
     for use in trace.state.uses:
         use.flow = None
+    trace.arm()
     tensors = [v[0] for v in named.values()]
-    leaf_serials = {s for s in (trace.known(t) for t in tensors) if s is not None}
+    serials = [trace.known(t) for t in tensors]
+    leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
     got = gradients(trace, loss, tensors, hidden, retain_graph or low)
@@ -311,9 +356,9 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
-    settled = [settle(trace, got, i, t, hidden) for i, t in enumerate(tensors)]
-    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why)
-                  for (name, vals), (g, why) in zip(named.items(), settled)]
+    settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
+    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why, s)
+                  for (name, vals), (g, why), s in zip(named.items(), settled, serials)]
     _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})

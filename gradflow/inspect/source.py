@@ -50,14 +50,28 @@ def lines(start: int = 1) -> tuple[str | None, str | None]:
     frame of the user's own, the library line is the line."""
     frame: FrameType | None = sys._getframe(start)
     library = None
+    kinds = _KINDS
     while frame is not None:
         name = frame.f_code.co_filename
-        if user_code(name):
-            if not name.startswith(_library_dirs()):
-                return f"{short_path(name)}:{frame.f_lineno}", library
+        kind = kinds.get(name)
+        if kind is None:
+            kind = kinds[name] = _kind(name)
+        if kind == _THEIRS:
+            return f"{short_path(name)}:{frame.f_lineno}", library
+        if kind == _LIBRARY:
             library = library or f"{library_path(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return library, None
+
+
+_SKIPPED, _LIBRARY, _THEIRS = 0, 1, 2
+_KINDS: dict[str, int] = {}  # file -> how lines() counts its frames (asked for every op that uses a parameter)
+
+
+def _kind(filename: str) -> int:
+    if not user_code(filename):
+        return _SKIPPED
+    return _LIBRARY if filename.startswith(_library_dirs()) else _THEIRS
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ maps its recomputation in backward onto them (`replaying`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -43,6 +45,7 @@ METADATA_ONLY = {"new_tensor", "new_empty", "new_zeros", "new_ones", "new_full",
 _FOLLOWED_OBJECTS = 10_000  # Python values followed per trace
 _SCAN_BUDGET = 1_000  # arguments looked at per op for a followed Python value
 _FOLLOWED_LIST = 4_096  # elements: a longer list from .tolist() is not followed
+_GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
 def tensors_in(obj, out: list) -> list:
@@ -84,7 +87,7 @@ class OpRecord:
     how: str | None = None  # for a no_grad cut: what switched gradients off (torch.set_grad_enabled(False), ...)
 
 
-@dataclass
+@dataclass(slots=True)
 class Use:
     """One op consuming a leaf that requires grad; `flow` is the gradient it sent back."""
 
@@ -92,6 +95,7 @@ class Use:
     op: int  # index into Trace.ops
     flow: Any = None  # torch.Tensor | None, filled by autograd-node hooks during backward
     hidden: bool = False  # inside a custom Function that was not given this leaf: autograd has no edge to see
+    whole: bool = False  # the leaf's only use, its edge found but not hooked: its flow is the leaf's whole grad
 
     def add(self, grad):
         if grad is not None:
@@ -187,7 +191,7 @@ class _Mode(TorchFunctionMode):
         if name == "_set_grad_enabled":
             t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
             return func(*args, **kwargs)
-        ins = tensors_in(kwargs, tensors_in(args, []))
+        ins = _inputs(args, kwargs)
         if name in METADATA_ONLY and t.follows_numbers:
             ins = ins[1:]
         if name in _FLAGS and ins and t._replay is None:
@@ -196,7 +200,7 @@ class _Mode(TorchFunctionMode):
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
         # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
-        stop = {g for g in map(_grad_fn, ins) if g is not None} if any(in_leaf) else None
+        stop = {g for g in map(_grad_fn, ins) if g is not None} if True in in_leaf else None
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -211,6 +215,19 @@ class _Mode(TorchFunctionMode):
             extra = t._followed_in(args, kwargs, ins) if t._objs else ()
             t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf, extra=extra)
         return out
+
+
+def _inputs(args, kwargs: dict) -> list:
+    """tensors_in(args) then tensors_in(kwargs), without a call per flat argument (every op comes here)."""
+    out: list = []
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple, dict)):
+            tensors_in(x, out)
+    if kwargs:
+        tensors_in(kwargs, out)
+    return out
 
 
 class Trace:
@@ -235,6 +252,9 @@ class Trace:
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: _Replay | None = None
         self._recording = False  # inside the `with` block
+        self._gc = gc_deferred()
+        self._found: list = []  # (autograd node, [(input index, Use)]) found in the forward, for arm()
+        weakref.finalize(self, _release, self._found)  # never explained: let them go latest first too
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -243,6 +263,8 @@ class Trace:
         self._hooks = [m.register_module_forward_pre_hook(self._enter_module),
                        m.register_module_forward_hook(self._leave_module, always_call=True)]
         self._grad_base = torch.is_grad_enabled()
+        self._gc = gc_deferred()
+        self._gc.__enter__()
         self._mode.__enter__()
         self._recording = True
         return self
@@ -250,6 +272,7 @@ class Trace:
     def __exit__(self, exc_type, exc, tb):
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
+        self._gc.__exit__(exc_type, exc, tb)
         for h in self._hooks:
             h.remove()
         failure = self.failure_of(exc)
@@ -271,7 +294,7 @@ class Trace:
             st.roots.append(module)
         st.modules[id(module)] = module
         st.stack.append(module)
-        if module.training and getattr(module, "running_mean", None) is not None:
+        if module.training and _running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
 
     def _leave_module(self, module, args, output):
@@ -303,7 +326,12 @@ class Trace:
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,
                 extra: tuple[int, ...] = ()):
-        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]  # x[i] = y writes into x
+        if name == "__setitem__":  # x[i] = y writes into x
+            outs = ins[:1]
+        elif isinstance(out, torch.Tensor):
+            outs = [out]
+        else:
+            outs = tensors_in(out, [])
         if not outs:
             return
         if in_leaf is None:
@@ -311,12 +339,22 @@ class Trace:
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        serials = tuple(self.serial(a) for a in ins)  # here came from outside the trace
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf]
-        rec = OpRecord(len(st.ops), name, serials + extra, tuple(self.serial(o) for o in outs), grad_on, inference,
-                       id(st.stack[-1]) if st.stack else None)
+        ids, serial = self._ids, self.serial
+        serials = []
+        for a in ins:
+            entry = ids.get(id(a))
+            serials.append(entry[1] if entry is not None and entry[0]() is a else serial(a))
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
+            if self._next > first else ()  # here came from outside the trace
+        out_serials = []
+        for o in outs:
+            entry = ids.get(id(o))
+            out_serials.append(entry[1] if entry is not None and entry[0]() is o else serial(o))
+        stack = st.stack
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(out_serials), grad_on, inference,
+                       id(stack[-1]) if stack else None)
         given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
-        if any(in_rg) and not any(o.requires_grad for o in outs):
+        if True in in_rg and not any(o.requires_grad for o in outs):
             rec.cut = self._cut_kind(name, grad_on, inference)
             dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
             if dead:
@@ -328,13 +366,15 @@ class Trace:
                 given = {id(a) for a in tensors_in(function[1], [])}
             elif rec.cut == "no_grad" and not dead:
                 rec.how = self._grad_off()
-        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
+        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)] \
+            if True in in_leaf else ()
         if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
             rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
-        low = outs[0].dtype if outs[0].dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
+        dtype = outs[0].dtype
+        low = dtype if dtype in _LOW else ins[0].dtype if ins and ins[0].dtype in _LOW else None
         if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
             st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
             if rec.line is None:
@@ -344,6 +384,8 @@ class Trace:
 
     def _append(self, rec: OpRecord):
         self.state.ops.append(rec)
+        if not rec.index % _GC_EVERY and rec.index and self._gc.was_on:  # a long block: its young garbage,
+            gc.collect(1 if rec.index % (8 * _GC_EVERY) else 2)  # and all of it now and then
         if self._checkpoint is not None:
             self.checkpoint_ops[self._checkpoint].append(rec.index)
 
@@ -356,10 +398,46 @@ class Trace:
         self._listen(outs, uses, stop)
 
     def _listen(self, outs: list, uses: dict, stop):
-        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use."""
-        ear = self._ear
+        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
+        however many leaves it consumes: LayerNorm's weight and bias)."""
+        by_node: dict = {}
         for node, i, var in _consumers(outs, set(uses), stop or set()):
-            node.register_hook(lambda gi, go, use=uses[var], i=i, ear=ear: use.add(gi[i]) if ear[0] else None)
+            by_node.setdefault(node, []).append((i, uses[var]))
+        if self._replay is None:  # the forward: hooked by arm() at explain, when a report needs the flow
+            self._found += by_node.items()
+            return
+        for node, pairs in by_node.items():
+            self._hook(node, pairs)
+
+    def _hook(self, node, pairs: list):
+        if len(pairs) == 1:
+            node.register_hook(partial(_heard, self._ear, *pairs[0]))
+        else:
+            node.register_hook(partial(_heard_all, self._ear, tuple(pairs)))
+
+    def arm(self) -> None:
+        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+        than once (a leaf's only use sends it its whole gradient: `whole`, no hook, no Python call in backward).
+        Everything is hooked when part of the computation came from outside the trace, where a leaf may have
+        other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
+        pending = list(self._found)
+        self._found.clear()
+        counts: dict[int, int] = {}
+        for use in self.state.uses:
+            counts[use.serial] = counts.get(use.serial, 0) + 1
+        for use in self.state.uses:  # a trace entered again: an earlier only use is one no longer
+            if use.whole and counts[use.serial] > 1:
+                use.whole = False
+        everything = bool(self.state.outside)
+        for node, pairs in pending:
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                self._hook(node, pairs)
+        while pending:
+            pending.pop()
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
@@ -581,7 +659,63 @@ class Trace:
         `loss.backward()` still works afterwards; `.grad` is left alone."""
         from gradflow.inspect.report import build_report
 
-        return build_report(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
+        with gc_deferred():
+            return build_report(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
+
+
+class gc_deferred:
+    """Python's cyclic garbage collector off while the trace records and explain runs, back on as it was after.
+    Each op leaves ~10 small objects, and torch keeps ~1 million: collections triggered by the trace's own
+    allocations cost more than the recording itself (tens of ms per step on a model of many small layers).
+    In a long block (a script of many steps) the trace collects young garbage every _GC_EVERY ops, and all of
+    it every 8 times that."""
+
+    def __init__(self) -> None:
+        self.was_on = False
+
+    def __enter__(self) -> gc_deferred:
+        self.was_on = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.was_on:
+            gc.enable()
+
+
+def _running_mean(module):
+    """getattr(module, "running_mean", None) without nn.Module.__getattr__ raising and catching AttributeError
+    for every module that has none (every module call of a traced forward asks)."""
+    d = module.__dict__
+    buffers = d.get("_buffers")
+    if buffers is not None and "running_mean" in buffers:
+        return buffers["running_mean"]
+    if "running_mean" in d:
+        return d["running_mean"]
+    cls = type(module)
+    on_class = _CLASS_RUNNING_MEAN.get(cls)
+    if on_class is None:  # hasattr on a class that has none raises and catches AttributeError: once per class
+        on_class = _CLASS_RUNNING_MEAN[cls] = hasattr(cls, "running_mean")
+    return getattr(module, "running_mean", None) if on_class else None
+
+
+_CLASS_RUNNING_MEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module class -> has running_mean
+
+
+def _release(nodes: list) -> None:
+    while nodes:
+        nodes.pop()
+
+
+def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        use.add(grad_inputs[i])
+
+
+def _heard_all(ear: list, pairs: tuple, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        for i, use in pairs:
+            use.add(grad_inputs[i])
 
 
 def _consumers(outs: list, leaf_ids: set[int], stop: set):
@@ -595,10 +729,13 @@ def _consumers(outs: list, leaf_ids: set[int], stop: set):
             continue
         seen.add(node)
         for i, (nxt, _) in enumerate(node.next_functions):
-            var = getattr(nxt, "variable", None) if nxt is not None else None
-            if var is not None and id(var) in leaf_ids:
-                found.append((node, i, id(var)))
-            elif nxt is not None and var is None:
+            if nxt is None or nxt in stop:
+                continue
+            if type(nxt).__name__ == "AccumulateGrad":  # a leaf's: `variable` is the leaf (no AttributeError
+                var = nxt.variable  # raised and caught for every other node, as getattr(node, "variable") does)
+                if id(var) in leaf_ids:
+                    found.append((node, i, id(var)))
+            else:
                 todo.append(nxt)
     return found
 

@@ -155,10 +155,10 @@ def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None
         return [dense(t.grad) if t.requires_grad else None for t in tensors]
 
 
-def settle(trace, got: Gradients, i: int, t, hidden: set[int]) -> tuple[object, str | None]:
+def settle(trace, got: Gradients, i: int, t, hidden: set[int], serial: int | None) -> tuple[object, str | None]:
     """(the gradient to report, why the parameter is untraced or None). Untraced: used where the trace cannot
-    see, and torch's plain backward disagrees with autograd.grad, refused it, or could not be asked."""
-    serial = trace.known(t)
+    see, and torch's plain backward disagrees with autograd.grad, refused it, or could not be asked. `serial`:
+    the trace's for t (trace.known(t))."""
     if serial not in hidden or not t.requires_grad:
         return got.grads[i], None
     if got.plain is None:

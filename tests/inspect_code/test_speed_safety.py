@@ -1,0 +1,135 @@
+"""What the tracer's speed work must not change: Python's garbage collector is left as it was found, and cyclic
+garbage made inside a long traced block is still collected."""
+import gc
+import weakref
+
+import pytest
+import torch
+
+import gradflow
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_state_is_restored_after_trace_and_explain(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        w = torch.nn.Parameter(torch.ones(3))
+        with gradflow.trace() as t:
+            loss = (w * 2).sum()
+        assert gc.isenabled() is enabled
+        t.explain(loss, params={"w": w})
+        assert gc.isenabled() is enabled
+        with pytest.raises(ValueError), gradflow.trace():
+            raise ValueError("user code failed")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+    from gradflow.inspect import tracer
+
+    monkeypatch.setattr(tracer, "_GC_EVERY", 64)
+
+    class Cycle:
+        pass
+
+    gc.enable()
+    refs = []
+    x = torch.ones(2, requires_grad=True)
+    with gradflow.trace():
+        for _ in range(10):
+            c = Cycle()
+            c.me = c  # only the cyclic collector frees it
+            refs.append(weakref.ref(c))
+            del c
+        for _ in range(200):
+            x = x * 1.0
+        assert all(r() is None for r in refs)  # collected inside the block, not only after it
+
+
+def test_batched_grad_norms_are_torch_norms_exactly():
+    """Norms taken in one torch call per dtype are bit for bit the per-tensor ones, and keep the float64 rescue of
+    float32 under- and overflow (hand-derived: |(1e-30,)*4| = 2e-30, |(1e30,)*4| = 2e30)."""
+    import math
+
+    from gradflow.inspect.report import grad_norms
+
+    torch.manual_seed(0)
+    gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
+    gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
+    got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
+                           torch.tensor([float("nan"), 1.0])])
+    assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
+    assert math.isclose(got[-4], 2e-30, rel_tol=1e-6) and math.isclose(got[-3], 2e30, rel_tol=1e-6)
+    assert got[-2] == 0.0 and math.isnan(got[-1])
+
+
+def _shares(report, name):
+    return [r.share for r in report.param(name).routes]
+
+
+def test_routes_of_parameters_used_once_and_more_are_hand_derived():
+    """A parameter's only use is not hooked (its flow is its whole grad); one used twice is, per use; and when
+    part of the loss was computed before the trace, the traced use's share is its own, not the whole grad's.
+    Hand-derived: d/dw sum(w*a + w*b) = a + b per use; share of use k = <g_k, g> / |g|^2."""
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
+    once, twice = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    with gradflow.trace() as t:
+        loss = (once * a).sum() + (twice * a).sum() + (twice * b).sum()
+    report = t.explain(loss, params={"once": once, "twice": twice})
+    g = a + b
+    assert _shares(report, "once") == [1.0]
+    assert report.param("once").routes[0].norm == pytest.approx(float(a.norm()))
+    assert _shares(report, "twice") == pytest.approx([float(a @ g / (g @ g)), float(b @ g / (g @ g))])
+    assert [r.norm for r in report.param("twice").routes] == pytest.approx([float(a.norm()), float(b.norm())])
+
+    w = torch.nn.Parameter(torch.ones(2))
+    before = (w * a).sum()  # computed outside the trace
+    with gradflow.trace() as t:
+        loss = before * 1.0 + (w * b).sum()
+    report = t.explain(loss, params={"w": w})
+    g = a + b
+    route = report.param("w").routes[0]
+    assert route.share == pytest.approx(float(b @ g / (g @ g)))  # not 1: the grad also came from outside
+    assert route.norm == pytest.approx(float(b.norm()))
+    assert report.param("w").grad_norm == pytest.approx(float(g.norm()))
+
+
+def test_parameter_and_module_names_from_one_walk_are_torchs():
+    """One walk names parameters (tied ones with their aliases) and modules as named_parameters(remove_duplicate=
+    False) and named_modules() do, shared submodules and a None parameter included."""
+    from gradflow.inspect.report import _names
+
+    shared = torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    model[2].bias = None
+    model[2].weight = shared.weight  # tied
+    named, modules = _names([model])
+    assert {k: [v[0], *v[1:]] for k, v in named.items()} == {"0.weight": [shared.weight, "1.0.weight", "2.weight"],
+                                                             "0.bias": [shared.bias, "1.0.bias"]}
+    assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
+
+
+def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+    """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
+    from gradflow.inspect import tracer
+
+    monkeypatch.setattr(tracer, "_GC_EVERY", 64)
+
+    class Cycle:
+        pass
+
+    gc.enable()
+    x = torch.ones(2, requires_grad=True)
+    with gradflow.trace():
+        c = Cycle()
+        c.me = c
+        ref = weakref.ref(c)
+        for _ in range(200):  # young collections: c survives them, alive
+            x = x * 1.0
+        del c
+        for _ in range(8 * 64):
+            x = x * 1.0
+        assert ref() is None
