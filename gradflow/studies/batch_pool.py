@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gradflow.errors import ExitCode, GradflowError
@@ -188,6 +190,26 @@ def _forget_forkserver() -> None:
 _AT_FORK: list[bool] = []
 
 
+@contextmanager
+def _main_not_rerun():
+    """Start a worker without multiprocessing re-running the caller's __main__ in it: the worker's code is all in
+    this package, and the main script may be anything (`python -` reads it from stdin, a test runner's, a path
+    relative to a directory since left): re-running it failed with FileNotFoundError, or ran the caller's code
+    again. multiprocessing decides from __main__'s __spec__ and __file__ when the process starts."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__dict__[k] = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
 class _Pool:
     def __init__(self, jobs: int, encode: Callable[[dict], str], options: dict):
         import multiprocessing
@@ -241,7 +263,8 @@ class _Pool:
         current = self.ctx.RawValue("q", 0)
         proc = self.ctx.Process(target=_work, args=(there, current, self.encode, self.options), daemon=True,
                                 name="gradflow-batch-worker")
-        proc.start()
+        with _main_not_rerun():
+            proc.start()
         there.close()
         worker = _Worker(proc, here, current)
         self.workers.append(worker)

@@ -327,3 +327,17 @@ def test_workers_keep_the_scripting_rules(jobs):
     strict = batch(["--text", "--jobs", jobs, "--strict", "--x", "1", "--y1", "2", "--yy1", "5", "--var",
                     "seed=3"], data)
     assert strict.returncode == 2 and len(strict.stdout.splitlines()) == 3, strict.stderr
+
+
+@pytest.mark.slow
+def test_workers_never_rerun_the_callers_main_script():
+    """A caller whose __main__ cannot be re-run (`python -` reads it from stdin: __file__ is '<stdin>') still gets
+    its records: multiprocessing would re-run the main script in each worker (FileNotFoundError, exit 1)."""
+    script = (b"from typer.testing import CliRunner\n"
+              b"from gradflow.cli.app import app\n"
+              b"res = CliRunner().invoke(app, ['batch', '-', '--text', '--jobs', '2', '--x', '3'], input=b'x*2\\nx^2\\n')\n"
+              b"print(res.exit_code); print(res.stdout, end='')\n")
+    res = run([*PYTHON, "-"], input=script)
+    code, *records = res.stdout.decode().splitlines()
+    assert code == "0", res.stderr.decode()[-2000:]
+    assert [json.loads(r)["grads"]["x"] for r in records] == [2.0, 6.0]  # d(2x)/dx = 2; d(x^2)/dx = 2x = 6
