@@ -217,6 +217,7 @@ class _Pool:
         if not _AT_FORK:
             os.register_at_fork(after_in_child=_forget_forkserver)
             _AT_FORK.append(True)
+        _HARD_EXIT.clear()  # a batch earlier in this process (the library, a test runner) may have set it
         self.jobs, self.encode, self.options = jobs, encode, options
         self.ctx = multiprocessing.get_context("forkserver")
         module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
@@ -454,6 +455,7 @@ class _Pool:
 
             _HARD_EXIT.append(True)
             util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
+            _forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
 
 
 _HARD_EXIT: list[bool] = []
