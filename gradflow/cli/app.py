@@ -15,7 +15,7 @@ from typing import Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
-from gradflow.cli.common import EXTRA  # noqa: E402
+from gradflow.cli.common import EXTRA, long_options  # noqa: E402
 from gradflow.cli.help import Command, help_end  # noqa: E402
 from gradflow.errors import ExitCode  # noqa: E402
 
@@ -83,10 +83,9 @@ def option_table() -> dict[str, tuple[str, ...]]:
     root = typer.main.get_command(make_app())
     owners: dict[str, list[str]] = {}
     for cname, command in getattr(root, "commands", {}).items():
-        for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--") and cname not in owners.setdefault(opt[2:], []):
-                    owners[opt[2:]].append(cname)
+        for name in long_options(command):
+            if cname not in owners.setdefault(name, []):
+                owners[name].append(cname)
     return {name: tuple(sorted(cmds)) for name, cmds in sorted(owners.items())}
 
 

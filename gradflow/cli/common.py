@@ -223,11 +223,15 @@ def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     for name, commands in OWNERS.items():
         owners[name] = list(commands)
     here = ctx.info_name or ctx.command.name or ""
-    for param in ctx.command.params:
-        for opt in getattr(param, "opts", []):
-            if opt.startswith("--") and here not in owners.setdefault(opt[2:], []):
-                owners[opt[2:]].append(here)
+    for name in long_options(ctx.command):
+        if here not in owners.setdefault(name, []):
+            owners[name].append(here)
     return owners
+
+
+def long_options(command) -> list[str]:
+    """A click command's long options, without the --."""
+    return [opt[2:] for param in command.params for opt in getattr(param, "opts", []) if opt.startswith("--")]
 
 
 def _elsewhere(name: str, owners: dict[str, list[str]], ctx: typer.Context) -> str:
