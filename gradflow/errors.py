@@ -104,6 +104,17 @@ class NoGradientError(GradflowError):
     exit_code = ExitCode.NO_GRADIENT
 
 
+def is_no_gradient(kind: str | None) -> bool:
+    """An error of this kind is the answer "no gradient reaches the leaves", not a failure of the input."""
+    return kind == "no_gradient"
+
+
+def counts_as_failure(kind: str | None) -> bool:
+    """Whether a result with an error of this kind (None: no error) has failed: batch, compare and whatif count
+    "no gradient" as an answer (their exit 4 counts input errors); eval exits 3 for it, like grep's 1."""
+    return kind is not None and not is_no_gradient(kind)
+
+
 class UntracedError(GradflowError):
     """Some parameters could not be traced (inspect): the report stands for the others (exit 4)."""
 

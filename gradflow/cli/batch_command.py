@@ -30,7 +30,7 @@ from gradflow.cli.common import (
     summary_mode,
 )
 from gradflow.cli.help import help_end
-from gradflow.errors import ExitCode, GradflowError, ValueInputError
+from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
 
 if TYPE_CHECKING:
     from gradflow.studies.batch import DefaultsUse
@@ -141,12 +141,6 @@ def _write(line: str, flush: bool) -> bool:
         return False
 
 
-def record_failed(kind: str | None) -> bool:
-    """A record with an error counts as failed; "no gradient reaches x" is an answer (exit 4 counts input
-    errors)."""
-    return kind is not None and kind != "no_gradient"
-
-
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
@@ -200,7 +194,7 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     for _, out, kind, source in _progress(records, regular, first_line):
         if not _write(out, streaming):
             return int(ExitCode.OK)
-        done, failed = done + 1, failed + record_failed(kind)
+        done, failed = done + 1, failed + counts_as_failure(kind)
         uses.see({"source": source})
         if done == 1:
             gc.freeze()  # torch's many objects are long-lived: keep them out of every collection

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import Explanation, Warning
-from gradflow.errors import ExitCode, GradflowError, NoGradientError
+from gradflow.errors import ExitCode, GradflowError, counts_as_failure
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 
@@ -29,7 +29,7 @@ class Row:
     @property
     def no_gradient(self) -> bool:
         """The program ran, and its answer is that no gradient reaches the leaves (not a failure)."""
-        return isinstance(self.error, NoGradientError)
+        return self.error is not None and not counts_as_failure(self.error.kind)
 
     def fill(self, result: Explanation):
         self.output, self.error = result.output.value, result.error
@@ -58,7 +58,7 @@ class Comparison:
 
         With modes, failing mechanisms are findings, not failures: always 0.
         """
-        failed = [r for r in self.rows if not r.ok and not r.no_gradient]
+        failed = [r for r in self.rows if r.error is not None and counts_as_failure(r.error.kind)]
         if self.modes or not failed:
             return int(ExitCode.OK)
         first = failed[0].error

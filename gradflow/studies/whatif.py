@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from gradflow.analysis.explanation import Explanation
 from gradflow.engine.prepare import merge_values, prepare
-from gradflow.errors import GradflowError, LimitError
+from gradflow.errors import GradflowError, LimitError, is_no_gradient
 from gradflow.language.edits import Edit, cut_nodes, off_flags
 from gradflow.language.graph import Graph
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
@@ -34,7 +34,7 @@ class Scenario:
 
     @property
     def no_gradient(self) -> bool:
-        return self.error is not None and self.error.kind == "no_gradient"
+        return self.error is not None and is_no_gradient(self.error.kind)
 
     def to_dict(self) -> dict:
         return {"node": self.node, "action": self.action, "program": self.program,
