@@ -46,6 +46,7 @@ _FOLLOWED_OBJECTS = 10_000  # Python values followed per trace
 _SCAN_BUDGET = 1_000  # arguments looked at per op for a followed Python value
 _FOLLOWED_LIST = 4_096  # elements: a longer list from .tolist() is not followed
 _GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
+_UNUSUAL = {"_set_grad_enabled", "__setitem__", *_FLAGS, *ESCAPES, *METADATA_ONLY}  # never on the fast path
 
 
 def tensors_in(obj, out: list) -> list:
@@ -185,9 +186,28 @@ class _Mode(TorchFunctionMode):
         self.t = trace
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = op_name(func)
         t = self.t
+        name = op_name(func)
+        if name in _UNUSUAL or not t._fast or t._replay is not None or t._objs or t._checkpoint is not None or \
+                t._dead is not None or not t.state.stack or not torch.is_grad_enabled() or \
+                torch.is_inference_mode_enabled():
+            return self._general(t, name, func, args, kwargs or {})
+        # The common op: inside a module, gradients on, nothing followed (see _fast_op).
+        kwargs = kwargs or {}
+        ins = _inputs(args, kwargs)
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        stop = {g for g in map(_grad_fn, ins) if g is not None} if in_leaf and True in in_leaf else None
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            t._maybe_failure(name, ins, err)
+            raise
+        t._fast_op(name, ins, in_rg, in_leaf, out, stop)
+        return out
+
+    @staticmethod
+    def _general(t: Trace, name: str, func, args, kwargs: dict):
         if name == "_set_grad_enabled":
             t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
             return func(*args, **kwargs)
@@ -240,7 +260,6 @@ class Trace:
         self._ids: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (weak reference, serial)
         self._next = 0
         self._mode = _Mode(self)
-        self._hooks: list = []
         self._failed_with: BaseException | None = None
         self._regions: list[_Region] = []  # gradient on/off contexts entered and not left, innermost last
         self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
@@ -253,15 +272,13 @@ class Trace:
         self._replay: _Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # (autograd node, [(input index, Use)]) found in the forward, for arm()
+        self._found: list = []  # ([autograd nodes of an op's results], stop, {id(leaf): Use}), for arm()
+        self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
         weakref.finalize(self, _release, self._found)  # never explained: let them go latest first too
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
-        from torch.nn.modules import module as m
-
-        self._hooks = [m.register_module_forward_pre_hook(self._enter_module),
-                       m.register_module_forward_hook(self._leave_module, always_call=True)]
+        _calls_seen_by(self, True)
         self._grad_base = torch.is_grad_enabled()
         self._gc = gc_deferred()
         self._gc.__enter__()
@@ -273,8 +290,7 @@ class Trace:
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
         self._gc.__exit__(exc_type, exc, tb)
-        for h in self._hooks:
-            h.remove()
+        _calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):
             exc.add_note(f"gradflow: {failure.describe()}")
@@ -297,10 +313,10 @@ class Trace:
         if module.training and _running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
 
-    def _leave_module(self, module, args, output):
-        st = self.state
-        while st.stack:  # also unwinds modules left by an exception
-            if st.stack.pop() is module:
+    def _leave_module(self, module):
+        stack = self.state.stack
+        while stack:  # also unwinds modules left by an exception
+            if stack.pop() is module:
                 break
 
     # ---- bookkeeping -----------------------------------------------------------------
@@ -382,10 +398,60 @@ class Trace:
         if leaves:
             self._uses(rec, leaves, outs, stop, given)
 
+    def _fast_op(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop):
+        """_record for the common op (inside a module, gradients on, no checkpoint, nothing followed): the same
+        record, with less asked per op. Anything else it meets (a cut, a tensor from outside the trace, half
+        precision) goes to _record."""
+        outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out, [])
+        if not outs:
+            return
+        if (in_leaf is not None and not any(o.requires_grad for o in outs)) or outs[0].dtype in _LOW or \
+                (ins and ins[0].dtype in _LOW):
+            return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
+        ids = self._ids
+        serials = []
+        for a in ins:
+            entry = ids.get(id(a))
+            if entry is not None and entry[0]() is a:
+                serials.append(entry[1])
+            elif a.requires_grad and not a.is_leaf:  # computed outside the trace: _record tells
+                return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
+            else:
+                serials.append(self._next)
+                ids[id(a)] = (weakref.ref(a), self._next)
+                self._next += 1
+        out_serials = []
+        for o in outs:
+            entry = ids.get(id(o))
+            if entry is not None and entry[0]() is o:
+                out_serials.append(entry[1])
+            else:
+                out_serials.append(self._next)
+                ids[id(o)] = (weakref.ref(o), self._next)
+                self._next += 1
+        st = self.state
+        rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
+        uses = None
+        if in_leaf is not None and True in in_leaf:
+            uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
+                    if leaf and not any(a is o for o in outs)}
+            if uses:
+                rec.line, rec.library_line = lines()
+        st.ops.append(rec)
+        if not rec.index % _GC_EVERY and rec.index:
+            self._collect(rec.index)
+        if uses:
+            st.uses.extend(uses.values())
+            self._listen(outs, uses, stop)
+
+    def _collect(self, index: int) -> None:
+        if self._gc.was_on:  # a long block: its young garbage, and all of it now and then
+            gc.collect(1 if index % (8 * _GC_EVERY) else 2)
+
     def _append(self, rec: OpRecord):
         self.state.ops.append(rec)
-        if not rec.index % _GC_EVERY and rec.index and self._gc.was_on:  # a long block: its young garbage,
-            gc.collect(1 if rec.index % (8 * _GC_EVERY) else 2)  # and all of it now and then
+        if not rec.index % _GC_EVERY and rec.index:
+            self._collect(rec.index)
         if self._checkpoint is not None:
             self.checkpoint_ops[self._checkpoint].append(rec.index)
 
@@ -400,13 +466,12 @@ class Trace:
     def _listen(self, outs: list, uses: dict, stop):
         """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
         however many leaves it consumes: LayerNorm's weight and bias)."""
-        by_node: dict = {}
-        for node, i, var in _consumers(outs, set(uses), stop or set()):
-            by_node.setdefault(node, []).append((i, uses[var]))
-        if self._replay is None:  # the forward: hooked by arm() at explain, when a report needs the flow
-            self._found += by_node.items()
+        nodes = [g for g in map(_grad_fn, outs) if g is not None]
+        if self._replay is None:  # the forward: searched and hooked by arm() at explain, when a report needs
+            if nodes:  # the flow (a leaf used once needs neither)
+                self._found.append((nodes, stop, uses))
             return
-        for node, pairs in by_node.items():
+        for node, pairs in _by_node(nodes, uses, stop).items():
             self._hook(node, pairs)
 
     def _hook(self, node, pairs: list):
@@ -429,13 +494,18 @@ class Trace:
             if use.whole and counts[use.serial] > 1:
                 use.whole = False
         everything = bool(self.state.outside)
-        for node, pairs in pending:
-            if not everything:
-                for _, use in pairs:
-                    use.whole = counts[use.serial] == 1
-                pairs = [(i, use) for i, use in pairs if not use.whole]
-            if pairs:
-                self._hook(node, pairs)
+        for nodes, stop, uses in pending:
+            if not everything and all(counts[u.serial] == 1 for u in uses.values()):
+                for use in uses.values():  # its only use: no search for the node that consumes it, no hook
+                    use.whole = True
+                continue
+            for node, pairs in _by_node(nodes, uses, stop).items():
+                if not everything:
+                    for _, use in pairs:
+                        use.whole = counts[use.serial] == 1
+                    pairs = [(i, use) for i, use in pairs if not use.whole]
+                if pairs:
+                    self._hook(node, pairs)
         while pending:
             pending.pop()
 
@@ -718,11 +788,20 @@ def _heard_all(ear: list, pairs: tuple, grad_inputs, grad_outputs) -> None:
             use.add(grad_inputs[i])
 
 
-def _consumers(outs: list, leaf_ids: set[int], stop: set):
-    """(autograd node, input index, id(leaf)) for every edge from this op's new nodes into a leaf."""
+def _by_node(nodes: list, uses: dict, stop) -> dict:
+    """{autograd node: [(input index, Use)]} for the edges from an op's new nodes into the leaves it used."""
+    by_node: dict = {}
+    for node, i, var in _consumers(nodes, set(uses), stop or set()):
+        by_node.setdefault(node, []).append((i, uses[var]))
+    return by_node
+
+
+def _consumers(nodes: list, leaf_ids: set[int], stop: set):
+    """(autograd node, input index, id(leaf)) for every edge from this op's new nodes (the autograd nodes of its
+    results) into a leaf."""
     found: list = []
     seen: set = set()
-    todo = [o.grad_fn for o in outs if o.grad_fn is not None]
+    todo = list(nodes)
     while todo and len(seen) < _CONSUMER_SEARCH_LIMIT:
         node = todo.pop()
         if node in seen or node in stop:
@@ -738,6 +817,41 @@ def _consumers(outs: list, leaf_ids: set[int], stop: set):
             else:
                 todo.append(nxt)
     return found
+
+
+_TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
+_PLAIN_CALL: list = []  # nn.Module._call_impl as it was before the first of them began
+
+
+def _calls_seen_by(trace: Trace, on: bool) -> None:
+    """Module calls are seen through nn.Module._call_impl (where torch runs module hooks), replaced while a trace
+    records: global module hooks would send every module call down torch's slow path of hooks (~4 us each, for
+    hooks doing nothing). Not `__call__`: setting a special method updates the slots of every Module subclass."""
+    if on:
+        if not _TRACES:
+            _PLAIN_CALL[:] = [torch.nn.Module._call_impl]
+            torch.nn.Module._call_impl = _module_call  # type: ignore[method-assign]
+        _TRACES.append(trace)
+        return
+    if trace in _TRACES:
+        _TRACES.remove(trace)
+    if not _TRACES and _PLAIN_CALL:
+        torch.nn.Module._call_impl = _PLAIN_CALL.pop()  # type: ignore[method-assign]
+
+
+def _module_call(module, *args, **kwargs):
+    plain = _PLAIN_CALL[0] if _PLAIN_CALL else _ORIGINAL_CALL  # (a stale reference, after every trace ended)
+    seen = _TRACES[:]
+    for t in seen:
+        t._enter_module(module, args)
+    try:
+        return plain(module, *args, **kwargs)
+    finally:
+        for t in seen:
+            t._leave_module(module)
+
+
+_ORIGINAL_CALL = torch.nn.Module._call_impl
 
 
 def trace() -> Trace:
