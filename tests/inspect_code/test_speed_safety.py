@@ -59,6 +59,8 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     torch.manual_seed(0)
     gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
     gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
+    gs += [torch.randn(5, 3).t() * 10.0 ** k for k in range(-2, 3)] + [torch.randn(300, 200)] * 2  # stacked by
+    #                                            shape (a Linear weight's grad is transposed); too big to stack
     got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
                            torch.tensor([float("nan"), 1.0])])
     assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
