@@ -17,7 +17,7 @@ from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.coverage import cover
 from gradflow.inspect.coverage import note as optimizer_note
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, describe_cuts, frozen_reason, why_none
-from gradflow.inspect.truth import dense, gradients, hidden_serials, settle, untraced_error
+from gradflow.inspect.truth import gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
@@ -348,12 +348,17 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> l
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out); their norms
     and shares are filled in by _measure. A parameter's only use (`whole`, not hooked) sent it all its grad."""
     out = []
-    for use in graph.uses.get(serial, []):
-        rec = trace.ops[use.op]
-        flow = grad if use.whole and use.flow is None else dense(use.flow)
-        if flow is None and not any(o in graph.to_loss for o in rec.outs):
-            continue
-        out.append(Route(rec.name, rec.line, module_name(rec.module), flow, cut=rec.cut))
+    ops = trace.ops
+    for use in graph.uses.get(serial, ()):
+        rec = ops[use.op]
+        flow = use.flow
+        if flow is None:
+            flow = grad if use.whole else None
+            if flow is None and not any(o in graph.to_loss for o in rec.outs):
+                continue
+        elif flow.is_sparse:
+            flow = flow.to_dense()
+        out.append(Route(rec.name, rec.line, module_name(rec.module), flow, None, None, rec.cut))
     return out
 
 
@@ -369,7 +374,8 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
     if p.status == "live":  # or "zero": _measure tells, from the norm
         p.routes = _routes(trace, graph, serial, module_name, grad)
-        p.cuts = [cut_of(r, module_name) for r in partial.get(serial, [])]
+        if partial:
+            p.cuts = [cut_of(r, module_name) for r in partial.get(serial, ())]
     return p
 
 

@@ -39,7 +39,10 @@ class Mode(TorchFunctionMode):
         ins = inputs(args, kwargs)
         in_rg = [a.requires_grad for a in ins]
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
-        stop = {g for g in map(grad_fn, ins) if g is not None} if in_leaf and True in in_leaf else None
+        stop = None
+        if in_leaf is not None and True in in_leaf:  # only inputs computed from a leaf have an autograd node
+            stop = {grad_fn(a) for a, rg, leaf in zip(ins, in_rg, in_leaf) if rg and not leaf}
+            stop.discard(None)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
