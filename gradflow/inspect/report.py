@@ -28,7 +28,7 @@ ZERO_REASON = ("gradient is exactly zero (not None): it flowed back, but every e
 STATUSES = ("live", "zero", "cut", "unused", "unreached", "frozen")  # and "untraced", counted only when present
 
 
-@dataclass
+@dataclass(slots=True)
 class Route:
     """One use of a parameter by an op, and the gradient that came back along it."""
 
@@ -45,7 +45,7 @@ class Route:
                 "share": _num(self.share), "cut": self.cut}
 
 
-@dataclass
+@dataclass(slots=True)
 class ParamReport:
     name: str
     shape: list[int]
