@@ -135,3 +135,73 @@ def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
         for _ in range(8 * 64):
             x = x * 1.0
         assert ref() is None
+
+
+def test_a_submodule_with_its_own_named_modules_is_named_as_torch_names_it():
+    """The one-walk naming gives way to torch's own walk when a submodule overrides named_modules (oracle: torch's
+    named_parameters on the same model)."""
+
+    class Hiding(torch.nn.Sequential):
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):  # hides its second child
+            yield prefix, self
+            yield from self[0].named_modules(memo, f"{prefix}.first" if prefix else "first", remove_duplicate)
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), Hiding(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    x = torch.ones(1, 2)
+    with gradflow.trace() as t:
+        loss = model(x).sum()
+    report = t.explain(loss, params=model)
+    assert [p.name for p in report.params] == [n for n, _ in model.named_parameters()]
+    assert "1.first.weight" in [p.name for p in report.params]
+
+
+def test_module_calls_are_seen_and_torch_is_left_as_found():
+    """Module calls are seen through nn.Module._call_impl while a trace records: restored after it (also when the
+    user's code raises, and after nested traces), the user's own hooks still run, a module overriding __call__ is
+    seen, and each op is attributed to the innermost module running (oracle: the modules' own names)."""
+    plain = torch.nn.Module._call_impl
+    fired = []
+
+    class Wrapped(torch.nn.Linear):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 1.0
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), Wrapped(2, 1))
+    handle = model[0].register_forward_hook(lambda m, a, out: fired.append(m))
+    try:
+        with gradflow.trace() as outer:
+            with gradflow.trace() as inner:
+                loss = model(torch.ones(1, 2)).sum()
+            model(torch.ones(1, 2))
+        assert torch.nn.Module._call_impl is plain
+        with pytest.raises(ValueError), gradflow.trace():
+            model(torch.ones(1, 2))
+            raise ValueError("user code failed")
+        assert torch.nn.Module._call_impl is plain
+    finally:
+        handle.remove()
+    assert fired == [model[0]] * 3
+    report = inner.explain(loss, params=model)
+    assert {p.name: p.routes[0].module for p in report.params} == {"0.weight": "0", "0.bias": "0",
+                                                                    "2.weight": "2", "2.bias": "2"}
+    forward = ["ones", "linear", "relu", "linear", "mul"]
+    assert [r.name for r in inner.ops] == [*forward, "sum"]
+    assert [r.name for r in outer.ops] == [*forward, "sum", *forward]  # both saw the first forward
+    assert [r.module for r in outer.ops[1:5]] == [id(model[0]), id(model[1]), id(model[2]), id(model)]
+    assert not inner.state.stack and not outer.state.stack and outer.state.roots == [model]
+
+
+def test_the_flow_graph_is_the_trace_as_explained():
+    """The data-flow graph built lazily is the one of the ops recorded when explain ran, not of ops recorded later
+    by the same trace entered again (hand-derived: y = w * 2 and loss = y.sum(): two ops)."""
+    w = torch.nn.Parameter(torch.ones(2))
+    t = gradflow.trace()
+    with t:
+        loss = (w * 2).sum()
+    report = t.explain(loss, params={"w": w})
+    with t:
+        (w * 3).sum()
+    assert len(t.ops) == 4
+    graph = report.graph
+    assert [r.name for r in graph.relevant_ops()] == ["mul", "sum"]
+    assert len(graph.to_loss) == 3  # w, y and the loss
