@@ -2,8 +2,9 @@
 module calls, seen through nn.Module._call_impl while a trace records.
 
 Most ops take the fast path: inside a module, gradients on, no checkpoint, no Python value followed. It asks each
-op only what a report can need (its inputs' requires_grad and leaves, the nodes a parameter's use search stops at)
-and gives the rest to Trace._fast_op; every other op goes through `_general`.
+op only what a report can need (its inputs' requires_grad and leaves; for an op using a parameter, the sequence
+number of the first autograd node it makes) and gives the rest to Trace._fast_op; every other op goes through
+`_general`.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 # Never on the fast path: a property (its name is the attribute's), or an op with its own bookkeeping.
 _UNUSUAL = {None, "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
 _grad_on, _inference_on = torch.is_grad_enabled, torch.is_inference_mode_enabled
+_next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequence number the next node gets
 
 
 class Mode(TorchFunctionMode):
@@ -40,9 +42,8 @@ class Mode(TorchFunctionMode):
         in_rg = [a.requires_grad for a in ins]
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
         stop = None
-        if in_leaf is not None and True in in_leaf:  # only inputs computed from a leaf have an autograd node
-            stop = {grad_fn(a) for a, rg, leaf in zip(ins, in_rg, in_leaf) if rg and not leaf}
-            stop.discard(None)
+        if in_leaf is not None and True in in_leaf:  # where the search for its uses stops (see trace_uses)
+            stop = _next_node() if _next_node is not None else _input_nodes(ins)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -63,9 +64,12 @@ class Mode(TorchFunctionMode):
             t._flag(name, ins[0], args, kwargs)
         in_rg = [a.requires_grad for a in ins]
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
-        # Only ops that consume a leaf get hooks; their search stops at the inputs' nodes. Other ops never touch
-        # grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
-        stop = {g for g in map(grad_fn, ins) if g is not None} if True in in_leaf else None
+        # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op (in the
+        # forward: below its first sequence number; replaying: the inputs' nodes). Other ops never touch grad_fn:
+        # a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
+        stop = None
+        if True in in_leaf:
+            stop = _next_node() if t._replay is None and _next_node is not None else _input_nodes(ins)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -80,6 +84,10 @@ class Mode(TorchFunctionMode):
             extra = t._followed_in(args, kwargs, ins) if t._objs else ()
             t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf, extra=extra)
         return out
+
+
+def _input_nodes(ins: list) -> set:
+    return {g for g in map(grad_fn, ins) if g is not None}
 
 
 _TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)

@@ -205,3 +205,23 @@ def test_the_flow_graph_is_the_trace_as_explained():
     graph = report.graph
     assert [r.name for r in graph.relevant_ops()] == ["mul", "sum"]
     assert len(graph.to_loss) == 3  # w, y and the loss
+
+
+def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
+    """The search for the node consuming a parameter stops at nodes made before the op (its inputs'), so the
+    second of two chained uses is not also credited with the first (each F.linear makes two nodes here). Oracle:
+    plain torch with the two uses given separate copies A and B of W: their grads are the per-use flows."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(3, 3))
+    x = torch.randn(2, 3)
+    with gradflow.trace() as t:
+        loss = torch.nn.functional.linear(torch.nn.functional.linear(x, w), w).pow(2).sum()
+    report = t.explain(loss, params={"w": w})
+    a, b = w.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ga, gb = torch.autograd.grad(torch.nn.functional.linear(torch.nn.functional.linear(x, a), b).pow(2).sum(), [a, b])
+    g = ga + gb
+    routes = report.param("w").routes
+    assert [r.op for r in routes] == ["linear", "linear"]
+    assert torch.allclose(routes[0].flow, ga) and torch.allclose(routes[1].flow, gb)
+    expected = [float((f * g).sum() / (g * g).sum()) for f in (ga, gb)]
+    assert [round(r.share, 5) for r in routes] == [round(e, 5) for e in expected]
