@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 # Never on the fast path: a property (its name is the attribute's), or an op with its own bookkeeping.
-_UNUSUAL = {None, "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
+_UNUSUAL = {None, "", "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
 _grad_on, _inference_on = torch.is_grad_enabled, torch.is_inference_mode_enabled
 _next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequence number the next node gets
 
@@ -91,8 +91,6 @@ def _input_nodes(ins: list) -> set:
 
 
 _TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
-
-
 _PLAIN_CALL: list = []  # nn.Module._call_impl as it was before the first of them began
 
 

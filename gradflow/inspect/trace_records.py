@@ -62,8 +62,6 @@ def grad_fn(a: torch.Tensor):
 
 
 @dataclass(slots=True)
-
-
 class OpRecord:
     index: int
     name: str
@@ -81,8 +79,6 @@ class OpRecord:
 
 
 @dataclass(slots=True)
-
-
 class Use:
     """One op consuming a leaf that requires grad; `flow` is the gradient it sent back."""
 
@@ -98,8 +94,6 @@ class Use:
 
 
 @dataclass
-
-
 class FlagEvent:
     serial: int
     value: bool
@@ -108,8 +102,6 @@ class FlagEvent:
 
 
 @dataclass
-
-
 class TraceFailure:
     """torch raised inside the trace because an inference tensor was used in training."""
 
@@ -127,8 +119,6 @@ class TraceFailure:
 
 
 @dataclass
-
-
 class TraceState:
     ops: list[OpRecord] = field(default_factory=list)
     uses: list[Use] = field(default_factory=list)

@@ -24,9 +24,7 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 
 
 @dataclass
-
-
-class _Region:
+class Region:
     """A stretch of code with gradient recording switched on or off; a reentrant checkpoint's own no_grad (its
     forward) and enable_grad (its recomputation in backward) carry the checkpoint's ctx id."""
 
@@ -40,9 +38,7 @@ class _Region:
 
 
 @dataclass
-
-
-class _Replay:
+class Replay:
     """The explaining backward, run through reentrant checkpoints: their forward ran with grad off, so the
     recomputation in backward is what shows how each parameter used inside gets its gradient. Its k-th op is
     the forward's k-th op inside the same checkpoint."""
@@ -63,7 +59,7 @@ def switch_grad(t: Trace, value: bool):
         if region.recompute and t._replay is not None and region.checkpoint is not None:
             t._replay.counts[region.checkpoint] = region.count
     elif switch.action == "enter":
-        region = _Region(value, switch.how, switch.checkpoint, switch.recompute)
+        region = Region(value, switch.how, switch.checkpoint, switch.recompute)
         if switch.checkpoint is not None and not switch.recompute and t._replay is None:
             region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in regions)
             region.dead = None if region.nested else t._unrecorded(switch.inputs_require_grad)
@@ -95,8 +91,6 @@ def grad_off(t: Trace) -> str | None:
 
 
 @contextmanager
-
-
 def listening(t: Trace):
     """The per-use hooks record what flows back while this is open."""
     t._ear[0] = True
@@ -107,8 +101,6 @@ def listening(t: Trace):
 
 
 @contextmanager
-
-
 def replaying(t: Trace):
     """Run a plain backward inside this: the reentrant checkpoints' recomputations are recorded, and each of
     their forward's ops gets the cut and the per-use gradients of its recomputed twin."""
@@ -116,7 +108,7 @@ def replaying(t: Trace):
     for use in t.state.uses:
         by_op.setdefault(use.op, []).append(use)
     saved, t._regions = t._regions, []
-    t._replay = _Replay(by_op)
+    t._replay = Replay(by_op)
     t._plain = False
     try:
         with t.listening(), contextlib.nullcontext() if t._recording else t._mode:

@@ -50,8 +50,8 @@ from gradflow.inspect.trace_records import (
     tensors_in,
 )
 from gradflow.inspect.trace_replay import (
-    _Region,
-    _Replay,
+    Region,
+    Replay,
     grad_off,
     listening,
     replayed,
@@ -81,7 +81,7 @@ class Trace:
         self._next = 0
         self._mode = Mode(self)
         self._failed_with: BaseException | None = None
-        self._regions: list[_Region] = []  # gradient on/off contexts entered and not left, innermost last
+        self._regions: list[Region] = []  # gradient on/off contexts entered and not left, innermost last
         self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
         self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
         self._grad_base = True  # gradients on when the trace began
@@ -89,7 +89,7 @@ class Trace:
         self._objs: dict[int, tuple[Any, int]] = {}  # id(Python value) -> (it or a weak ref, serial)
         self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
-        self._replay: _Replay | None = None
+        self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
         self._found: list = []  # ([autograd nodes of an op's results], stop, {id(leaf): Use}), for arm()
