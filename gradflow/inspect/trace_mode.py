@@ -91,27 +91,29 @@ def _input_nodes(ins: list) -> set:
 
 
 _TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
-_PLAIN_CALL: list = []  # nn.Module._call_impl as it was before the first of them began
+_PLAIN_CALL: list = [torch.nn.Module._call_impl]  # what _module_call runs: _call_impl as the first trace found it
 
 
 def calls_seen_by(trace: Trace, on: bool) -> None:
     """Module calls are seen through nn.Module._call_impl (where torch runs module hooks), replaced while a trace
     records: global module hooks would send every module call down torch's slow path of hooks (~4 us each, for
-    hooks doing nothing). Not `__call__`: setting a special method updates the slots of every Module subclass."""
+    hooks doing nothing). Not `__call__`: setting a special method updates the slots of every Module subclass.
+    Put back as it was when the last trace ends, unless something else replaced it meanwhile (then theirs
+    stays, and ours, if theirs calls it, passes every call straight on)."""
     if on:
-        if not _TRACES:
-            _PLAIN_CALL[:] = [torch.nn.Module._call_impl]
+        if not _TRACES and torch.nn.Module._call_impl is not _module_call:
+            _PLAIN_CALL[0] = torch.nn.Module._call_impl
             torch.nn.Module._call_impl = _module_call  # type: ignore[method-assign, assignment]
         _TRACES.append(trace)
         return
     if trace in _TRACES:
         _TRACES.remove(trace)
-    if not _TRACES and _PLAIN_CALL:
-        torch.nn.Module._call_impl = _PLAIN_CALL.pop()  # type: ignore[method-assign]
+    if not _TRACES and torch.nn.Module._call_impl is _module_call:
+        torch.nn.Module._call_impl = _PLAIN_CALL[0]  # type: ignore[method-assign]
 
 
 def _module_call(module, *args, **kwargs):
-    plain = _PLAIN_CALL[0] if _PLAIN_CALL else _ORIGINAL_CALL  # (a stale reference, after every trace ended)
+    plain = _PLAIN_CALL[0]
     if len(_TRACES) == 1:
         t = _TRACES[0]
         t._enter_module(module, args)
@@ -127,9 +129,6 @@ def _module_call(module, *args, **kwargs):
     finally:
         for t in seen:
             t._leave_module(module)
-
-
-_ORIGINAL_CALL = torch.nn.Module._call_impl
 
 
 def running_mean(module):

@@ -178,9 +178,17 @@ def test_module_calls_are_seen_and_torch_is_left_as_found():
             model(torch.ones(1, 2))
             raise ValueError("user code failed")
         assert torch.nn.Module._call_impl is plain
+        with gradflow.trace() as patched:  # something else replaces _call_impl meanwhile: theirs stays after
+            ours = torch.nn.Module._call_impl
+            torch.nn.Module._call_impl = lambda self, *a, **k: ours(self, *a, **k)  # type: ignore[method-assign]
+            model(torch.ones(1, 2))
+        theirs = torch.nn.Module._call_impl
+        assert theirs is not plain and len(patched.ops) == 5
+        model(torch.ones(1, 2))  # ours, called by theirs after the trace, passes the call straight on
     finally:
+        torch.nn.Module._call_impl = plain  # type: ignore[method-assign]
         handle.remove()
-    assert fired == [model[0]] * 3
+    assert fired == [model[0]] * 5 and len(patched.ops) == 5 and patched.state.stack == []
     report = inner.explain(loss, params=model)
     assert {p.name: p.routes[0].module for p in report.params} == {"0.weight": "0", "0.bias": "0",
                                                                     "2.weight": "2", "2.bias": "2"}
