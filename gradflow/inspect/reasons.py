@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from gradflow.language.ops import CUT_OPS
@@ -82,21 +83,40 @@ class FlowGraph:
     """Producers and consumers of every recorded tensor, and what reaches the loss."""
 
     def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int]):
-        self.ops = trace.ops
-        self.consumers: dict[int, list[int]] = defaultdict(list)
-        self.producers: dict[int, list[int]] = defaultdict(list)
-        for rec in self.ops:
-            for s in dict.fromkeys(rec.ins):
-                self.consumers[s].append(rec.index)
-            for s in rec.outs:
-                self.producers[s].append(rec.index)
+        self.ops = list(trace.ops)  # as they are now: the trace may record more later
         self.uses: dict[int, list[Use]] = defaultdict(list)  # parameter serial -> its uses, in order
         for use in trace.state.uses:
             self.uses[use.serial].append(use)
         self.loss = loss_serial
         self.leaves = leaf_serials
-        self.to_loss = self._ancestors()
-        self.outside = [self.ops[i] for i, s in trace.state.outside if s in self.to_loss]  # ops fed from outside
+        self._outside = list(trace.state.outside)
+        # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
+        # each used once, needs none of it.
+
+    @cached_property
+    def consumers(self) -> dict[int, list[int]]:
+        consumers: dict[int, list[int]] = defaultdict(list)
+        for rec in self.ops:
+            for s in dict.fromkeys(rec.ins):
+                consumers[s].append(rec.index)
+        return consumers
+
+    @cached_property
+    def producers(self) -> dict[int, list[int]]:
+        producers: dict[int, list[int]] = defaultdict(list)
+        for rec in self.ops:
+            for s in rec.outs:
+                producers[s].append(rec.index)
+        return producers
+
+    @cached_property
+    def to_loss(self) -> set[int]:
+        return self._ancestors()
+
+    @cached_property
+    def outside(self) -> list[OpRecord]:
+        """Ops fed from outside the trace, whose results reach the loss."""
+        return [self.ops[i] for i, s in self._outside if s in self.to_loss] if self._outside else []
 
     def _ancestors(self) -> set[int]:
         """Serials the loss is computed from (not looking behind parameters: their init)."""
@@ -157,8 +177,8 @@ class FlowGraph:
     def cuts_by_leaf(self) -> dict[int, list[OpRecord]]:
         """Per leaf: the detach / no_grad / inference_mode ops reaching the loss that its values flow into."""
         out: dict[int, list[OpRecord]] = defaultdict(list)
-        for rec in self.ops:
-            if rec.cut in SHOWN_CUTS and any(o in self.to_loss for o in rec.outs):
+        for rec in [r for r in self.ops if r.cut in SHOWN_CUTS]:
+            if any(o in self.to_loss for o in rec.outs):
                 for leaf in self._leaves_behind(rec):
                     out[leaf].append(rec)
         return out

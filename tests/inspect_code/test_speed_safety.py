@@ -59,6 +59,8 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     torch.manual_seed(0)
     gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
     gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
+    gs += [torch.randn(5, 3).t() * 10.0 ** k for k in range(-2, 3)] + [torch.randn(300, 200)] * 2  # stacked by
+    #                                            shape (a Linear weight's grad is transposed); too big to stack
     got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
                            torch.tensor([float("nan"), 1.0])])
     assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
@@ -133,3 +135,101 @@ def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
         for _ in range(8 * 64):
             x = x * 1.0
         assert ref() is None
+
+
+def test_a_submodule_with_its_own_named_modules_is_named_as_torch_names_it():
+    """The one-walk naming gives way to torch's own walk when a submodule overrides named_modules (oracle: torch's
+    named_parameters on the same model)."""
+
+    class Hiding(torch.nn.Sequential):
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):  # hides its second child
+            yield prefix, self
+            yield from self[0].named_modules(memo, f"{prefix}.first" if prefix else "first", remove_duplicate)
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), Hiding(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    x = torch.ones(1, 2)
+    with gradflow.trace() as t:
+        loss = model(x).sum()
+    report = t.explain(loss, params=model)
+    assert [p.name for p in report.params] == [n for n, _ in model.named_parameters()]
+    assert "1.first.weight" in [p.name for p in report.params]
+
+
+def test_module_calls_are_seen_and_torch_is_left_as_found():
+    """Module calls are seen through nn.Module._call_impl while a trace records: restored after it (also when the
+    user's code raises, and after nested traces), the user's own hooks still run, a module overriding __call__ is
+    seen, and each op is attributed to the innermost module running (oracle: the modules' own names)."""
+    plain = torch.nn.Module._call_impl
+    fired = []
+
+    class Wrapped(torch.nn.Linear):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 1.0
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), Wrapped(2, 1))
+    handle = model[0].register_forward_hook(lambda m, a, out: fired.append(m))
+    try:
+        with gradflow.trace() as outer:
+            with gradflow.trace() as inner:
+                loss = model(torch.ones(1, 2)).sum()
+            model(torch.ones(1, 2))
+        assert torch.nn.Module._call_impl is plain
+        with pytest.raises(ValueError), gradflow.trace():
+            model(torch.ones(1, 2))
+            raise ValueError("user code failed")
+        assert torch.nn.Module._call_impl is plain
+        with gradflow.trace() as patched:  # something else replaces _call_impl meanwhile: theirs stays after
+            ours = torch.nn.Module._call_impl
+            torch.nn.Module._call_impl = lambda self, *a, **k: ours(self, *a, **k)  # type: ignore[method-assign]
+            model(torch.ones(1, 2))
+        theirs = torch.nn.Module._call_impl
+        assert theirs is not plain and len(patched.ops) == 5
+        model(torch.ones(1, 2))  # ours, called by theirs after the trace, passes the call straight on
+    finally:
+        torch.nn.Module._call_impl = plain  # type: ignore[method-assign]
+        handle.remove()
+    assert fired == [model[0]] * 5 and len(patched.ops) == 5 and patched.state.stack == []
+    report = inner.explain(loss, params=model)
+    assert {p.name: p.routes[0].module for p in report.params} == {"0.weight": "0", "0.bias": "0",
+                                                                    "2.weight": "2", "2.bias": "2"}
+    forward = ["ones", "linear", "relu", "linear", "mul"]
+    assert [r.name for r in inner.ops] == [*forward, "sum"]
+    assert [r.name for r in outer.ops] == [*forward, "sum", *forward]  # both saw the first forward
+    assert [r.module for r in outer.ops[1:5]] == [id(model[0]), id(model[1]), id(model[2]), id(model)]
+    assert not inner.state.stack and not outer.state.stack and outer.state.roots == [model]
+
+
+def test_the_flow_graph_is_the_trace_as_explained():
+    """The data-flow graph built lazily is the one of the ops recorded when explain ran, not of ops recorded later
+    by the same trace entered again (hand-derived: y = w * 2 and loss = y.sum(): two ops)."""
+    w = torch.nn.Parameter(torch.ones(2))
+    t = gradflow.trace()
+    with t:
+        loss = (w * 2).sum()
+    report = t.explain(loss, params={"w": w})
+    with t:
+        (w * 3).sum()
+    assert len(t.ops) == 4
+    graph = report.graph
+    assert [r.name for r in graph.relevant_ops()] == ["mul", "sum"]
+    assert len(graph.to_loss) == 3  # w, y and the loss
+
+
+def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
+    """The search for the node consuming a parameter stops at nodes made before the op (its inputs'), so the
+    second of two chained uses is not also credited with the first (each F.linear makes two nodes here). Oracle:
+    plain torch with the two uses given separate copies A and B of W: their grads are the per-use flows."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(3, 3))
+    x = torch.randn(2, 3)
+    with gradflow.trace() as t:
+        loss = torch.nn.functional.linear(torch.nn.functional.linear(x, w), w).pow(2).sum()
+    report = t.explain(loss, params={"w": w})
+    a, b = w.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ga, gb = torch.autograd.grad(torch.nn.functional.linear(torch.nn.functional.linear(x, a), b).pow(2).sum(), [a, b])
+    g = ga + gb
+    routes = report.param("w").routes
+    assert [r.op for r in routes] == ["linear", "linear"]
+    assert torch.allclose(routes[0].flow, ga) and torch.allclose(routes[1].flow, gb)
+    expected = [float((f * g).sum() / (g * g).sum()) for f in (ga, gb)]
+    assert [round(r.share, 5) for r in routes] == [round(e, 5) for e in expected]

@@ -1,0 +1,150 @@
+"""The recording side of the tracer (inspect/tracer.py): the TorchFunctionMode that sees every torch call, and the
+module calls, seen through nn.Module._call_impl while a trace records.
+
+Most ops take the fast path: inside a module, gradients on, no checkpoint, no Python value followed. It asks each
+op only what a report can need (its inputs' requires_grad and leaves; for an op using a parameter, the sequence
+number of the first autograd node it makes) and gives the rest to Trace._fast_op; every other op goes through
+`_general`.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from gradflow.inspect.reasons import ESCAPES
+from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name
+
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.inspect.tracer import Trace
+
+# Never on the fast path: a property (its name is the attribute's), or an op with its own bookkeeping.
+_UNUSUAL = {None, "", "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
+_grad_on, _inference_on = torch.is_grad_enabled, torch.is_inference_mode_enabled
+_next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequence number the next node gets
+
+
+class Mode(TorchFunctionMode):
+    def __init__(self, trace: Trace):
+        super().__init__()
+        self.t = trace
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        t = self.t
+        name = getattr(func, "__name__", None)
+        if name in _UNUSUAL or not t._plain or not t.state.stack or not _grad_on() or _inference_on():
+            return self._general(t, op_name(func), func, args, kwargs or {})
+        # The common op: inside a module, gradients on, nothing followed (see _fast_op).
+        kwargs = kwargs or {}
+        ins = inputs(args, kwargs)
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        stop = None
+        if in_leaf is not None and True in in_leaf:  # where the search for its uses stops (see trace_uses)
+            stop = _next_node() if _next_node is not None else _input_nodes(ins)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            t._maybe_failure(name, ins, err)
+            raise
+        t._fast_op(name, ins, in_rg, in_leaf, out, stop)
+        return out
+
+    @staticmethod
+    def _general(t: Trace, name: str, func, args, kwargs: dict):
+        if name == "_set_grad_enabled":
+            t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
+            return func(*args, **kwargs)
+        ins = inputs(args, kwargs)
+        if name in METADATA_ONLY and t.follows_numbers:
+            ins = ins[1:]
+        if name in FLAGS and ins and t._replay is None:
+            t._flag(name, ins[0], args, kwargs)
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
+        # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op (in the
+        # forward: below its first sequence number; replaying: the inputs' nodes). Other ops never touch grad_fn:
+        # a node Python has touched is freed recursively by torch (docs/limits.md, long graphs).
+        stop = None
+        if True in in_leaf:
+            stop = _next_node() if t._replay is None and _next_node is not None else _input_nodes(ins)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            if t._replay is None:
+                t._maybe_failure(name, ins, err)
+            raise
+        if t._replay is not None:
+            t._replayed(name, ins, in_rg, in_leaf, out, stop)
+        elif name in ESCAPES and t.follows_numbers:
+            t._escape(name, ins, in_rg, out)
+        elif name not in FLAGS:
+            extra = t._followed_in(args, kwargs, ins) if t._objs else ()
+            t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf, extra=extra)
+        return out
+
+
+def _input_nodes(ins: list) -> set:
+    return {g for g in map(grad_fn, ins) if g is not None}
+
+
+_TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
+_PLAIN_CALL: list = [torch.nn.Module._call_impl]  # what _module_call runs: _call_impl as the first trace found it
+
+
+def calls_seen_by(trace: Trace, on: bool) -> None:
+    """Module calls are seen through nn.Module._call_impl (where torch runs module hooks), replaced while a trace
+    records: global module hooks would send every module call down torch's slow path of hooks (~4 us each, for
+    hooks doing nothing). Not `__call__`: setting a special method updates the slots of every Module subclass.
+    Put back as it was when the last trace ends, unless something else replaced it meanwhile (then theirs
+    stays, and ours, if theirs calls it, passes every call straight on)."""
+    if on:
+        if not _TRACES and torch.nn.Module._call_impl is not _module_call:
+            _PLAIN_CALL[0] = torch.nn.Module._call_impl
+            torch.nn.Module._call_impl = _module_call  # type: ignore[method-assign, assignment]
+        _TRACES.append(trace)
+        return
+    if trace in _TRACES:
+        _TRACES.remove(trace)
+    if not _TRACES and torch.nn.Module._call_impl is _module_call:
+        torch.nn.Module._call_impl = _PLAIN_CALL[0]  # type: ignore[method-assign]
+
+
+def _module_call(module, *args, **kwargs):
+    plain = _PLAIN_CALL[0]
+    if len(_TRACES) == 1:
+        t = _TRACES[0]
+        t._enter_module(module, args)
+        try:
+            return plain(module, *args, **kwargs)
+        finally:
+            t._leave_module(module)
+    seen = _TRACES[:]
+    for t in seen:
+        t._enter_module(module, args)
+    try:
+        return plain(module, *args, **kwargs)
+    finally:
+        for t in seen:
+            t._leave_module(module)
+
+
+def running_mean(module):
+    """getattr(module, "running_mean", None) without nn.Module.__getattr__ raising and catching AttributeError
+    for every module that has none (every module call of a traced forward asks)."""
+    d = module.__dict__
+    buffers = d.get("_buffers")
+    if buffers is not None and "running_mean" in buffers:
+        return buffers["running_mean"]
+    if "running_mean" in d:
+        return d["running_mean"]
+    cls = type(module)
+    on_class = _CLASS_RUNNING_MEAN.get(cls)
+    if on_class is None:  # hasattr on a class that has none raises and catches AttributeError: once per class
+        on_class = _CLASS_RUNNING_MEAN[cls] = hasattr(cls, "running_mean")
+    return getattr(module, "running_mean", None) if on_class else None
+
+
+_CLASS_RUNNING_MEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module class -> has running_mean

@@ -1,0 +1,106 @@
+"""The gradient along each use of a parameter, for the tracer (inspect/tracer.py).
+
+In the forward the tracer keeps, for each op that uses a leaf, the autograd nodes of its results and the sequence
+number of the first node the op made (the search stops at older nodes: its inputs'). At explain, `arm` searches
+them for the node consuming each leaf used more than once and hooks it (one hook per node, however many leaves it
+consumes: LayerNorm's weight and bias); a leaf's only use sends it its whole gradient, with no search and no
+hook. The hooks listen only while explain runs backward.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from gradflow.inspect.trace_records import Use
+
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.inspect.tracer import Trace
+
+
+_CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
+
+
+def hook(t: Trace, node, pairs: list):
+    if len(pairs) == 1:
+        node.register_hook(partial(_heard, t._ear, *pairs[0]))
+    else:
+        node.register_hook(partial(_heard_all, t._ear, tuple(pairs)))
+
+
+def arm(t: Trace) -> None:
+    """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+    than once (a leaf's only use sends it its whole gradient: `whole`, no hook, no Python call in backward).
+    Everything is hooked when part of the computation came from outside the trace, where a leaf may have
+    other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
+    pending = list(t._found)
+    t._found.clear()
+    counts: dict[int, int] = {}
+    for use in t.state.uses:
+        counts[use.serial] = counts.get(use.serial, 0) + 1
+    for use in t.state.uses:  # a trace entered again: an earlier only use is one no longer
+        if use.whole and counts[use.serial] > 1:
+            use.whole = False
+    everything = bool(t.state.outside)
+    for nodes, stop, uses in pending:
+        if not everything and all(counts[u.serial] == 1 for u in uses.values()):
+            for use in uses.values():  # its only use: no search for the node that consumes it, no hook
+                use.whole = True
+            continue
+        for node, pairs in by_node(nodes, uses, stop).items():
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                hook(t, node, pairs)
+    while pending:
+        pending.pop()
+
+
+def release(nodes: list) -> None:
+    while nodes:
+        nodes.pop()
+
+
+def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        use.add(grad_inputs[i])
+
+
+def _heard_all(ear: list, pairs: tuple, grad_inputs, grad_outputs) -> None:
+    if ear[0]:
+        for i, use in pairs:
+            use.add(grad_inputs[i])
+
+
+def by_node(nodes: list, uses: dict, stop) -> dict:
+    """{autograd node: [(input index, Use)]} for the edges from an op's new nodes into the leaves it used."""
+    found: dict = {}
+    for node, i, var in _consumers(nodes, set(uses), set() if stop is None else stop):
+        found.setdefault(node, []).append((i, uses[var]))
+    return found
+
+
+def _consumers(nodes: list, leaf_ids: set[int], stop):
+    """(autograd node, input index, id(leaf)) for every edge from this op's new nodes (the autograd nodes of its
+    results) into a leaf. `stop`: the sequence number of the op's first node (older nodes are not the op's, so
+    the search never walks into what computed its inputs), or the set of its inputs' nodes."""
+    found: list = []
+    seen: set = set()
+    todo = list(nodes)
+    older = stop.__gt__ if isinstance(stop, int) else stop.__contains__
+    while todo and len(seen) < _CONSUMER_SEARCH_LIMIT:
+        node = todo.pop()
+        if node in seen or (older(node._sequence_nr()) if isinstance(stop, int) else older(node)):
+            continue
+        seen.add(node)
+        for i, (nxt, _) in enumerate(node.next_functions):
+            if nxt is None or (not isinstance(stop, int) and nxt in stop):
+                continue
+            if type(nxt).__name__ == "AccumulateGrad":  # a leaf's: `variable` is the leaf (no AttributeError
+                var = nxt.variable  # raised and caught for every other node, as getattr(node, "variable") does)
+                if id(var) in leaf_ids:
+                    found.append((node, i, id(var)))
+            else:
+                todo.append(nxt)
+    return found
