@@ -270,9 +270,9 @@ class Build(Transformer_NonRecursive):
                                  "gradflow's blocks: `with torch.no_grad():` and `with torch.inference_mode():`")
         header = f"`with {dotted}():`" + (f" on line {self.source.count(chr(10), 0, full.start) + 1}"
                                           if "\n" in self.source.strip() else "")
-        return With(op.name, header, self._stmts(body), full)
+        return With(op.name, header, self._statements(body), full)
 
-    def _stmts(self, items) -> list:
+    def _statements(self, items) -> list:
         out = []
         for st in items:
             if st is None:
@@ -283,7 +283,7 @@ class Build(Transformer_NonRecursive):
         return out
 
     def start(self, c):
-        return self._stmts(c)
+        return self._statements(c)
 
 
 def _binary(op: str):

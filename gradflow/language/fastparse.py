@@ -1,0 +1,126 @@
+"""Parsing without a parse tree: lark's LALR parser calls Build's methods as it reduces, fed by a lexer that
+matches every terminal at once. Used by parser.parse for texts that parse; any error, and parser.py parses the
+text again the usual way (lark's contextual lexer, the parse tree, then Build over it), which reports it exactly
+as before: a syntax error anywhere wins over an unknown function before it, as it always has.
+
+Where the time went (bench/README.md, "Front end"): lark's tree builder and the Build pass over the tree,
+Python-level hash and equality of lark's rules at every reduction (its table holds a copy of a rule per
+action), a wrapper call for each `?rule` with one child, and lark's lexer (a parser-state look-up, a line
+counter and a Token built through keyword arguments per token).
+"""
+from __future__ import annotations
+
+import threading
+from operator import itemgetter
+
+from gradflow.language.build import Build
+from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
+from gradflow.language.lexing import Continuation
+
+
+class Fast(threading.local):
+    """Per thread (Build keeps the source it reports errors against): lark's LALR parser with callbacks bound to
+    one Build, fed by `_tokens`."""
+
+    def __init__(self, lark: Lark):
+        self.build = Build("")
+        by_rule = lark._parse_tree_builder.create_callback(self.build)
+        for rule, f in by_rule.items():  # `?sum: product` and the like: the one child itself, in C
+            if type(f) is ExpandSingleChild and len(rule.expansion) == 1:
+                by_rule[rule] = itemgetter(0)
+        # lark's table holds a copy of a rule per reduce action, each hashed and compared by Python methods at
+        # every reduction: here every action of a rule shares one _Rule, hashed and compared by identity
+        table = lark.parser.parser.parser.parse_table
+        rules: dict = {}
+        callbacks: dict = {}
+        states: dict = {}
+        for state, actions in table.states.items():
+            states[state] = row = {}
+            for term, (action, arg) in actions.items():
+                if not isinstance(arg, int):
+                    if arg not in rules:
+                        rules[arg] = _Rule(arg.origin, tuple(arg.expansion))
+                        callbacks[rules[arg]] = by_rule[arg]
+                    arg = rules[arg]
+                row[term] = (action, arg)
+        self.parser = type(lark.parser.parser.parser)(type(table)(states, table.start_states, table.end_states),
+                                                      callbacks)
+        self.states = states
+        self.lexers = lark.parser.lexer.lexer.lexers  # lark's contextual lexer: one per parser state
+        root = lark.parser.lexer.lexer.root_lexer  # lark's lexer over every terminal (the contextual one's fallback)
+        scanner = root.scanner
+        (self.pattern,) = scanner._mres  # one regular expression: every terminal a named group, in lark's order
+        self.ignore = frozenset(root.ignore_types)
+        self.newlines = frozenset(root.newline_types)
+        self.keywords: dict[str, dict[str, str]] = {}  # NAME -> {"with": "WITH", ...}: lark's `unless` callbacks
+        for name, callback in root.callback.items():
+            if type(callback) is not UnlessCallback:
+                raise TypeError(name)
+            self.keywords[name] = {t.pattern.value: t.name for t in callback.scanner.terminals}
+        self.postlex = Continuation()
+        self.always = frozenset(self.postlex.always_accept)  # lexed in every state (the contextual lexer's too)
+
+    def parse(self, source: str) -> list:
+        self.build.source = source
+        return self.parser.parse(self, "start")
+
+    def lex(self, parser_state):  # lark's LexerThread interface
+        return self.postlex.process(self._tokens(self.build.source, parser_state.state_stack))
+
+    def _tokens(self, text: str, stack: list):
+        """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
+        its `unless` keywords), which gives the contextual lexer's token wherever the parser accepts it in its
+        state (`stack[-1]`); where it does not, that state's own lexer (lark's) matches again."""
+        new, token, match = str.__new__, Token, self.pattern.match
+        ignore, newlines, keywords, states, always = self.ignore, self.newlines, self.keywords, self.states, self.always
+        pos = line_start = 0
+        line, end = 1, len(text)
+        while pos < end:
+            m = match(text, pos)
+            if m is None:
+                raise _NotFast  # a character no terminal matches
+            kind = m.lastgroup
+            if kind in keywords:
+                kind = keywords[kind].get(m.group(), kind)
+            if kind not in states[stack[-1]] and kind not in ignore and kind not in always:
+                m, kind = self._contextual(stack[-1], text, pos)
+            start, pos = pos, m.end()
+            value = m.group()
+            if kind not in ignore:
+                tok = new(token, value)
+                tok.type, tok.value = kind, value
+                tok.start_pos, tok.line, tok.column = start, line, start - line_start + 1
+            if kind in newlines and "\n" in value:
+                line += value.count("\n")
+                line_start = start + value.rindex("\n") + 1
+            if kind not in ignore:
+                tok.end_pos, tok.end_line, tok.end_column = pos, line, pos - line_start + 1
+                yield tok
+
+    def _contextual(self, state, text: str, pos: int):
+        """The match of lark's lexer for this parser state (only the terminals it accepts), and its type."""
+        lexer = self.lexers[state]
+        for pattern in lexer.scanner._mres:
+            m = pattern.match(text, pos)
+            if m is not None:
+                kind = m.lastgroup
+                unless = lexer.callback.get(kind)
+                if unless is not None:
+                    kind = unless.scanner.fullmatch(m.group()) or kind
+                if kind in self.ignore:
+                    break
+                return m, kind
+        raise _NotFast  # lark reports what is wrong here
+
+
+class _NotFast(Exception):
+    pass
+
+
+class _Rule:
+    """What lark's parser reads of a rule it reduces by: its origin and expansion."""
+
+    __slots__ = ("origin", "expansion")
+
+    def __init__(self, origin, expansion: tuple):
+        self.origin, self.expansion = origin, expansion

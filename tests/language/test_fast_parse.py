@@ -1,0 +1,105 @@
+"""The fast parse (lark's LALR parser calling Build as it reduces, fed by parser.py's own lexer) against the
+tree path (lark's contextual lexer and parse tree, then Build over the tree): the same typed program whenever
+the text parses, and every error reported by the tree path, so error kinds, messages and spans never change."""
+import threading
+
+import pytest
+from hypothesis import given, settings
+
+from gradflow import ParseError
+from gradflow.language import parser
+
+from ..fuzz_support import sources
+
+# Each construct of the grammar, and the texts where lark's contextual lexer and a lexer over every terminal
+# differ: words that are terminals in some states (true, requires_grad, with) and names elsewhere.
+TEXTS = [
+    "x", "x*1 + x*2", "-x^2", "2^3^2", "x**-y^2", "a*b@c - d/e", "x < y", "x >= 1.5e3", "x != .5", "x == 7.",
+    "sin(x) + torch.exp(x) + F.relu(x) + (x).tanh()", "x.T", "x.sum(dim=0, keepdim=True)", "x.sum(0, True)",
+    "torch.sum(x, keepdim=True, dim=0)", "x[0] + x[1:3].sum() + x[::2].sum() + x[..., -1]",
+    "torch.cat([x, y], 0).sum()", "torch.stack((x, y)).sum()", "x.reshape(2, 3).sum()", "x.norm(p='fro')",
+    "a = sin((x\n)\n)\nb = a", "# a comment\nu = x*y  # trailing\n\nv = u + 1; ;\nv^2  # last\n",
+    "x.requires_grad = true", "x.requires_grad = False; x*y", "true_divide = x; true_divide*2", "x * True",
+    "keepdim = x; keepdim", "requires_grad = x\nrequires_grad*2", "withx = x; withx", "x.requires_grad_(False); x*y",
+    "with torch.no_grad():\n    a = x*2\n    b = a + 1\nb*x", "with torch.no_grad(): a = x*2; b = a\nb*x",
+    "with torch.no_grad():\n\ta = x\nwith torch.inference_mode():\n  with torch.no_grad():\n    c = a\nc*x",
+    "  x + 1", "(x\r\n+ 1)", "z = x*y; z.requires_grad_(False); z", "y.detach_(); y*x",
+    "c = (x*y).detach().requires_grad_(); c.retain_grad(); c*2", "where(x > 0, x, -x).sum()",
+    # errors: each must come from the tree path, unchanged
+    "", "x +", "(x", "x)", "foo(x)", "foo(x) + )", "x.foo()", "x.grad", "torch", "torch.no_grad(x)",
+    "x[1.5]", "x[::-1]", "x[..., ...]", "sum(x, keepdim=1)", "sum()", "x = ", "1 = x", "_x", "x $ y",
+    "with torch.no_grad():\n    a = x\n  b = a\n", "with foo():\n    x\n", "with torch.no_grad():\nx\n",
+    "x.requires_grad = 1", "(x).requires_grad = true", "True", "None + x", "x.retain_grad() * 2",
+    "with = 3", "x; with", "x.true", "x.with", "'a' + x", "x(1)", "sum(x, dim=0, dim=1)", "sum(dim=0, x)",
+]
+
+
+def both(text: str):
+    """(the fast path's statements or None if it gave up, the tree path's statements or its error)."""
+    try:
+        fast = parser._fast().parse(text)
+    except Exception:  # noqa: BLE001  # the fast path gives up on any error: parse() then takes the tree path
+        fast = None
+    try:
+        tree = parser._tree_parse(text).stmts
+    except ParseError as err:
+        tree = (err.kind, str(err), err.hint, err.span)
+    return fast, tree
+
+
+def check(text: str) -> None:
+    fast, tree = both(text)
+    if isinstance(tree, tuple):  # an error: the fast path must not have accepted the text
+        assert fast is None, (text, tree)
+        with pytest.raises(ParseError) as err:
+            parser.parse(text)
+        assert (err.value.kind, str(err.value), err.value.hint, err.value.span) == tree
+    else:
+        assert fast == tree, text  # dataclasses: every node, span and parameter
+        assert parser.parse(text).stmts == tree
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_fast_and_tree_paths_agree(text):
+    check(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sources)
+def test_fast_and_tree_paths_agree_on_fuzz_texts(text):
+    check(text)
+
+
+def test_valid_texts_take_the_fast_path():
+    """Words that are terminals in some parser states only (true, requires_grad) are names elsewhere: the
+    fast lexer asks lark's lexer of that state rather than giving up."""
+    for text in ["x * True", "true_divide = x; true_divide*2", "x.requires_grad_(False); x", "x.sum(0, True)",
+                 "requires_grad = x\nrequires_grad*2", "x.requires_grad = true\nx*2", "x*1 + x*2"]:
+        assert parser._fast().parse(text) == parser._tree_parse(text).stmts
+
+
+def test_a_build_error_before_a_syntax_error_is_still_the_syntax_error():
+    """The tree path parses the whole text before building any node, so a syntax error anywhere wins over an
+    unknown function before it; building while parsing must not change which error is reported."""
+    with pytest.raises(ParseError) as err:
+        parser.parse("foo(x) + )")
+    assert err.value.kind == "syntax" and "unexpected ')' at position 9" in str(err.value)
+    with pytest.raises(ParseError) as err:
+        parser.parse("x[1.5]; (")
+    assert err.value.kind == "syntax"
+
+
+def test_threads_parse_their_own_texts():
+    texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
+    want = [parser._tree_parse(t).stmts for t in texts]
+    got: dict[int, list] = {}
+
+    def work(i):
+        got[i] = [parser.parse(texts[i]).stmts for _ in range(30)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(runs == [want[i]] * 30 for i, runs in got.items()) and len(got) == len(texts)
