@@ -4,7 +4,7 @@ a syntax error never pays for it. Torch-free."""
 from __future__ import annotations
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.calls import Binder, number
+from gradflow.language.calls import Binder, number, quick_bind
 from gradflow.language.larklib import Token, Transformer_NonRecursive
 from gradflow.language.ops import CONTEXTS, FUNCTIONS, METHODS, PROPERTIES, QUALIFIED, qualified, short, suggest
 from gradflow.language.syntax import (
@@ -158,7 +158,10 @@ class Build(Transformer_NonRecursive):
         return isinstance(e, Namespace) or (isinstance(e, Var) and e.name in NAMESPACES)
 
     def _make(self, op, shown: str, args, receiver, span: Span, inplace: bool = False):
-        operands, params = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
+        bound = quick_bind(op, args or (), receiver)
+        if bound is None:
+            bound = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
+        operands, params = bound
         inner = operands[0].full if operands else None
         return Call(span, span, op.name, operands, params, inner, inplace)
 
