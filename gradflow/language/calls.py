@@ -4,6 +4,8 @@ numbers, one of a few strings). Errors are ParseErrors with torch's wording and 
 Torch-free."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gradflow.errors import ParseError, Span
 from gradflow.language.ops import Op, Param, suggest
 from gradflow.language.syntax import Call, Expr, Keyword, Namespace, Num, Seq, Str, Var
@@ -45,7 +47,7 @@ def _plain(op: Op) -> tuple[int, tuple] | None:
     return _PLAIN[key]
 
 
-def quick_bind(op: Op, args: list, receiver: Expr | None) -> tuple[list[Expr], tuple] | None:
+def quick_bind(op: Op, args: Sequence, receiver: Expr | None) -> tuple[list[Expr], tuple] | None:
     """Binder.bind's answer for the common call, without a Binder: exactly the op's tensors, as expressions,
     positionally. None when anything else is written (keywords, other counts, lists, strings, True/None...)."""
     plain = _plain(op)
