@@ -15,7 +15,7 @@ from operator import itemgetter
 
 from gradflow.language.build import Build
 from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
-from gradflow.language.lexing import Continuation
+from gradflow.language.lexing import Continuation, at_end
 
 
 class Fast(threading.local):
@@ -65,12 +65,17 @@ class Fast(threading.local):
         return self.parser.parse(self, "start")
 
     def lex(self, parser_state):  # lark's LexerThread interface
-        return self.postlex.process(self._tokens(self.build.source, parser_state.state_stack))
+        text = self.build.source
+        if "\n" in text:
+            return self.postlex.process(self._tokens(text, parser_state.state_stack, False))
+        return self._tokens(text, parser_state.state_stack, True)  # one line: the postlexer would only add the _NL
 
-    def _tokens(self, text: str, stack: list):
+    def _tokens(self, text: str, stack: list, end_line: bool):
         """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
         its `unless` keywords), which gives the contextual lexer's token wherever the parser accepts it in its
-        state (`stack[-1]`); where it does not, that state's own lexer (lark's) matches again."""
+        state (`stack[-1]`); where it does not, that state's own lexer (lark's) matches again. `end_line`: the
+        final _NL the postlexer (lexing.py) adds, for a text of one line."""
+        tok = None
         new, token, match = str.__new__, Token, self.pattern.match
         ignore, newlines, keywords, states, always = self.ignore, self.newlines, self.keywords, self.states, self.always
         pos = line_start = 0
@@ -96,6 +101,8 @@ class Fast(threading.local):
             if kind not in ignore:
                 tok.end_pos, tok.end_line, tok.end_column = pos, line, pos - line_start + 1
                 yield tok
+        if end_line and tok is not None:
+            yield Token("_NL", "", *at_end(tok))
 
     def _contextual(self, state, text: str, pos: int):
         """The match of lark's lexer for this parser state (only the terminals it accepts), and its type."""
