@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from operator import itemgetter
+from typing import Any
 
 from gradflow.language.build import Build
 from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
@@ -75,7 +76,7 @@ class Fast(threading.local):
         its `unless` keywords), which gives the contextual lexer's token wherever the parser accepts it in its
         state (`stack[-1]`); where it does not, that state's own lexer (lark's) matches again. `end_line`: the
         final _NL the postlexer (lexing.py) adds, for a text of one line."""
-        tok = None
+        tok: Any = None
         new, token, match = str.__new__, Token, self.pattern.match
         ignore, newlines, keywords, states, always = self.ignore, self.newlines, self.keywords, self.states, self.always
         pos = line_start = 0
