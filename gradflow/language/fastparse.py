@@ -55,8 +55,8 @@ class Fast(threading.local):
         self.newlines = frozenset(root.newline_types)
         self.keywords: dict[str, dict[str, str]] = {}  # NAME -> {"with": "WITH", ...}: lark's `unless` callbacks
         for name, callback in root.callback.items():
-            if type(callback) is not UnlessCallback:
-                raise TypeError(name)
+            if type(callback) is not UnlessCallback or any(t.pattern.flags for t in callback.scanner.terminals):
+                raise TypeError(name)  # not plain keywords (a callback of lark's own, `"with"i`): no fast path
             self.keywords[name] = {t.pattern.value: t.name for t in callback.scanner.terminals}
         self.postlex = Continuation()
         self.always = frozenset(self.postlex.always_accept)  # lexed in every state (the contextual lexer's too)
