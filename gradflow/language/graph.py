@@ -244,7 +244,10 @@ class _Lowering:
         last = self.last
         self._fix_regions()
         nodes = tuple(self.nodes)
-        steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
+        if len(self.steps) == len(nodes):  # no flag steps: the nodes themselves, in order
+            steps: tuple[Step, ...] = nodes
+        else:
+            steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
         return Graph(self.source, nodes, steps, MappingProxyType(self.inputs), last)
 
     def statements(self, stmts: list[Stmt]) -> None:
