@@ -26,8 +26,8 @@ class Fast(threading.local):
     def __init__(self, lark: Lark):
         self.build = Build("")
         by_rule = lark._parse_tree_builder.create_callback(self.build)
-        for rule, f in by_rule.items():  # `?sum: product` and the like: the one child itself, in C
-            if type(f) is ExpandSingleChild and len(rule.expansion) == 1:
+        for rule, f in by_rule.items():
+            if type(f) is ExpandSingleChild and len(rule.expansion) == 1:  # `?sum: product`: the child itself, in C
                 by_rule[rule] = itemgetter(0)
         # lark's table holds a copy of a rule per reduce action, each hashed and compared by Python methods at
         # every reduction: here every action of a rule shares one _Rule, hashed and compared by identity
@@ -86,22 +86,26 @@ class Fast(threading.local):
             if m is None:
                 raise _NotFast  # a character no terminal matches
             kind = m.lastgroup
+            if kind in ignore:  # spaces, comments: every state's lexer has them too
+                if kind in newlines and "\n" in m.group():
+                    line += m.group().count("\n")
+                    line_start = pos + m.group().rindex("\n") + 1
+                pos = m.end()
+                continue
             if kind in keywords:
                 kind = keywords[kind].get(m.group(), kind)
-            if kind not in states[stack[-1]] and kind not in ignore and kind not in always:
+            if kind not in states[stack[-1]] and kind not in always:
                 m, kind = self._contextual(stack[-1], text, pos)
             start, pos = pos, m.end()
             value = m.group()
-            if kind not in ignore:
-                tok = new(token, value)
-                tok.type, tok.value = kind, value
-                tok.start_pos, tok.line, tok.column = start, line, start - line_start + 1
+            tok = new(token, value)
+            tok.type, tok.value = kind, value
+            tok.start_pos, tok.line, tok.column = start, line, start - line_start + 1
             if kind in newlines and "\n" in value:
                 line += value.count("\n")
                 line_start = start + value.rindex("\n") + 1
-            if kind not in ignore:
-                tok.end_pos, tok.end_line, tok.end_column = pos, line, pos - line_start + 1
-                yield tok
+            tok.end_pos, tok.end_line, tok.end_column = pos, line, pos - line_start + 1
+            yield tok
         if end_line and tok is not None:
             yield Token("_NL", "", *at_end(tok))
 
