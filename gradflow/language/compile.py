@@ -31,7 +31,7 @@ GRAPH_BYTES = 2000  # the Graph itself, its inputs mapping and tuples
 
 def graph_bytes(graph: Graph) -> int:
     """An estimate of the memory a compiled graph holds: its nodes, their texts and the source."""
-    top = max(graph.source, default="\0")
+    top = "\0" if graph.source.isascii() else max(graph.source)  # isascii: no walk over the text
     width = 1 if top < "\u0100" else 2 if top < "\U00010000" else 4  # bytes per character, as CPython stores them
     flags = [s for s in graph.steps if not hasattr(s, "op")] if len(graph.steps) != len(graph.nodes) else []
     # (the steps are the nodes, and the flags between them)

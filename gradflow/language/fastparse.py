@@ -63,7 +63,10 @@ class Fast(threading.local):
 
     def parse(self, source: str) -> list:
         self.build.source = source
-        return self.parser.parse(self, "start")
+        try:
+            return self.parser.parse(self, "start")
+        finally:
+            self.build.source = ""  # no text kept alive by the thread's parser
 
     def lex(self, parser_state):  # lark's LexerThread interface
         text = self.build.source
