@@ -196,3 +196,16 @@ def test_the_depth_limit_still_holds_at_its_edge(text):
     check_tree(program, Limits(depth=depth))
     with pytest.raises(LimitError, match=f"nests? {depth} levels; the limit is {depth - 1}"):
         check_tree(program, Limits(depth=depth - 1))
+
+
+def test_without_the_fast_path_everything_still_parses(monkeypatch):
+    """A lark whose insides differ from what fastparse.py reads: parser.py keeps to the tree path."""
+    monkeypatch.setattr(parser, "_FAST", [None])
+    assert parser.parse("x*1 + sin(x)").stmts == parser._tree_parse("x*1 + sin(x)").stmts
+    with pytest.raises(ParseError, match="unknown function 'foo'"):
+        parser.parse("foo(x)")
+
+
+def test_the_fast_path_is_built_with_this_lark():
+    fast = parser._fast()
+    assert fast is not None and fast.keywords == {"NAME": {"with": "WITH", "requires_grad": "REQUIRES_GRAD"}}
