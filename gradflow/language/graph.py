@@ -88,6 +88,10 @@ class Graph:
         return out
 
 
+def _longest_first(operand: tuple[int, int, int]) -> int:
+    return operand[0] - operand[1]
+
+
 def _node(nid, op, args, text, span, value, modes, params, inner, block, abbreviated) -> Node:
     """Node(...) for the lowering, at a third of the cost: a frozen dataclass's __init__ sets each field through
     object.__setattr__; here they go straight into the instance's dict, in the fields' order (so it stays a
@@ -152,20 +156,23 @@ class _Lowering:
         start, end = span.start, span.end
         if end - start <= NAME_WIDTH or call is None:
             return self.source[start:end], False
-        inside = sorted((a.full.start, a.full.end, nid) for a, nid in zip(call.args, args)
-                        if isinstance(a, Call) and start <= a.full.start and a.full.end <= end)
-        size, refs = end - start, set()
-        for s, t, nid in sorted(inside, key=lambda p: p[0] - p[1]):  # the longest operand first
+        inside = [(a.full.start, a.full.end, nid) for a, nid in zip(call.args, args)
+                  if isinstance(a, Call) and start <= a.full.start and a.full.end <= end]
+        inside.sort()
+        size, refs = end - start, {}
+        for s, t, nid in sorted(inside, key=_longest_first) if len(inside) > 1 else inside:
             if size <= NAME_WIDTH:
                 break
-            size -= (t - s) - len(f"%{nid}")
-            refs.add(nid)
-        parts, at = [], start
+            ref = f"%{nid}"
+            size -= (t - s) - len(ref)
+            refs[nid] = ref
+        source, parts, at = self.source, [], start
         for s, t, nid in inside:
             if nid in refs and s >= at:
-                parts += [self.source[at:s], f"%{nid}"]
+                parts.append(source[at:s])
+                parts.append(refs[nid])
                 at = t
-        parts.append(self.source[at:end])
+        parts.append(source[at:end])
         text = "".join(parts)
         if len(text) > NAME_WIDTH:
             head = NAME_WIDTH // 2
