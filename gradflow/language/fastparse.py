@@ -44,6 +44,7 @@ class Fast(threading.local):
                         callbacks[rules[arg]] = by_rule[arg]
                     arg = rules[arg]
                 row[term] = (action, arg)
+        _skip_unit_states(states, callbacks, set(table.end_states.values()))
         self.parser = type(lark.parser.parser.parser)(type(table)(states, table.start_states, table.end_states),
                                                       callbacks)
         self.states = states
@@ -126,6 +127,36 @@ class Fast(threading.local):
                     break
                 return m, kind
         raise _NotFast  # lark reports what is wrong here
+
+
+def _skip_unit_states(states: dict, callbacks: dict, ends: set) -> None:
+    """A state whose every action reduces by one rule `A: B` whose callback is the child itself (`?sum:
+    product`) only pops itself and goes to the state A leads to: the gotos and shifts into it go there
+    directly (LR parsers' default reductions: a valid text parses to the same values; an error is still found
+    before its token is shifted, and the tree path then reports it)."""
+    unit = {}
+    for state, row in states.items():
+        actions = set(row.values())
+        if len(actions) == 1:
+            ((action, rule),) = actions
+            if not isinstance(rule, int) and len(rule.expansion) == 1 and type(callbacks[rule]) is itemgetter:
+                unit[state] = rule.origin.name
+
+    def target(state, symbol):
+        seen = 0
+        while True:
+            action, arg = states[state][symbol]
+            if not isinstance(arg, int) or arg not in unit or seen > len(unit):
+                return arg
+            follow = states[state].get(unit[arg])
+            if follow is None or not isinstance(follow[1], int) or follow[1] in ends:
+                return arg
+            symbol, seen = unit[arg], seen + 1
+
+    for state, row in states.items():
+        for symbol, (action, arg) in list(row.items()):
+            if isinstance(arg, int) and arg in unit:
+                row[symbol] = (action, target(state, symbol))
 
 
 class _NotFast(Exception):
