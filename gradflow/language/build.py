@@ -4,7 +4,7 @@ a syntax error never pays for it. Torch-free."""
 from __future__ import annotations
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.calls import Binder, number
+from gradflow.language.calls import Binder, number, quick_bind
 from gradflow.language.larklib import Token, Transformer_NonRecursive
 from gradflow.language.ops import CONTEXTS, FUNCTIONS, METHODS, PROPERTIES, QUALIFIED, qualified, short, suggest
 from gradflow.language.syntax import (
@@ -158,7 +158,10 @@ class Build(Transformer_NonRecursive):
         return isinstance(e, Namespace) or (isinstance(e, Var) and e.name in NAMESPACES)
 
     def _make(self, op, shown: str, args, receiver, span: Span, inplace: bool = False):
-        operands, params = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
+        bound = quick_bind(op, args or (), receiver)
+        if bound is None:
+            bound = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
+        operands, params = bound
         inner = operands[0].full if operands else None
         return Call(span, span, op.name, operands, params, inner, inplace)
 
@@ -270,9 +273,9 @@ class Build(Transformer_NonRecursive):
                                  "gradflow's blocks: `with torch.no_grad():` and `with torch.inference_mode():`")
         header = f"`with {dotted}():`" + (f" on line {self.source.count(chr(10), 0, full.start) + 1}"
                                           if "\n" in self.source.strip() else "")
-        return With(op.name, header, self._stmts(body), full)
+        return With(op.name, header, self._statements(body), full)
 
-    def _stmts(self, items) -> list:
+    def _statements(self, items) -> list:
         out = []
         for st in items:
             if st is None:
@@ -283,7 +286,7 @@ class Build(Transformer_NonRecursive):
         return out
 
     def start(self, c):
-        return self._stmts(c)
+        return self._statements(c)
 
 
 def _binary(op: str):

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # the node classes load on first use: a syntax error needs no
     from gradflow.language.graph import Graph
 
 # Measured with tracemalloc on CPython 3.11 (bench/README.md, "Parse cache"): a Node with its Span, args and
-# names tuples costs ~380 bytes besides its text; a str ~50 bytes besides its characters.
+# names tuples costs ~380 bytes besides its text (~430 since the lowering fills its dict directly, graph._node);
+# a str ~50 bytes besides its characters.
 NODE_BYTES = 400
 STR_BYTES = 50
 GRAPH_BYTES = 2000  # the Graph itself, its inputs mapping and tuples
@@ -30,9 +31,10 @@ GRAPH_BYTES = 2000  # the Graph itself, its inputs mapping and tuples
 
 def graph_bytes(graph: Graph) -> int:
     """An estimate of the memory a compiled graph holds: its nodes, their texts and the source."""
-    top = max(graph.source, default="\0")
+    top = "\0" if graph.source.isascii() else max(graph.source)  # isascii: no walk over the text
     width = 1 if top < "\u0100" else 2 if top < "\U00010000" else 4  # bytes per character, as CPython stores them
-    flags = [s for s in graph.steps if not hasattr(s, "op")]  # the steps are the nodes, and the flags between them
+    flags = [s for s in graph.steps if not hasattr(s, "op")] if len(graph.steps) != len(graph.nodes) else []
+    # (the steps are the nodes, and the flags between them)
     texts = sum(len(n.text) for n in graph.nodes) + sum(len(s.text) for s in flags)
     return ((NODE_BYTES + STR_BYTES) * (len(graph.nodes) + len(flags)) + 8 * len(graph.steps)
             + width * (texts + len(graph.source)) + STR_BYTES + GRAPH_BYTES)

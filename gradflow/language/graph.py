@@ -8,7 +8,7 @@ order; nothing here imports torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +22,7 @@ from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Nu
 # its size, not with its size squared (a chain `a+b+c+...` would repeat its whole prefix at every step).
 # The full text is `graph.full_text(node)`, the source between the node's span.
 NAME_WIDTH = 60
+_new = object.__new__
 # ---- the lowered graph --------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -87,6 +88,32 @@ class Graph:
         return out
 
 
+def _longest_first(operand: tuple[int, int, int]) -> int:
+    return operand[0] - operand[1]
+
+
+def _node(nid, op, args, text, span, value, modes, params, inner, block, abbreviated) -> Node:
+    """Node(...) for the lowering, at a third of the cost: a frozen dataclass's __init__ sets each field through
+    object.__setattr__; here they go straight into the instance's dict, in the fields' order (so it stays a
+    key-sharing dict: ~256 bytes a node against ~190)."""
+    node = _new(Node)
+    d = vars(node)
+    d["id"] = nid
+    d["op"] = op
+    d["args"] = args
+    d["text"] = text
+    d["span"] = span
+    d["names"] = ()
+    d["value"] = value
+    d["region"] = None
+    d["modes"] = modes
+    d["params"] = params
+    d["inner"] = inner
+    d["block"] = block
+    d["abbreviated"] = abbreviated
+    return node
+
+
 class _Lowering:
     def __init__(self, source: str):
         self.source = source
@@ -100,14 +127,25 @@ class _Lowering:
     def new(self, op, args, span, value=0.0, regions: tuple = (), call: Call | None = None) -> int:
         """A node; `regions`: the enclosing (region call or `with` block, op) pairs, outermost first."""
         nid = len(self.nodes)
-        modes = tuple(mode for _, mode in regions)
-        innermost = regions[-1][0] if regions else None
-        text, short = self.text(span, call, args)
-        self.nodes.append(Node(nid, op, tuple(args), text, span, value=value, modes=modes,
-                               params=() if call is None else call.params, inner=None if call is None else call.inner,
-                               block=innermost.header if isinstance(innermost, With) else None, abbreviated=short))
-        if isinstance(innermost, Call):
-            self.regions[nid] = innermost
+        if span.end - span.start <= NAME_WIDTH or call is None:
+            text, short = self.source[span.start:span.end], False
+        else:
+            text, short = self.text(span, call, args)
+        block = None
+        if regions:
+            innermost = regions[-1][0]
+            if isinstance(innermost, With):
+                block = innermost.header
+            elif isinstance(innermost, Call):
+                self.regions[nid] = innermost
+            modes = tuple(mode for _, mode in regions)
+        else:
+            modes = ()
+        if call is None:
+            node = _node(nid, op, tuple(args), text, span, value, modes, (), None, block, short)
+        else:
+            node = _node(nid, op, tuple(args), text, span, value, modes, call.params, call.inner, block, short)
+        self.nodes.append(node)
         self.steps.append(nid)
         return nid
 
@@ -118,20 +156,23 @@ class _Lowering:
         start, end = span.start, span.end
         if end - start <= NAME_WIDTH or call is None:
             return self.source[start:end], False
-        inside = sorted((a.full.start, a.full.end, nid) for a, nid in zip(call.args, args)
-                        if isinstance(a, Call) and start <= a.full.start and a.full.end <= end)
-        size, refs = end - start, set()
-        for s, t, nid in sorted(inside, key=lambda p: p[0] - p[1]):  # the longest operand first
+        inside = [(a.full.start, a.full.end, nid) for a, nid in zip(call.args, args)
+                  if isinstance(a, Call) and start <= a.full.start and a.full.end <= end]
+        inside.sort()
+        size, refs = end - start, {}
+        for s, t, nid in sorted(inside, key=_longest_first) if len(inside) > 1 else inside:
             if size <= NAME_WIDTH:
                 break
-            size -= (t - s) - len(f"%{nid}")
-            refs.add(nid)
-        parts, at = [], start
+            ref = f"%{nid}"
+            size -= (t - s) - len(ref)
+            refs[nid] = ref
+        source, parts, at = self.source, [], start
         for s, t, nid in inside:
             if nid in refs and s >= at:
-                parts += [self.source[at:s], f"%{nid}"]
+                parts.append(source[at:s])
+                parts.append(refs[nid])
                 at = t
-        parts.append(self.source[at:end])
+        parts.append(source[at:end])
         text = "".join(parts)
         if len(text) > NAME_WIDTH:
             head = NAME_WIDTH // 2
@@ -144,7 +185,7 @@ class _Lowering:
     def name(self, nid: int, name: str) -> None:
         node = self.nodes[nid]
         if name not in node.names:
-            self.nodes[nid] = replace(node, names=(*node.names, name))
+            vars(node)["names"] = (*node.names, name)  # a node of this lowering, in no Graph yet
 
     def lookup(self, var: Var) -> int:
         if var.name in ("True", "False", "None"):
@@ -157,28 +198,31 @@ class _Lowering:
         return self.env[var.name]
 
     def expr(self, root: Expr) -> int:
-        """Post-order walk with an explicit stack (deep nesting must not recurse)."""
-        results: dict[int, int] = {}
-        stack: list[tuple[Any, bool, tuple]] = [(root, False, self.blocks)]  # Num | Var | Call, enclosing regions
+        """Post-order walk with an explicit stack (deep nesting must not recurse); each node's id goes on `out`,
+        where a call finds its operands' ids as the last ones."""
+        out: list[int] = []
+        stack: list[tuple[Any, tuple, bool]] = [(root, self.blocks, False)]  # expression, enclosing regions, done
+        pop, push = stack.pop, stack.append
         while stack:
-            e, done, reg = stack.pop()
-            if isinstance(e, Num):
-                results[id(e)] = self.new("const", (), e.span, value=e.value, regions=reg)
+            e, reg, done = pop()
+            if done:
+                first = len(out) - len(e.args)
+                args = out[first:]
+                del out[first:]
+                out.append(self.call(e, args, reg))
+            elif isinstance(e, Num):
+                out.append(self.new("const", (), e.span, value=e.value, regions=reg))
             elif isinstance(e, Var):
-                results[id(e)] = self.lookup(e)
+                out.append(self.lookup(e))
             elif isinstance(e, Namespace):
                 raise self.fail(f"'{e.name}' is a module or function, not a value", e.span, "call a function, "
                                 "e.g. torch.sum(x)", kind="unknown_function")
-            elif not done:
-                stack.append((e, True, reg))
-                inner = reg
-                if is_region(e.op):
-                    inner = (*reg, (e, e.op))
-                for a in reversed(e.args):
-                    stack.append((a, False, inner))
             else:
-                results[id(e)] = self.call(e, [results[id(a)] for a in e.args], reg)
-        return results[id(root)]
+                push((e, reg, True))
+                inner = (*reg, (e, e.op)) if is_region(e.op) else reg
+                for a in reversed(e.args):
+                    push((a, inner, False))
+        return out[-1]
 
     def call(self, e: Call, args: list[int], reg: tuple) -> int:
         """A call's node; the in-place spellings act on their operand: a.requires_grad_(v) is a flag step on
@@ -207,7 +251,10 @@ class _Lowering:
         last = self.last
         self._fix_regions()
         nodes = tuple(self.nodes)
-        steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
+        if len(self.steps) == len(nodes):  # no flag steps: the nodes themselves, in order
+            steps: tuple[Step, ...] = nodes
+        else:
+            steps = tuple(nodes[s] if isinstance(s, int) else s for s in self.steps)
         return Graph(self.source, nodes, steps, MappingProxyType(self.inputs), last)
 
     def statements(self, stmts: list[Stmt]) -> None:
@@ -243,7 +290,7 @@ class _Lowering:
             return  # most programs: no index of every node to build
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
         for nid, call in self.regions.items():
-            self.nodes[nid] = replace(self.nodes[nid], region=by_span[(call.span.start, call.span.end, call.op)])
+            vars(self.nodes[nid])["region"] = by_span[(call.span.start, call.span.end, call.op)]
 
 
 def lower(program: Program) -> Graph:

@@ -33,7 +33,10 @@ from lark.exceptions import (  # noqa: E402
     VisitError,
 )
 from lark.lark import _LOAD_ALLOWED_OPTIONS, PostLex  # noqa: E402
+from lark.lexer import UnlessCallback  # noqa: E402
+from lark.parse_tree_builder import ExpandSingleChild  # noqa: E402
 from lark.visitors import Transformer_NonRecursive  # noqa: E402
 
-__all__ = ["Lark", "Token", "PostLex", "Transformer_NonRecursive", "UnexpectedCharacters", "UnexpectedEOF",
-           "UnexpectedInput", "UnexpectedToken", "VisitError", "_LOAD_ALLOWED_OPTIONS"]
+__all__ = ["ExpandSingleChild", "Lark", "Token", "PostLex", "Transformer_NonRecursive", "UnexpectedCharacters",
+           "UnexpectedEOF", "UnexpectedInput", "UnexpectedToken", "UnlessCallback", "VisitError",
+           "_LOAD_ALLOWED_OPTIONS"]

@@ -64,9 +64,9 @@ class Continuation(PostLex):
             last = tok
             yield tok
         if last is not None and last.type != "_NL":
-            yield Token("_NL", "", *_at_end(last))
+            yield Token("_NL", "", *at_end(last))
         for _ in blocks:
-            yield Token("_DEDENT", "", *_at_end(last))
+            yield Token("_DEDENT", "", *at_end(last))
 
     @staticmethod
     def _layout(nl: Token, ind: int, line_ind: int, opener: bool, blocks: list[tuple[int, int]]):
@@ -86,7 +86,7 @@ class Continuation(PostLex):
             raise IndentationProblem("unexpected indent", start)
 
 
-def _at_end(last):
+def at_end(last):
     if last is None:
         return (0, 1, 1, 1, 1, 0)
     return (last.end_pos, last.end_line, last.end_column, last.end_line, last.end_column, last.end_pos)

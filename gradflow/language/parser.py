@@ -6,6 +6,7 @@ token. Nothing is ever handed to Python's eval.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import TYPE_CHECKING, Any
 
 from gradflow.errors import ParseError, Span
@@ -86,8 +87,45 @@ def _where(source: str, pos: int) -> str:
     return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
+# The fast path (fastparse.py: lark's LALR parser calls Build's methods as it reduces, no parse tree) is taken
+# once the node classes are loaded (a previous program parsed: batch, sweeps, tests) or for a text long enough
+# that loading them (~20 ms) is small next to parsing it: a short program with a syntax error, the common early
+# exit, still loads none of them. Any error there, and the tree path reports it, exactly as it always has.
+FAST_FROM = 2000  # characters
+
+
+_FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ from what it expects
+
+
+def _fast():
+    if not _FAST:
+        from gradflow.language.fastparse import Fast
+
+        try:
+            _FAST.append(Fast(_lark()))
+        except (AttributeError, KeyError, TypeError, ValueError):  # a lark whose insides differ: the tree path
+            _FAST.append(None)
+    return _FAST[0]
+
+
 def parse(source: str) -> Program:
     """Parse program text into typed statements. Raises ParseError."""
+    if len(source) >= FAST_FROM or "gradflow.language.build" in sys.modules:
+        fast = _fast()
+        if fast is not None:
+            try:
+                stmts = fast.parse(source)
+            except Exception:  # noqa: BLE001  # any error: the tree path below reports it, exactly as always
+                pass
+            else:
+                from gradflow.language.syntax import Program
+
+                return Program(source, stmts)
+    return _tree_parse(source)
+
+
+def _tree_parse(source: str) -> Program:
+    """The parse tree, then Build over it: every error is reported from here."""
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:

@@ -1,0 +1,172 @@
+"""Parsing without a parse tree: lark's LALR parser calls Build's methods as it reduces, fed by a lexer that
+matches every terminal at once. Used by parser.parse for texts that parse; any error, and parser.py parses the
+text again the usual way (lark's contextual lexer, the parse tree, then Build over it), which reports it exactly
+as before: a syntax error anywhere wins over an unknown function before it, as it always has.
+
+Where the time went (bench/README.md, "Front end"): lark's tree builder and the Build pass over the tree,
+Python-level hash and equality of lark's rules at every reduction (its table holds a copy of a rule per
+action), a wrapper call for each `?rule` with one child, and lark's lexer (a parser-state look-up, a line
+counter and a Token built through keyword arguments per token).
+"""
+from __future__ import annotations
+
+import threading
+from operator import itemgetter
+from typing import Any
+
+from gradflow.language.build import Build
+from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
+from gradflow.language.lexing import Continuation, at_end
+
+
+class Fast(threading.local):
+    """Per thread (Build keeps the source it reports errors against): lark's LALR parser with callbacks bound to
+    one Build, fed by `_tokens`."""
+
+    def __init__(self, lark: Lark):
+        self.build = Build("")
+        by_rule = lark._parse_tree_builder.create_callback(self.build)
+        for rule, f in by_rule.items():
+            if type(f) is ExpandSingleChild and len(rule.expansion) == 1:  # `?sum: product`: the child itself, in C
+                by_rule[rule] = itemgetter(0)
+        # lark's table holds a copy of a rule per reduce action, each hashed and compared by Python methods at
+        # every reduction: here every action of a rule shares one _Rule, hashed and compared by identity
+        table = lark.parser.parser.parser.parse_table
+        rules: dict = {}
+        callbacks: dict = {}
+        states: dict = {}
+        for state, actions in table.states.items():
+            states[state] = row = {}
+            for term, (action, arg) in actions.items():
+                if not isinstance(arg, int):
+                    if arg not in rules:
+                        rules[arg] = _Rule(arg.origin, tuple(arg.expansion))
+                        callbacks[rules[arg]] = by_rule[arg]
+                    arg = rules[arg]
+                row[term] = (action, arg)
+        _skip_unit_states(states, callbacks, set(table.end_states.values()))
+        self.parser = type(lark.parser.parser.parser)(type(table)(states, table.start_states, table.end_states),
+                                                      callbacks)
+        self.states = states
+        self.lexers = lark.parser.lexer.lexer.lexers  # lark's contextual lexer: one per parser state
+        root = lark.parser.lexer.lexer.root_lexer  # lark's lexer over every terminal (the contextual one's fallback)
+        scanner = root.scanner
+        (self.pattern,) = scanner._mres  # one regular expression: every terminal a named group, in lark's order
+        self.ignore = frozenset(root.ignore_types)
+        self.newlines = frozenset(root.newline_types)
+        self.keywords: dict[str, dict[str, str]] = {}  # NAME -> {"with": "WITH", ...}: lark's `unless` callbacks
+        for name, callback in root.callback.items():
+            if type(callback) is not UnlessCallback or any(t.pattern.flags for t in callback.scanner.terminals):
+                raise TypeError(name)  # not plain keywords (a callback of lark's own, `"with"i`): no fast path
+            self.keywords[name] = {t.pattern.value: t.name for t in callback.scanner.terminals}
+        self.postlex = Continuation()
+        self.always = frozenset(self.postlex.always_accept)  # lexed in every state (the contextual lexer's too)
+
+    def parse(self, source: str) -> list:
+        self.build.source = source
+        try:
+            return self.parser.parse(self, "start")
+        finally:
+            self.build.source = ""  # no text kept alive by the thread's parser
+
+    def lex(self, parser_state):  # lark's LexerThread interface
+        text = self.build.source
+        if "\n" in text:
+            return self.postlex.process(self._tokens(text, parser_state.state_stack, False))
+        return self._tokens(text, parser_state.state_stack, True)  # one line: the postlexer would only add the _NL
+
+    def _tokens(self, text: str, stack: list, end_line: bool):
+        """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
+        its `unless` keywords), which gives the contextual lexer's token wherever the parser accepts it in its
+        state (`stack[-1]`); where it does not, that state's own lexer (lark's) matches again. `end_line`: the
+        final _NL the postlexer (lexing.py) adds, for a text of one line."""
+        tok: Any = None
+        new, token, match = str.__new__, Token, self.pattern.match
+        ignore, newlines, keywords, states, always = self.ignore, self.newlines, self.keywords, self.states, self.always
+        pos = line_start = 0
+        line, end = 1, len(text)
+        while pos < end:
+            m = match(text, pos)
+            if m is None:
+                raise _NotFast  # a character no terminal matches
+            kind = m.lastgroup
+            if kind in ignore:  # spaces, comments: every state's lexer has them too
+                if kind in newlines and "\n" in m.group():
+                    line += m.group().count("\n")
+                    line_start = pos + m.group().rindex("\n") + 1
+                pos = m.end()
+                continue
+            if kind in keywords:
+                kind = keywords[kind].get(m.group(), kind)
+            if kind not in states[stack[-1]] and kind not in always:
+                m, kind = self._contextual(stack[-1], text, pos)
+            start, pos = pos, m.end()
+            value = m.group()
+            tok = new(token, value)
+            tok.type, tok.value = kind, value
+            tok.start_pos, tok.line, tok.column = start, line, start - line_start + 1
+            if kind in newlines and "\n" in value:
+                line += value.count("\n")
+                line_start = start + value.rindex("\n") + 1
+            tok.end_pos, tok.end_line, tok.end_column = pos, line, pos - line_start + 1
+            yield tok
+        if end_line and tok is not None:
+            yield Token("_NL", "", *at_end(tok))
+
+    def _contextual(self, state, text: str, pos: int):
+        """The match of lark's lexer for this parser state (only the terminals it accepts), and its type."""
+        lexer = self.lexers[state]
+        for pattern in lexer.scanner._mres:
+            m = pattern.match(text, pos)
+            if m is not None:
+                kind = m.lastgroup
+                unless = lexer.callback.get(kind)
+                if unless is not None:
+                    kind = unless.scanner.fullmatch(m.group()) or kind
+                if kind in self.ignore:
+                    break
+                return m, kind
+        raise _NotFast  # lark reports what is wrong here
+
+
+def _skip_unit_states(states: dict, callbacks: dict, ends: set) -> None:
+    """A state whose every action reduces by one rule `A: B` whose callback is the child itself (`?sum:
+    product`) only pops itself and goes to the state A leads to: the gotos and shifts into it go there
+    directly (LR parsers' default reductions: a valid text parses to the same values; an error is still found
+    before its token is shifted, and the tree path then reports it)."""
+    unit = {}
+    for state, row in states.items():
+        actions = set(row.values())
+        if len(actions) == 1:
+            ((action, rule),) = actions
+            if not isinstance(rule, int) and len(rule.expansion) == 1 and type(callbacks[rule]) is itemgetter:
+                unit[state] = rule.origin.name
+
+    def target(state, symbol):
+        seen = 0
+        while True:
+            action, arg = states[state][symbol]
+            if not isinstance(arg, int) or arg not in unit or seen > len(unit):
+                return arg
+            follow = states[state].get(unit[arg])
+            if follow is None or not isinstance(follow[1], int) or follow[1] in ends:
+                return arg
+            symbol, seen = unit[arg], seen + 1
+
+    for state, row in states.items():
+        for symbol, (action, arg) in list(row.items()):
+            if isinstance(arg, int) and arg in unit:
+                row[symbol] = (action, target(state, symbol))
+
+
+class _NotFast(Exception):
+    pass
+
+
+class _Rule:
+    """What lark's parser reads of a rule it reduces by: its origin and expansion."""
+
+    __slots__ = ("origin", "expansion")
+
+    def __init__(self, origin, expansion: tuple):
+        self.origin, self.expansion = origin, expansion
