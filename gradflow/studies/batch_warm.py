@@ -2,7 +2,8 @@
 work every worker would otherwise repeat is done once, and shared by the workers' copy-on-write memory.
 
 - the modules that evaluating and reporting a record imports lazily (engine, analysis, values);
-- lark's parse tables, loaded into a parser (~10-50 ms a process), by compiling one program;
+- lark's parse tables, loaded into a parser (~10-50 ms a process), by compiling one program, and the fast parser
+  (language/fastparse.py, ~2 ms) by compiling a second one (the first loads the node classes it waits for);
 - gc.freeze() last (it is the last module preloaded): the fork server's ~10^6 objects (torch's) move out of the
   collector's reach, so a worker's collections neither walk them nor write to their pages (which would copy
   them all, page by page, into every worker: the Python docs' advice for gc.freeze before fork).
@@ -26,4 +27,5 @@ import gradflow.values.text  # noqa: F401 - imported for their side effect: load
 from gradflow.language.compile import compile_program
 
 compile_program("sum(tanh(x*y) + sigmoid(x)^2 - exp(detach(x))/2 + mean(w@w))")
+compile_program("x*y - detach(x)")
 gc.freeze()
