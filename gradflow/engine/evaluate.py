@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import OPS, is_cut, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note, rounding_note
+from gradflow.values.jsonable import PLAIN_MAX, UNCONVERTED, plain
 from gradflow.values.tensors import (
     TORCH_ERRORS,
     resolve_device,
@@ -240,10 +242,6 @@ class _Run:
                 self.total = account(self.total, step, t, self.g.source, grad=held)
 
 
-def _grad_fn_name(t: torch.Tensor) -> str | None:
-    return None if t.grad_fn is None else type(t.grad_fn).__name__
-
-
 def _check_output(run: _Run) -> torch.Tensor:
     g = run.g
     out = run.t[g.output]
@@ -269,17 +267,31 @@ def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
 
 
 def _results(run: _Run) -> list[NodeResult]:
+    """A NodeResult per node and every edge's flow, each tensor's numbers read once (values/jsonable.py `plain`)."""
     nodes = []
+    tensors = run.t
     for node in run.g.nodes:
-        t = run.t[node.id]
-        nodes.append(NodeResult(node.id, node.label, node.text, node.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args,
-                                span=(node.span.start, node.span.end), abbreviated=node.abbreviated))
+        t = tensors[node.id]
+        value = t.detach()
+        dims = list(value.shape)
+        small = math.prod(dims) <= PLAIN_MAX
+        grad = None if is_region(node.op) else t.grad
+        fn = t.grad_fn
+        nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, t.requires_grad, t.is_leaf,
+                                None if fn is None else type(fn).__name__, grad, "off", None, node.args,
+                                (node.span.start, node.span.end), node.abbreviated, dims,
+                                value.tolist() if small else UNCONVERTED,
+                                UNCONVERTED if not small else None if grad is None else grad.tolist()))
+    aliases, hooked, same = run.aliases, run.hooked, run.same_as_src
     for i, e in enumerate(run.edges):
-        if i in run.aliases:
-            e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
+        if i in aliases:
+            e.flow = run.flows.get(i) if i in hooked else aliases[i].grad
+            e.flow_py = plain(e.flow)
+        elif i in same:
+            src = nodes[e.src]
+            e.flow, e.flow_py = src.grad, src.grad_py
         else:
-            e.flow = nodes[e.src].grad if i in run.same_as_src else None
+            e.flow_py = None
     # Region wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
     if not any(is_region(n.op) for n in nodes):
@@ -293,9 +305,10 @@ def _results(run: _Run) -> list[NodeResult]:
     for n in reversed(nodes):
         if is_region(n.op):
             n.grad = _sum([e.flow for e in by_src.get(n.id, [])])
+            n.grad_py = plain(n.grad)
             e = into[n.id]
             if e.flow is None and not e.cut:
-                e.flow = n.grad
+                e.flow, e.flow_py = n.grad, n.grad_py
     return nodes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from gradflow.analysis.explanation import EdgeResult, NodeResult, Warning
+from gradflow.values.jsonable import plain_finite
 
 LARGEST = {"float16": "65504", "bfloat16": "3.4e38", "float32": "3.4e38", "float64": "1.8e308"}
 HALF_NAMES = ("float16", "bfloat16")
@@ -39,6 +40,12 @@ def bad(t) -> bool:
     else:
         total = t.sum().item()
     return not math.isfinite(total) and not bool(t.isfinite().all())
+
+
+def _is_bad(t, numbers) -> bool:
+    """bad(t), from its numbers when the engine read them (values/jsonable.py `plain`)."""
+    finite = plain_finite(numbers)
+    return bad(t) if finite is None else not finite
 
 
 def what(t) -> str:
@@ -125,7 +132,7 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
                    given: dict | None = None) -> list[Warning]:
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
-    value_bad = [bad(n.value) for n in nodes]  # nodes[i].id == i; args are such indices
+    value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
     for n in nodes:
         if value_bad[n.id] and not any(value_bad[a] for a in n.args):
             args = [nodes[a] for a in n.args]
@@ -140,20 +147,23 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
     known: dict[int, bool] = {}  # many flows are their source's grad tensor itself: test each tensor once
 
-    def is_bad(t) -> bool:
+    def is_bad(t, numbers) -> bool:
+        finite = plain_finite(numbers)  # the engine read small tensors' numbers already: no torch call
+        if finite is not None:
+            return not finite
         if id(t) not in known:
             known[id(t)] = bad(t)
         return known[id(t)]
 
     for e in sorted(edges, key=lambda e: -e.dst):
         dst, src = nodes[e.dst], nodes[e.src]
-        if is_bad(e.flow) and not is_bad(dst.grad):
+        if is_bad(e.flow, e.flow_py) and not is_bad(dst.grad, dst.grad_py):
             return [Warning("nonfinite_grad", dst.name,
                             f"the gradient first becomes {what(e.flow)} in the backward pass on the edge "
                             f"{src.name} → {dst.name}: {backward_reason(e, dst, [nodes[a] for a in dst.args])}"
                             + _zero_times_inf(e, dst), dst.id)]
     for n in reversed(nodes):
-        if is_bad(n.grad):
+        if is_bad(n.grad, n.grad_py):
             return [Warning("nonfinite_grad", n.name, f"the gradient of '{n.name}' is {what(n.grad)}: "
                             "the sum of the gradients flowing into it overflows", n.id)]
     return []
