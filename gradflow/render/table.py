@@ -4,6 +4,7 @@ Never prints JSON (that goes out through result.dumps and plain print).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -18,7 +19,8 @@ from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.display import visible
 from gradflow.errors import GradflowError
 from gradflow.language.graph import NAME_WIDTH
-from gradflow.values.text import DASH, format_tensor
+from gradflow.values.jsonable import UNCONVERTED
+from gradflow.values.text import DASH, format_numbers, format_tensor
 
 ANOMALY = "⚠"
 _STATUS = {  # marker, style, legend text
@@ -76,8 +78,17 @@ _COLUMNS: list[tuple[str, dict[str, Any]]] = [("node", {"overflow": "fold", "min
 
 
 def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
-    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once)."""
-    return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
+    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once),
+    from the numbers the engine read where it did (NodeResult.value_py)."""
+    cells = []
+    for n in result.nodes:
+        if n.dims is None or n.value_py is UNCONVERTED or n.grad_py is UNCONVERTED:
+            cells.append((format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")))
+        else:
+            size = math.prod(n.dims)
+            cells.append((format_numbers(n.value, n.value_py, size, "\n"), format_numbers(n.grad, n.grad_py, size,
+                                                                                           "\n")))
+    return cells
 
 
 def abbreviated(result: Explanation) -> bool:
@@ -154,12 +165,13 @@ def _cells(text: str) -> int:
     return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
 
 
-def _breaks(line: str, width: int) -> list[int]:
+def _breaks(line: str, width: int, one_cell: bool = False) -> list[int]:
     """rich._wrap.divide_line(line, width): where rich breaks a line, found with rfind() instead of a Python
-    step per word when every character is one cell and the only white space is ' ' (else rich's own)."""
+    step per word when every character is one cell and the only white space is ' ' (else rich's own).
+    `one_cell`: the caller knows both already."""
     from rich._wrap import divide_line
 
-    if _cells(line) != len(line) or not line.replace(" ", "x").isprintable():
+    if not one_cell and (_cells(line) != len(line) or not line.replace(" ", "x").isprintable()):
         return divide_line(line, width, fold=True)
     breaks, start, n = [], 0, len(line)
     while start + width < n:
@@ -177,18 +189,19 @@ def _breaks(line: str, width: int) -> list[int]:
     return breaks
 
 
-def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
+def _wrap(text: str, width: int, pad: bool = False, one_cell: bool = False) -> list[str]:
     """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
-    (as a Padding around it prints it)."""
+    (as a Padding around it prints it); `one_cell`: every character of `text` is known to take one cell, and its
+    only white space is ' '."""
     if "\n" not in text:  # one line (most): as the loop below does it, without the loop
-        cells = _cells(text)
+        cells = len(text) if one_cell else _cells(text)
         if cells <= width:
             return [_pad(text, width, cells=cells) if pad else text]
     lines = []
     for line in text.split("\n"):
-        cells = _cells(line)
+        cells = len(line) if one_cell else _cells(line)
         one = cells == len(line)  # every piece's width is its length
-        cuts = [0, *_breaks(line, width), len(line)] if cells > width else [0, len(line)]
+        cuts = [0, *_breaks(line, width, one_cell), len(line)] if cells > width else [0, len(line)]
         for a, b in zip(cuts, cuts[1:]):
             piece = line[a:b]
             excess = (len(piece) if one else _cells(piece)) - width
@@ -252,12 +265,15 @@ def _plain_blocks(result: Explanation, width: int, cells: list[tuple[str, str]])
     out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
     for n, (value, grad) in zip(result.nodes, cells):  # a cell without "\n" is what format_tensor(t) gives
         node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
-        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width)
+        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width, one_cell=n.name.isascii()
+                     and n.name.isprintable() and n.id not in marked)
         value = format_tensor(n.value) if "\n" in value else value
         grad = format_tensor(n.grad) if "\n" in grad else grad
         details = (f"grad {grad} · value {value} · requires_grad "
                    f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
-        out += ["  " + line for line in _wrap(details, width - 2, pad=True)]
+        # numbers, torch's class names and the table's own characters: one cell each, no need to measure them
+        one = grad.isascii() and value.isascii() and (n.grad_fn is None or n.grad_fn.isascii())
+        out += ["  " + line for line in _wrap(details, width - 2, pad=True, one_cell=one)]
     out.append("")
     return out
 

@@ -102,6 +102,18 @@ def format_tensor(t, sep: str = " ") -> str:
             f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
 
 
+def format_numbers(t, numbers, size: int, sep: str = " ") -> str:
+    """format_tensor(t) from the numbers the engine read already (`numbers`: t.tolist(), `size`: t.numel(); see
+    values/jsonable.py `plain`), without asking torch again."""
+    if numbers is None:
+        return DASH
+    if numbers.__class__ is not list:
+        return format_number(numbers)
+    if size <= SMALL:
+        return _nested(numbers)
+    return format_tensor(t, sep)
+
+
 def _short(v: float) -> str:
     return format_number(float(f"{v:.4g}"))
 
