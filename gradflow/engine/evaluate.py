@@ -4,7 +4,9 @@ Every view of a program builds its torch graph here, so grad_fn names, constants
 everywhere: the table (`evaluate`), the picture, the numeric check and second derivatives (`forward`).
 
 - `evaluate` measures every edge: each use of a node that requires grad is routed through its own
-  identity view with retain_grad(), so the gradient carried by every edge is measured exactly.
+  identity view, so the gradient carried by every edge is measured exactly. One `torch.autograd.grad` call
+  collects every node's grad and every view's flow (cheaper than a retain_grad() per tensor: no grad copies,
+  no hooks to run).
 - `forward` builds torch's graph exactly as the program writes it (no views), with two switches the
   numeric check needs: cuts=False (detach / no_grad / inference_mode act as identity and requires_grad
   flags are ignored: the derivative with the cuts removed) and `frozen` (node id -> a fixed value: a cut
@@ -15,7 +17,6 @@ What an op means (plain, cut, region) comes from the op table (language/ops.py).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
-_RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -101,8 +101,8 @@ class _Run:
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
-        self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
-        self.hooked: set[int] = set()  # edges whose view has that hook (the others retain their grad)
+        self.watched: list[torch.Tensor] = []  # measuring: the tensors whose grads the table shows (`_watched`)
+        self.grads: dict[int, torch.Tensor | None] = {}  # id(tensor) -> its grad, once backward ran (`_backward`)
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.said: list = []  # every warning of the run, recorded by run()
@@ -137,12 +137,8 @@ class _Run:
     def alias(self, src: torch.Tensor) -> torch.Tensor:
         """This use's own tensor: its grad is exactly this edge's flow."""
         view = src.view_as(src)
-        if view.numel() <= _RETAIN_MAX:
-            view.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
-        else:  # big: a hook keeps the flow as is (retain_grad would copy it)
-            view.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
-            self.hooked.add(len(self.edges))
         self.aliases[len(self.edges)] = view
+        self.watched.append(view)
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
@@ -176,8 +172,6 @@ class _Run:
             self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
                                          f"{str(w.message).splitlines()[0]}", node.id))
         self.claimed.update(range(before, len(said)))
-        if self.measure and out.requires_grad:
-            out.retain_grad()
         return out
 
     def check_identity(self, node: Node):
@@ -203,6 +197,8 @@ class _Run:
                      "requires_grad can only be set on input variables",
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
+        if step.value and self.measure:
+            self.watched.append(t)  # a leaf that requires grad from here on
 
     def retain(self, step: RetainStep):
         """Every grad is shown anyway; torch refuses retain_grad() on a tensor that does not require grad."""
@@ -238,7 +234,10 @@ class _Run:
                     self.retain(step)
             else:
                 t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
-                held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
+                needs = t.requires_grad
+                if needs and self.measure and not is_region(step.op):
+                    self.watched.append(t)
+                held = needs and (self.measure or t.is_leaf)  # the grads evaluate() collects
                 self.total = account(self.total, step, t, self.g.source, grad=held)
 
 
@@ -254,38 +253,48 @@ def _check_output(run: _Run) -> torch.Tensor:
     return out
 
 
-def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
+def _watched(run: _Run) -> list[torch.Tensor]:
+    """The tensors whose grads the table shows: every node's that requires grad (a region wrapper's is its
+    argument's) and every edge's view, as the forward met them; a flag may have turned a leaf's off since."""
+    return [t for t in run.watched if t.requires_grad]
+
+
+def _backward(out: torch.Tensor, run: _Run) -> GradflowError | None:
+    """Backward from the output, every watched tensor's grad into `run.grads` (by id: the tensors live on)."""
+    g = run.g
     if not out.requires_grad:
         return NoGradientError(
             "no_gradient", f"the output '{g.nodes[g.output].label}' does not require grad, so backward "
             "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
+    watched = _watched(run)
     try:
-        out.backward()
+        got = torch.autograd.grad(out, watched, allow_unused=True)
     except TORCH_ERRORS as err:
         return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
+    run.grads = {id(t): grad for t, grad in zip(watched, got)}
     return None
 
 
 def _results(run: _Run) -> list[NodeResult]:
     """A NodeResult per node and every edge's flow, each tensor's numbers read once (values/jsonable.py `plain`)."""
     nodes = []
-    tensors = run.t
+    tensors, grads = run.t, run.grads
     for node in run.g.nodes:
         t = tensors[node.id]
         value = t.detach()
         dims = list(value.shape)
         small = math.prod(dims) <= PLAIN_MAX
-        grad = None if is_region(node.op) else t.grad
+        grad = None if is_region(node.op) else grads.get(id(t))
         fn = t.grad_fn
         nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, t.requires_grad, t.is_leaf,
                                 None if fn is None else type(fn).__name__, grad, "off", None, node.args,
                                 (node.span.start, node.span.end), node.abbreviated, dims,
                                 value.tolist() if small else UNCONVERTED,
                                 UNCONVERTED if not small else None if grad is None else grad.tolist()))
-    aliases, hooked, same = run.aliases, run.hooked, run.same_as_src
+    aliases, same = run.aliases, run.same_as_src
     for i, e in enumerate(run.edges):
         if i in aliases:
-            e.flow = run.flows.get(i) if i in hooked else aliases[i].grad
+            e.flow = grads.get(id(aliases[i]))
             e.flow_py = plain(e.flow)
         elif i in same:
             src = nodes[e.src]
@@ -344,7 +353,7 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     with using(limits or current()):
         run.run()
     out = _check_output(run)
-    error = _backward(out, graph)
+    error = _backward(out, run)
     nodes = _results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None, values)
     if dtype in ("float16", "bfloat16"):
