@@ -113,29 +113,36 @@ class _Run:
         self.said: list = []  # every warning of the run, recorded by run()
         self.claimed: set[int] = set()
         self.total = 0  # elements over all values so far (limits.total)
-        self.numbers = _numbers(graph)
+        self.numbers: set[int] | None = None  # _numbers(graph), once a node inside a region asks
 
     def modes(self, node: Node) -> tuple[str, ...]:
         """The regions to enter: none for numbers (as in torch code: arithmetic on literals is Python's)."""
-        return node.modes if self.cuts and node.id not in self.numbers else ()
+        if not node.modes or not self.cuts:
+            return ()
+        if self.numbers is None:
+            self.numbers = _numbers(self.g)
+        return () if node.id in self.numbers else node.modes
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = is_region(node.op)
         tracked = identity or not self.cuts or (not node.modes and not is_cut(node.op) and torch.is_grad_enabled())
+        measuring = tracked and not identity and self.measure
+        tensors, edges, nid = self.t, self.edges, node.id
         out = []
         for pos, a in enumerate(node.args):
-            src = self.t[a]
-            edge = EdgeResult(a, node.id, pos)
-            if src.requires_grad and tracked and not identity and self.measure:
-                if self.single[a]:
-                    self.same_as_src.add(len(self.edges))
-                elif self.measure_edges or is_region(self.g.nodes[a].op):
-                    self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
-                    src = self.alias(src)
-            elif src.requires_grad and not tracked:
-                edge.cut = True
-            self.edges.append(edge)
+            src = tensors[a]
+            edge = EdgeResult(a, nid, pos)
+            if src.requires_grad:
+                if measuring:
+                    if self.single[a]:
+                        self.same_as_src.add(len(edges))
+                    elif self.measure_edges or is_region(self.g.nodes[a].op):
+                        self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
+                        src = self.alias(src)
+                elif not tracked:
+                    edge.cut = True
+            edges.append(edge)
             out.append(src)
         return out
 
@@ -147,24 +154,27 @@ class _Run:
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
-        if node.op == "var":
+        op = node.op
+        if op == "var":
             return self.leaf(node)
-        if node.op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
+        if op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
             return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
-        exponent = self.g.nodes[node.args[-1]]
-        if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
-            args[1] = exponent.value
-        if is_region(node.op):
+        if op == "pow":
+            exponent = self.g.nodes[node.args[-1]]
+            if exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
+                args[1] = exponent.value
+        if is_region(op):
             if self.cuts:
                 self.check_identity(node)
             return args[0]
-        if is_cut(node.op) and not self.cuts:
+        if not self.cuts and is_cut(op):
             return args[0]
-        precheck(node, args, self.g.source)
+        if len(args) > 1:  # one operand: the result is no bigger than it (budget.precheck)
+            precheck(node, args, self.g.source)
         said = self.said
         before = len(said)
-        fn, modes = OPS[node.op].fn, self.modes(node)
+        fn, modes = OPS[op].fn, self.modes(node)
         try:
             if modes:
                 with _context(modes):
@@ -173,10 +183,11 @@ class _Run:
                 out = fn(*args, **dict(node.params)) if node.params else fn(*args)
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
-        for w in said[before:]:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
-            self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
-                                         f"{str(w.message).splitlines()[0]}", node.id))
-        self.claimed.update(range(before, len(said)))
+        if len(said) > before:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
+            for w in said[before:]:
+                self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
+                                             f"{str(w.message).splitlines()[0]}", node.id))
+            self.claimed.update(range(before, len(said)))
         return out
 
     def check_identity(self, node: Node):
@@ -229,21 +240,34 @@ class _Run:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return self.t
 
+    def _flag_step(self, step: FlagStep | RetainStep | Node) -> None:
+        if isinstance(step, FlagStep):
+            if self.cuts:
+                self.set_flag(step)
+        elif isinstance(step, RetainStep):
+            if self.cuts:
+                self.retain(step)
+        else:
+            raise TypeError(f"not a step: {step!r}")
+
     def _steps(self) -> None:
+        tensors, frozen, measure, watched, source = self.t, self.frozen, self.measure, self.watched, self.g.source
+        limits = current()  # run() is inside the evaluation's limits
         for step in self.g.steps:
-            if isinstance(step, FlagStep):
-                if self.cuts:
-                    self.set_flag(step)
-            elif isinstance(step, RetainStep):
-                if self.cuts:
-                    self.retain(step)
+            if type(step) is not Node:  # not isinstance(): asked per node, it adds up
+                self._flag_step(step)
+                continue
+            t = tensors[step.id] = frozen[step.id] if frozen and step.id in frozen else self.compute(step)
+            needs = t.requires_grad
+            if needs and measure and not is_region(step.op):
+                watched.append(t)
+            held = needs and (measure or t.is_leaf)  # the grads evaluate() collects
+            n = t.numel()
+            total = self.total + (2 * n if held else n)
+            if n <= limits.elements and total <= limits.total:  # budget.account's common case, inline
+                self.total = total
             else:
-                t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
-                needs = t.requires_grad
-                if needs and self.measure and not is_region(step.op):
-                    self.watched.append(t)
-                held = needs and (self.measure or t.is_leaf)  # the grads evaluate() collects
-                self.total = account(self.total, step, t, self.g.source, grad=held)
+                self.total = account(self.total, step, t, source, grad=held)
 
 
 def _check_output(run: _Run) -> torch.Tensor:
