@@ -49,7 +49,7 @@ class NodeResult:
     # The engine's numbers, read once (values/jsonable.py `plain`): the value's shape, and the value and grad as
     # Python numbers when they are small (UNCONVERTED otherwise). The JSON, the nan/inf scan and the table use
     # them instead of asking torch again for every number.
-    dims: list[int] | None = field(default=None, repr=False, compare=False)
+    dims: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
     value_py: Any = field(default=UNCONVERTED, repr=False, compare=False)
     grad_py: Any = field(default=UNCONVERTED, repr=False, compare=False)
 

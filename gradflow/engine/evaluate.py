@@ -320,15 +320,16 @@ def _results(run: _Run) -> list[NodeResult]:
     tensors, grads = run.t, run.grads
     for node in run.g.nodes:
         t = tensors[node.id]
-        value = t.detach()
-        dims = list(value.shape)
+        needs = t.requires_grad
+        fn = t.grad_fn if needs else None  # (a tensor that does not require grad has none)
+        value = t.detach() if needs else t  # (one that does not is detached already)
+        dims = () if t.dim() == 0 else tuple(t.shape)
         small = math.prod(dims) <= PLAIN_MAX
         grad = None if is_region(node.op) else grads.get(id(t))
-        fn = t.grad_fn
-        nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, t.requires_grad, t.is_leaf,
+        nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
                                 None if fn is None else type(fn).__name__, grad, "off", None, node.args,
                                 (node.span.start, node.span.end), node.abbreviated, dims,
-                                value.tolist() if small else UNCONVERTED,
+                                t.tolist() if small else UNCONVERTED,
                                 UNCONVERTED if not small else None if grad is None else grad.tolist()))
     aliases, same = run.aliases, run.same_as_src
     for i, e in enumerate(run.edges):

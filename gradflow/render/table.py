@@ -159,6 +159,7 @@ def nodes_view(result: Explanation, width: int):
 # would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
 
 _WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
+_WIDER_LINES = "[^\x20-\x7e·—●○◌✂…\n]"  # the same, in lines joined by "\n"
 
 
 def _cells(text: str) -> int:
@@ -216,18 +217,30 @@ def _pad(text: str, width: int, right: bool = False, cells: int | None = None) -
     return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
 
 
+def _column(texts: list[str]) -> tuple[int, bool, bool]:
+    """A column's widest line in cells; whether every character of it is one cell (so a cell's width is its
+    length); whether some cell has several lines. Looked at whole, with one C-level pass where it can be."""
+    joined = "\n".join(texts)
+    lines = joined.split("\n")
+    multi = len(lines) != len(texts)
+    if joined.isascii() or re.search(_WIDER_LINES, joined) is None:
+        return max(map(len, lines), default=0), True, multi
+    return max(map(_cells, lines), default=0), False, multi
+
+
 def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) -> list[str] | None:
     marked = anomalies(result)
     ids = abbreviated(result)
     heads = (["id"] if ids else []) + [col for col, _ in _COLUMNS]
     right = ([True] if ids else []) + [kw.get("justify") == "right" for _, kw in _COLUMNS]
-    rows = []
-    for n, (value, grad) in zip(result.nodes, cells):
-        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
-        row = [node, n.op, value, str(n.requires_grad), str(n.is_leaf), n.grad_fn or DASH, grad]
-        rows.append([f"%{n.id}", *row] if ids else row)
-    widths = [max(_cells(h), *(_cells(line) for r in rows for line in r[i].split("\n")))
-              for i, h in enumerate(heads)]
+    mark = {status: f"{m} " for status, (m, _, _) in _STATUS.items()}
+    columns = [[mark[n.status] + n.name + (" " + ANOMALY if n.id in marked else "") for n in result.nodes],
+               [n.op for n in result.nodes], [v for v, _ in cells], [str(n.requires_grad) for n in result.nodes],
+               [str(n.is_leaf) for n in result.nodes], [n.grad_fn or DASH for n in result.nodes], [g for _, g in cells]]
+    if ids:
+        columns.insert(0, [f"%{n.id}" for n in result.nodes])
+    info = [_column(col) for col in columns]
+    widths = [max(_cells(h), w) for h, (w, _, _) in zip(heads, info)]
     for i, (_, kw) in enumerate(_COLUMNS, start=len(heads) - len(_COLUMNS)):
         widths[i] = max(widths[i], kw.get("min_width", 0))
     at = len(heads) - len(_COLUMNS)  # the node column
@@ -237,9 +250,9 @@ def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) 
         inner = width - 2
         if widths[at] < _COLUMNS[0][1]["min_width"]:
             return None
-        for r in rows:
-            if _cells(r[at]) > widths[at]:
-                r[at] = "\n".join(line.rstrip() for line in _wrap(r[at], widths[at]))
+        columns[at] = [c if _cells(c) <= widths[at] else "\n".join(line.rstrip() for line in _wrap(c, widths[at]))
+                       for c in columns[at]]
+        info[at] = _column(columns[at])
     title = f"{_out_label(result)} = {result.output.expr}"
     if _cells(title) > inner + 2 or "\n" in title:
         return None  # rich would fold the title: its own layout
@@ -248,13 +261,15 @@ def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) 
         return " " + "  ".join(_pad(c, w, r) for c, w, r in zip(cells_of_row, widths, right)) + " "
 
     out = [_pad(title, inner + 2), " " * (inner + 2), line(heads), " " + "─" * inner + " "]
-    for r in rows:
-        if any("\n" in c for c in r):
+    if any(multi for _, _, multi in info):  # a cell over several lines: row by row
+        for r in zip(*columns):
             parts = [c.split("\n") for c in r]
             for k in range(max(len(p) for p in parts)):
                 out.append(line([p[k] if k < len(p) else "" for p in parts]))
-        else:
-            out.append(line(r))
+    else:  # every cell one line: each column padded at once (a cell's width is its length where `one`)
+        padded = [[c.rjust(w) for c in col] if one and r else [c.ljust(w) for c in col] if one
+                  else [_pad(c, w, r) for c in col] for col, w, r, (_, one, _) in zip(columns, widths, right, info)]
+        out += [" " + "  ".join(row) + " " for row in zip(*padded)]
     out.append(" " * (inner + 2))
     return out
 
