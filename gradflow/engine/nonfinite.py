@@ -132,8 +132,11 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
                    given: dict | None = None) -> list[Warning]:
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
-    value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
-    for n in nodes:
+    if _all_finite([n.value_py for n in nodes]):  # the common case, decided at C speed
+        value_bad = None
+    else:
+        value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
+    for n in nodes if value_bad is not None else ():
         if value_bad[n.id] and not any(value_bad[a] for a in n.args):
             args = [nodes[a] for a in n.args]
             out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
@@ -144,7 +147,24 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
     return out
 
 
+def _all_finite(numbers: list) -> bool:
+    """True when every entry (plain numbers, values/jsonable.py) is known to be finite: the floats summed at once
+    (math.fsum: finite exactly when they all are, else OverflowError or, for inf + -inf, ValueError), then the
+    few others one by one. False
+    means: look closer (a non-finite number, or numbers not read)."""
+    floats = [x for x in numbers if x.__class__ is float]
+    try:
+        if not math.isfinite(math.fsum(floats)):
+            return False
+    except (OverflowError, ValueError):  # finite numbers whose sum overflows; inf + -inf
+        if not all(map(math.isfinite, floats)):
+            return False
+    return len(floats) == len(numbers) or all(plain_finite(x) for x in numbers if x.__class__ is not float)
+
+
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
+    if _all_finite([n.grad_py for n in nodes] + [e.flow_py for e in edges]):
+        return []  # no non-finite grad and no non-finite flow: nothing to find (most programs)
     known: dict[int, bool] = {}  # many flows are their source's grad tensor itself: test each tensor once
 
     def is_bad(t, numbers) -> bool:
