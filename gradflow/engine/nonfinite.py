@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gradflow.analysis.explanation import EdgeResult, NodeResult, Warning
-from gradflow.values.jsonable import plain_finite
+from gradflow.values.jsonable import UNCONVERTED, plain_finite
 
 LARGEST = {"float16": "65504", "bfloat16": "3.4e38", "float32": "3.4e38", "float64": "1.8e308"}
 HALF_NAMES = ("float16", "bfloat16")
@@ -148,18 +148,25 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
 
 
 def _all_finite(numbers: list) -> bool:
-    """True when every entry (plain numbers, values/jsonable.py) is known to be finite: the floats summed at once
-    (math.fsum: finite exactly when they all are, else OverflowError or, for inf + -inf, ValueError), then the
-    few others one by one. False
-    means: look closer (a non-finite number, or numbers not read)."""
-    floats = [x for x in numbers if x.__class__ is float]
+    """True when every entry (plain numbers, values/jsonable.py: numbers, flat or nested lists, None for no tensor)
+    is known to be finite, decided at C speed: the numbers summed at once (math.fsum is finite exactly when they
+    all are, else OverflowError or, for inf + -inf, ValueError). False means: look closer (a non-finite number,
+    nested lists, or numbers not read)."""
+    flat: list = []
+    for x in numbers:
+        if x.__class__ is list:
+            flat.extend(x)  # a nested list puts lists in: fsum's TypeError below
+        elif x is UNCONVERTED:
+            return False
+        elif x is not None:
+            flat.append(x)
     try:
-        if not math.isfinite(math.fsum(floats)):
-            return False
-    except (OverflowError, ValueError):  # finite numbers whose sum overflows; inf + -inf
-        if not all(map(math.isfinite, floats)):
-            return False
-    return len(floats) == len(numbers) or all(plain_finite(x) for x in numbers if x.__class__ is not float)
+        try:
+            return math.isfinite(math.fsum(flat))
+        except (OverflowError, ValueError):  # finite numbers whose sum overflows; inf + -inf
+            return all(map(math.isfinite, flat))
+    except TypeError:  # nested lists
+        return False
 
 
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
