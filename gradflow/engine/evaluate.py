@@ -31,7 +31,7 @@ from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
-from gradflow.language.ops import OPS, is_cut, is_region
+from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.jsonable import PLAIN_MAX, UNCONVERTED, plain
@@ -53,6 +53,8 @@ except ImportError:  # another torch: torch.autograd.grad (see _grads)
 
 torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
+# The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
+_REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -125,8 +127,8 @@ class _Run:
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
-        identity = is_region(node.op)
-        tracked = identity or not self.cuts or (not node.modes and not is_cut(node.op) and torch.is_grad_enabled())
+        identity = node.op in _REGIONS
+        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
         measuring = tracked and not identity and self.measure
         tensors, edges, nid = self.t, self.edges, node.id
         out = []
@@ -137,7 +139,7 @@ class _Run:
                 if measuring:
                     if self.single[a]:
                         self.same_as_src.add(len(edges))
-                    elif self.measure_edges or is_region(self.g.nodes[a].op):
+                    elif self.measure_edges or self.g.nodes[a].op in _REGIONS:
                         self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
                         src = self.alias(src)
                 elif not tracked:
@@ -164,11 +166,11 @@ class _Run:
             exponent = self.g.nodes[node.args[-1]]
             if exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
                 args[1] = exponent.value
-        if is_region(op):
+        if op in _REGIONS:
             if self.cuts:
                 self.check_identity(node)
             return args[0]
-        if not self.cuts and is_cut(op):
+        if not self.cuts and op in _CUTS:
             return args[0]
         if len(args) > 1:  # one operand: the result is no bigger than it (budget.precheck)
             precheck(node, args, self.g.source)
@@ -259,7 +261,7 @@ class _Run:
                 continue
             t = tensors[step.id] = frozen[step.id] if frozen and step.id in frozen else self.compute(step)
             needs = t.requires_grad
-            if needs and measure and not is_region(step.op):
+            if needs and measure and step.op not in _REGIONS:
                 watched.append(t)
             held = needs and (measure or t.is_leaf)  # the grads evaluate() collects
             n = t.numel()
@@ -325,7 +327,7 @@ def _results(run: _Run) -> list[NodeResult]:
         value = t.detach() if needs else t  # (one that does not is detached already)
         dims = () if t.dim() == 0 else tuple(t.shape)
         small = math.prod(dims) <= PLAIN_MAX
-        grad = None if is_region(node.op) else grads.get(id(t))
+        grad = None if node.op in _REGIONS else grads.get(id(t))
         nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
                                 None if fn is None else type(fn).__name__, grad, "off", None, node.args,
                                 (node.span.start, node.span.end), node.abbreviated, dims,
