@@ -108,8 +108,12 @@ class _Run:
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
-        self.watched: list[torch.Tensor] = []  # measuring: the tensors whose grads the table shows (`_watched`)
-        self.grads: dict[int, torch.Tensor | None] = {}  # id(tensor) -> its grad, once backward ran (`_backward`)
+        # measuring: the tensors whose grads the table shows, and whose each is: a node id, or ~i for edge i's view
+        self.watched: list[torch.Tensor] = []
+        self.keys: list[int] = []
+        self.turned_off = False  # a flag set requires_grad = false on some leaf (it may have been watched)
+        self.grads: dict[int, torch.Tensor | None] = {}  # node id -> its grad, once backward ran (`_backward`)
+        self.flows: dict[int, torch.Tensor | None] = {}  # edge index -> its view's grad, likewise
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.said: list = []  # every warning of the run, recorded by run()
@@ -153,6 +157,7 @@ class _Run:
         view = src.view_as(src)
         self.aliases[len(self.edges)] = view
         self.watched.append(view)
+        self.keys.append(~len(self.edges))
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
@@ -217,6 +222,8 @@ class _Run:
         self.flags.append(step)
         if step.value and self.measure:
             self.watched.append(t)  # a leaf that requires grad from here on
+            self.keys.append(step.node)
+        self.turned_off = self.turned_off or not step.value
 
     def retain(self, step: RetainStep):
         """Every grad is shown anyway; torch refuses retain_grad() on a tensor that does not require grad."""
@@ -253,7 +260,8 @@ class _Run:
             raise TypeError(f"not a step: {step!r}")
 
     def _steps(self) -> None:
-        tensors, frozen, measure, watched, source = self.t, self.frozen, self.measure, self.watched, self.g.source
+        tensors, frozen, measure, watched, keys, source = (self.t, self.frozen, self.measure, self.watched, self.keys,
+                                                           self.g.source)
         limits = current()  # run() is inside the evaluation's limits
         for step in self.g.steps:
             if type(step) is not Node:  # not isinstance(): asked per node, it adds up
@@ -263,6 +271,7 @@ class _Run:
             needs = t.requires_grad
             if needs and measure and step.op not in _REGIONS:
                 watched.append(t)
+                keys.append(step.id)
             held = needs and (measure or t.is_leaf)  # the grads evaluate() collects
             n = t.numel()
             total = self.total + (2 * n if held else n)
@@ -284,10 +293,14 @@ def _check_output(run: _Run) -> torch.Tensor:
     return out
 
 
-def _watched(run: _Run) -> list[torch.Tensor]:
-    """The tensors whose grads the table shows: every node's that requires grad (a region wrapper's is its
-    argument's) and every edge's view, as the forward met them; a flag may have turned a leaf's off since."""
-    return [t for t in run.watched if t.requires_grad]
+def _watched(run: _Run) -> tuple[list[torch.Tensor], list[int]]:
+    """The tensors whose grads the table shows, and their keys (`_Run.keys`): every node's that requires grad
+    (a region wrapper's is its argument's) and every edge's view, as the forward met them; a flag may have
+    turned a leaf's off since."""
+    if not run.turned_off:
+        return run.watched, run.keys
+    kept = [i for i, t in enumerate(run.watched) if t.requires_grad]
+    return [run.watched[i] for i in kept], [run.keys[i] for i in kept]
 
 
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
@@ -301,18 +314,23 @@ def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor 
 
 
 def _backward(out: torch.Tensor, run: _Run) -> GradflowError | None:
-    """Backward from the output, every watched tensor's grad into `run.grads` (by id: the tensors live on)."""
+    """Backward from the output, every watched tensor's grad into `run.grads` and `run.flows`."""
     g = run.g
     if not out.requires_grad:
         return NoGradientError(
             "no_gradient", f"the output '{g.nodes[g.output].label}' does not require grad, so backward "
             "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
-    watched = _watched(run)
+    watched, keys = _watched(run)
     try:
         got = _grads(out, watched)
     except TORCH_ERRORS as err:
         return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
-    run.grads = {id(t): grad for t, grad in zip(watched, got)}
+    grads, flows = run.grads, run.flows
+    for key, grad in zip(keys, got):
+        if key >= 0:
+            grads[key] = grad
+        else:
+            flows[~key] = grad
     return None
 
 
@@ -327,7 +345,7 @@ def _results(run: _Run) -> list[NodeResult]:
         value = t.detach() if needs else t  # (one that does not is detached already)
         dims = () if t.dim() == 0 else tuple(t.shape)
         small = math.prod(dims) <= PLAIN_MAX
-        grad = None if node.op in _REGIONS else grads.get(id(t))
+        grad = None if node.op in _REGIONS else grads.get(node.id)
         nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
                                 None if fn is None else type(fn).__name__, grad, "off", None, node.args,
                                 (node.span.start, node.span.end), node.abbreviated, dims,
@@ -336,7 +354,7 @@ def _results(run: _Run) -> list[NodeResult]:
     aliases, same = run.aliases, run.same_as_src
     for i, e in enumerate(run.edges):
         if i in aliases:
-            e.flow = grads.get(id(aliases[i]))
+            e.flow = run.flows.get(i)
             e.flow_py = plain(e.flow)
         elif i in same:
             src = nodes[e.src]

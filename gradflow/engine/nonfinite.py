@@ -132,16 +132,14 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
                    given: dict | None = None) -> list[Warning]:
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
-    if _all_finite([n.value_py for n in nodes]):  # the common case, decided at C speed
-        value_bad = None
-    else:
+    if not _all_finite([n.value_py for n in nodes]):  # every value finite (most programs): decided at C speed
         value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
-    for n in nodes if value_bad is not None else ():
-        if value_bad[n.id] and not any(value_bad[a] for a in n.args):
-            args = [nodes[a] for a in n.args]
-            out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
-                               f"at '{n.name}': {forward_reason(n, args, (given or {}).get(n.name))}", n.id))
-            break
+        for n in nodes:
+            if value_bad[n.id] and not any(value_bad[a] for a in n.args):
+                args = [nodes[a] for a in n.args]
+                out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
+                                   f"at '{n.name}': {forward_reason(n, args, (given or {}).get(n.name))}", n.id))
+                break
     if backward_ran:
         out += _backward(nodes, edges)
     return out
