@@ -220,9 +220,12 @@ class _Run:
                      "requires_grad can only be set on input variables",
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
-        if step.value and self.measure:
-            self.watched.append(t)  # a leaf that requires grad from here on
-            self.keys.append(step.node)
+        if step.value and self.measure:  # a leaf that requires grad from here on: the node whose tensor it is
+            owner = self.g.nodes[step.node]  # (a region wrapper's tensor is its argument's; no other op shares one)
+            while owner.op in _REGIONS:
+                owner = self.g.nodes[owner.args[0]]
+            self.watched.append(t)
+            self.keys.append(owner.id)
         self.turned_off = self.turned_off or not step.value
 
     def retain(self, step: RetainStep):
