@@ -90,6 +90,13 @@ def precheck(node: Node, args, source: str) -> None:
     rule = _RULES.get(node.op, "broadcast")
     if rule not in _GROWING:
         return  # the result is no bigger than one operand (reductions, elementwise functions, losses, shapes)
+    if len(args) == 2:  # most operations: the check below without its lists
+        a, b = args
+        if not (hasattr(a, "shape") and hasattr(b, "shape")):
+            return  # x^2's exponent may be a number
+        n, m = a.numel(), b.numel()
+        if n and m and (n + m if rule in ("cat", "stack") else n * m) <= current().elements:
+            return
     tensors = [a for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
     if len(tensors) < 2:
         return
