@@ -73,6 +73,10 @@ def _check_list(value):
 
 def format_number(x: float) -> str:
     """Compact, human form: 50, -20, 0.5, 1.23457e-05, nan, inf; True / False for a boolean tensor's elements."""
+    if x.__class__ is float:  # most numbers (a table prints thousands): one test, one format
+        if x != x:
+            return "nan"  # (a negative nan formats as -nan)
+        return f"{x:.6g}" if x else "0"  # -0.0 too; inf and -inf format as themselves
     if isinstance(x, bool):
         return str(x)
     if math.isnan(x):
