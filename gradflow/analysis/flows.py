@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gradflow.analysis.explanation import Explanation
 
 
-@dataclass
+@dataclass(slots=True)
 class Contribution:
     """One use of a leaf: the gradient that came back through `via`."""
 
