@@ -5,11 +5,21 @@ as torch tensors (no copies into Python lists) until a renderer asks.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gradflow.errors import GradflowError
-from gradflow.values.jsonable import dumps, one_document, spend, to_jsonable
+from gradflow.values.jsonable import (
+    UNCONVERTED,
+    Spending,
+    dumps,
+    fresh,
+    one_document,
+    plain_json,
+    spend,
+    to_jsonable,
+)
 
 if TYPE_CHECKING:  # types only: the analysis never imports torch
     from torch import Tensor
@@ -20,7 +30,7 @@ SCHEMA_VERSION = 1
 Status = Literal["live", "cut", "unused", "unreached", "off"]  # what the table's marker says (docs/eval.md)
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeResult:
     id: int
     name: str  # display label: the assigned name, or the expression text
@@ -36,21 +46,30 @@ class NodeResult:
     args: tuple[int, ...] = ()
     span: tuple[int, int] | None = None  # where the expression is in the source: source[start:end] is it in full
     abbreviated: bool = False  # `expr` (and so perhaps `name`) is shortened: %ID stands for node ID
+    # The engine's numbers, read once (values/jsonable.py `plain`): the value's shape, and the value and grad as
+    # Python numbers when they are small (UNCONVERTED otherwise). The JSON, the nan/inf scan and the table use
+    # them instead of asking torch again for every number.
+    dims: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    value_py: Any = field(default=UNCONVERTED, repr=False, compare=False)
+    grad_py: Any = field(default=UNCONVERTED, repr=False, compare=False)
 
     @property
     def shape(self) -> list[int]:
-        return list(self.value.shape)
+        return list(self.value.shape) if self.dims is None else list(self.dims)
 
     def to_dict(self, full: bool = True) -> dict:
+        value, grad = self.value_py, self.grad_py
+        count = 0 if self.dims is None else math.prod(self.dims)
         return {"id": self.id, "name": self.name, "expr": self.expr,
                 "span": None if self.span is None else list(self.span), "op": self.op,
-                "value": to_jsonable(self.value, full=full), "shape": self.shape,
-                "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
-                "grad_fn": self.grad_fn, "grad": to_jsonable(self.grad, full=full),
+                "value": to_jsonable(self.value, full=full) if value is UNCONVERTED else plain_json(value, count),
+                "shape": self.shape, "requires_grad": self.requires_grad, "is_leaf": self.is_leaf,
+                "grad_fn": self.grad_fn,
+                "grad": to_jsonable(self.grad, full=full) if grad is UNCONVERTED else plain_json(grad, count),
                 "status": self.status, "cut_by": self.cut_by, "args": list(self.args)}
 
 
-@dataclass
+@dataclass(slots=True)
 class EdgeResult:
     """One use of a node: `src`'s value flows into `dst` as argument `pos`."""
 
@@ -59,18 +78,22 @@ class EdgeResult:
     pos: int
     flow: Tensor | None = None  # gradient carried back along this edge, None if nothing
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
+    flow_py: Any = field(default=UNCONVERTED, repr=False, compare=False)  # `flow` as Python numbers, if small
 
     def to_dict(self, nodes: list[NodeResult], full: bool = True, grads: list | None = None) -> dict:
         """`grads`: each node's grad as its dict has it; a number there is reused when the flow is that very
         tensor (a node used once: most edges of a long program), its element still counted in the document."""
         flow = self.flow
-        if grads is not None and flow is not None and flow is nodes[self.src].grad \
+        src = nodes[self.src]
+        if grads is not None and flow is not None and flow is src.grad \
                 and grads[self.src].__class__ in (int, float, str):
             spend(1)
             shown = grads[self.src]
+        elif self.flow_py is not UNCONVERTED and src.dims is not None:
+            shown = None if self.flow_py is None else plain_json(self.flow_py, math.prod(src.dims))
         else:
             shown = to_jsonable(flow, full=full)
-        return {"from": nodes[self.src].name, "to": nodes[self.dst].name, "from_id": self.src,
+        return {"from": src.name, "to": nodes[self.dst].name, "from_id": self.src,
                 "to_id": self.dst, "pos": self.pos, "flow": shown, "cut": self.cut}
 
 
@@ -131,15 +154,15 @@ class Explanation:
         """Strict-JSON-ready dict, every tensor in full (`full=False`: those over JSON_FULL_MAX elements as
         summary objects); LimitError over the `json` limit (values/jsonable.py)."""
         out = {"schema": SCHEMA_VERSION, "source": self.source,
-               "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
+               "output": {"name": self.output.name, "value": _numbers(self.output, self.output.value, True),
                           "requires_grad": self.output.requires_grad},
-               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}}
-        nodes = [n.to_dict(full) for n in self.nodes]
+               "grads": {k: _numbers(self._leaf(k), v, full) for k, v in self.grads.items()}}
+        nodes = _node_dicts(self.nodes, full)
         grads = [d["grad"] for d in nodes]
         return {**out,
             "why": dict(self.why),
             "nodes": nodes,
-            "edges": [e.to_dict(self.nodes, full, grads) for e in self.edges],
+            "edges": _edge_dicts(self.edges, self.nodes, full, grads),
             "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
             "warnings": [w.to_dict() for w in self.warnings],
             "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,
@@ -148,6 +171,75 @@ class Explanation:
 
     def to_json(self, full: bool = True, **kw) -> str:
         return dumps(self.to_dict(full), **kw)
+
+    def _leaf(self, name: str) -> NodeResult | None:
+        i = self.graph.inputs.get(name) if self.graph is not None else None
+        return None if i is None or i >= len(self.nodes) else self.nodes[i]
+
+
+def _numbers(node: NodeResult | None, t, full: bool):
+    """to_jsonable(t, full=full), from the numbers the engine read when `t` is that node's value or grad."""
+    if node is not None and node.dims is not None:
+        if t is node.value and node.value_py is not UNCONVERTED:
+            return plain_json(node.value_py, math.prod(node.dims))
+        if t is not None and t is node.grad and node.grad_py is not UNCONVERTED:
+            return plain_json(node.grad_py, math.prod(node.dims))
+    return to_jsonable(t, full=full)
+
+
+def _node_dicts(nodes: list[NodeResult], full: bool) -> list[dict]:
+    """`[n.to_dict(full) for n in nodes]`, from the numbers the engine read (NodeResult.value_py, grad_py) in one
+    pass, counted against the document at once (or, where that would pass its limit, node by node)."""
+    spending, out, count, prod, isfinite = Spending(), [], 0, math.prod, math.isfinite
+    for n in nodes:
+        value, grad, dims = n.value_py, n.grad_py, n.dims
+        if value is UNCONVERTED or grad is UNCONVERTED or dims is None:
+            if not spending.fits(count):
+                spending.rewind()
+                return [n.to_dict(full) for n in nodes]
+            count = 0
+            out.append(n.to_dict(full))
+            continue
+        size = prod(dims)
+        count += size if grad is None else 2 * size
+        if value.__class__ is list or (value.__class__ is float and not isfinite(value)):
+            value = fresh(value)
+        if grad.__class__ is list or (grad.__class__ is float and not isfinite(grad)):
+            grad = fresh(grad)
+        out.append({"id": n.id, "name": n.name, "expr": n.expr, "span": None if n.span is None else list(n.span),
+                    "op": n.op, "value": value, "shape": list(dims), "requires_grad": n.requires_grad,
+                    "is_leaf": n.is_leaf, "grad_fn": n.grad_fn, "grad": grad, "status": n.status,
+                    "cut_by": n.cut_by, "args": list(n.args)})
+    if not spending.fits(count):
+        spending.rewind()
+        return [n.to_dict(full) for n in nodes]
+    return out
+
+
+def _edge_dicts(edges: list[EdgeResult], nodes: list[NodeResult], full: bool, grads: list) -> list[dict]:
+    """`[e.to_dict(nodes, full, grads) for e in edges]`, as `_node_dicts` builds the nodes'."""
+    spending, out, count, prod, isfinite = Spending(), [], 0, math.prod, math.isfinite
+    for e in edges:
+        flow, src = e.flow_py, nodes[e.src]
+        if flow is UNCONVERTED or src.dims is None:
+            if not spending.fits(count):
+                spending.rewind()
+                return [e.to_dict(nodes, full, grads) for e in edges]
+            count = 0
+            out.append(e.to_dict(nodes, full, grads))
+            continue
+        if flow is not None:
+            count += prod(src.dims)
+            if flow.__class__ is list:
+                flow = fresh(flow)
+            elif flow.__class__ is float and not isfinite(flow):
+                flow = fresh(flow)
+        out.append({"from": src.name, "to": nodes[e.dst].name, "from_id": e.src, "to_id": e.dst, "pos": e.pos,
+                    "flow": flow, "cut": e.cut})
+    if not spending.fits(count):
+        spending.rewind()
+        return [e.to_dict(nodes, full, grads) for e in edges]
+    return out
 
 
 def error_document(error: GradflowError, source: str | None = None, wrt: list[str] | None = None,

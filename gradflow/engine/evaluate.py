@@ -4,7 +4,9 @@ Every view of a program builds its torch graph here, so grad_fn names, constants
 everywhere: the table (`evaluate`), the picture, the numeric check and second derivatives (`forward`).
 
 - `evaluate` measures every edge: each use of a node that requires grad is routed through its own
-  identity view with retain_grad(), so the gradient carried by every edge is measured exactly.
+  identity view, so the gradient carried by every edge is measured exactly. One `torch.autograd.grad` call
+  collects every node's grad and every view's flow (cheaper than a retain_grad() per tensor: no grad copies,
+  no hooks to run).
 - `forward` builds torch's graph exactly as the program writes it (no views), with two switches the
   numeric check needs: cuts=False (detach / no_grad / inference_mode act as identity and requires_grad
   flags are ignored: the derivative with the cuts removed) and `frozen` (node id -> a fixed value: a cut
@@ -15,7 +17,7 @@ What an op means (plain, cut, region) comes from the op table (language/ops.py).
 from __future__ import annotations
 
 import contextlib
-import functools
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +31,10 @@ from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
-from gradflow.language.ops import OPS, is_cut, is_region
+from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS, is_region
 from gradflow.limits import Limits, current, using
 from gradflow.values.coerce import conversion_note, rounding_note
+from gradflow.values.jsonable import PLAIN_MAX, UNCONVERTED, plain
 from gradflow.values.tensors import (
     TORCH_ERRORS,
     resolve_device,
@@ -43,9 +46,15 @@ from gradflow.values.tensors import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+try:
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:  # another torch: torch.autograd.grad (see _grads)
+    _engine_run_backward = None  # type: ignore[assignment]
+
 torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
-_RETAIN_MAX = 4096  # elements: up to this size an edge's view retains its grad; above, a hook records it
+# The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
+_REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -99,69 +108,80 @@ class _Run:
         self.t: dict[int, torch.Tensor] = {}
         self.edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
-        self.flows: dict[int, torch.Tensor] = {}  # edge index -> gradient seen by its view's hook
-        self.hooked: set[int] = set()  # edges whose view has that hook (the others retain their grad)
+        # measuring: the tensors whose grads the table shows, and whose each is: a node id, or ~i for edge i's view
+        self.watched: list[torch.Tensor] = []
+        self.keys: list[int] = []
+        self.turned_off = False  # a flag set requires_grad = false on some leaf (it may have been watched)
+        self.grads: dict[int, torch.Tensor | None] = {}  # node id -> its grad, once backward ran (`_backward`)
+        self.flows: dict[int, torch.Tensor | None] = {}  # edge index -> its view's grad, likewise
         self.flags: list[FlagStep] = []
         self.warnings: list[Warning] = []
         self.said: list = []  # every warning of the run, recorded by run()
         self.claimed: set[int] = set()
         self.total = 0  # elements over all values so far (limits.total)
-        self.numbers = _numbers(graph)
+        self.numbers: set[int] | None = None  # _numbers(graph), once a node inside a region asks
 
     def modes(self, node: Node) -> tuple[str, ...]:
         """The regions to enter: none for numbers (as in torch code: arithmetic on literals is Python's)."""
-        return node.modes if self.cuts and node.id not in self.numbers else ()
+        if not node.modes or not self.cuts:
+            return ()
+        if self.numbers is None:
+            self.numbers = _numbers(self.g)
+        return () if node.id in self.numbers else node.modes
 
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
-        identity = is_region(node.op)
-        tracked = identity or not self.cuts or (not node.modes and not is_cut(node.op) and torch.is_grad_enabled())
+        identity = node.op in _REGIONS
+        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
+        measuring = tracked and not identity and self.measure
+        tensors, edges, nid = self.t, self.edges, node.id
         out = []
         for pos, a in enumerate(node.args):
-            src = self.t[a]
-            edge = EdgeResult(a, node.id, pos)
-            if src.requires_grad and tracked and not identity and self.measure:
-                if self.single[a]:
-                    self.same_as_src.add(len(self.edges))
-                elif self.measure_edges or is_region(self.g.nodes[a].op):
-                    self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
-                    src = self.alias(src)
-            elif src.requires_grad and not tracked:
-                edge.cut = True
-            self.edges.append(edge)
+            src = tensors[a]
+            edge = EdgeResult(a, nid, pos)
+            if src.requires_grad:
+                if measuring:
+                    if self.single[a]:
+                        self.same_as_src.add(len(edges))
+                    elif self.measure_edges or self.g.nodes[a].op in _REGIONS:
+                        self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
+                        src = self.alias(src)
+                elif not tracked:
+                    edge.cut = True
+            edges.append(edge)
             out.append(src)
         return out
 
     def alias(self, src: torch.Tensor) -> torch.Tensor:
         """This use's own tensor: its grad is exactly this edge's flow."""
         view = src.view_as(src)
-        if view.numel() <= _RETAIN_MAX:
-            view.retain_grad()  # small: torch's copy is cheaper than a Python hook (~10 us each)
-        else:  # big: a hook keeps the flow as is (retain_grad would copy it)
-            view.register_hook(functools.partial(self.flows.__setitem__, len(self.edges)))
-            self.hooked.add(len(self.edges))
         self.aliases[len(self.edges)] = view
+        self.watched.append(view)
+        self.keys.append(~len(self.edges))
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
-        if node.op == "var":
+        op = node.op
+        if op == "var":
             return self.leaf(node)
-        if node.op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
+        if op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
             return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
-        exponent = self.g.nodes[node.args[-1]]
-        if node.op == "pow" and exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
-            args[1] = exponent.value
-        if is_region(node.op):
+        if op == "pow":
+            exponent = self.g.nodes[node.args[-1]]
+            if exponent.op == "const":  # x^2 as torch code writes it: PowBackward0
+                args[1] = exponent.value
+        if op in _REGIONS:
             if self.cuts:
                 self.check_identity(node)
             return args[0]
-        if is_cut(node.op) and not self.cuts:
+        if not self.cuts and op in _CUTS:
             return args[0]
-        precheck(node, args, self.g.source)
+        if len(args) > 1:  # one operand: the result is no bigger than it (budget.precheck)
+            precheck(node, args, self.g.source)
         said = self.said
         before = len(said)
-        fn, modes = OPS[node.op].fn, self.modes(node)
+        fn, modes = OPS[op].fn, self.modes(node)
         try:
             if modes:
                 with _context(modes):
@@ -170,12 +190,11 @@ class _Run:
                 out = fn(*args, **dict(node.params)) if node.params else fn(*args)
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
-        for w in said[before:]:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
-            self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
-                                         f"{str(w.message).splitlines()[0]}", node.id))
-        self.claimed.update(range(before, len(said)))
-        if self.measure and out.requires_grad:
-            out.retain_grad()
+        if len(said) > before:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
+            for w in said[before:]:
+                self.warnings.append(Warning("torch_warning", node.text, f"torch warns at '{node.text}': "
+                                             f"{str(w.message).splitlines()[0]}", node.id))
+            self.claimed.update(range(before, len(said)))
         return out
 
     def check_identity(self, node: Node):
@@ -201,6 +220,13 @@ class _Run:
                      "requires_grad can only be set on input variables",
                 span=step.span, source=self.g.source) from None
         self.flags.append(step)
+        if step.value and self.measure:  # a leaf that requires grad from here on: the node whose tensor it is
+            owner = self.g.nodes[step.node]  # (a region wrapper's tensor is its argument's; no other op shares one)
+            while owner.op in _REGIONS:
+                owner = self.g.nodes[owner.args[0]]
+            self.watched.append(t)
+            self.keys.append(owner.id)
+        self.turned_off = self.turned_off or not step.value
 
     def retain(self, step: RetainStep):
         """Every grad is shown anyway; torch refuses retain_grad() on a tensor that does not require grad."""
@@ -226,22 +252,36 @@ class _Run:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return self.t
 
+    def _flag_step(self, step: FlagStep | RetainStep | Node) -> None:
+        if isinstance(step, FlagStep):
+            if self.cuts:
+                self.set_flag(step)
+        elif isinstance(step, RetainStep):
+            if self.cuts:
+                self.retain(step)
+        else:
+            raise TypeError(f"not a step: {step!r}")
+
     def _steps(self) -> None:
+        tensors, frozen, measure, watched, keys, source = (self.t, self.frozen, self.measure, self.watched, self.keys,
+                                                           self.g.source)
+        limits = current()  # run() is inside the evaluation's limits
         for step in self.g.steps:
-            if isinstance(step, FlagStep):
-                if self.cuts:
-                    self.set_flag(step)
-            elif isinstance(step, RetainStep):
-                if self.cuts:
-                    self.retain(step)
+            if type(step) is not Node:  # not isinstance(): asked per node, it adds up
+                self._flag_step(step)
+                continue
+            t = tensors[step.id] = frozen[step.id] if frozen and step.id in frozen else self.compute(step)
+            needs = t.requires_grad
+            if needs and measure and step.op not in _REGIONS:
+                watched.append(t)
+                keys.append(step.id)
+            held = needs and (measure or t.is_leaf)  # the grads evaluate() collects
+            n = t.numel()
+            total = self.total + (2 * n if held else n)
+            if n <= limits.elements and total <= limits.total:  # budget.account's common case, inline
+                self.total = total
             else:
-                t = self.t[step.id] = self.frozen[step.id] if step.id in self.frozen else self.compute(step)
-                held = t.requires_grad and (self.measure or t.is_leaf)  # the grads evaluate() retains
-                self.total = account(self.total, step, t, self.g.source, grad=held)
-
-
-def _grad_fn_name(t: torch.Tensor) -> str | None:
-    return None if t.grad_fn is None else type(t.grad_fn).__name__
+                self.total = account(self.total, step, t, source, grad=held)
 
 
 def _check_output(run: _Run) -> torch.Tensor:
@@ -256,30 +296,74 @@ def _check_output(run: _Run) -> torch.Tensor:
     return out
 
 
-def _backward(out: torch.Tensor, g: Graph) -> GradflowError | None:
+def _watched(run: _Run) -> tuple[list[torch.Tensor], list[int]]:
+    """The tensors whose grads the table shows, and their keys (`_Run.keys`): every node's that requires grad
+    (a region wrapper's is its argument's) and every edge's view, as the forward met them; a flag may have
+    turned a leaf's off since."""
+    if not run.turned_off:
+        return run.watched, run.keys
+    kept = [i for i, t in enumerate(run.watched) if t.requires_grad]
+    return [run.watched[i] for i in kept], [run.keys[i] for i in kept]
+
+
+def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+    """torch.autograd.grad(out, inputs, allow_unused=True) for a one-element `out` and inputs that all require
+    grad, straight into autograd's engine where torch has it: torch.autograd.grad's own checks and argument
+    handling cost ~12 us, a third of a small program's backward (a batch line's)."""
+    if _engine_run_backward is None:  # another torch
+        return torch.autograd.grad(out, inputs, allow_unused=True)
+    return _engine_run_backward((out,), (torch.ones_like(out, memory_format=torch.preserve_format),), False, False,
+                                tuple(inputs), allow_unreachable=True, accumulate_grad=False)
+
+
+def _backward(out: torch.Tensor, run: _Run) -> GradflowError | None:
+    """Backward from the output, every watched tensor's grad into `run.grads` and `run.flows`."""
+    g = run.g
     if not out.requires_grad:
         return NoGradientError(
             "no_gradient", f"the output '{g.nodes[g.output].label}' does not require grad, so backward "
             "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
+    watched, keys = _watched(run)
     try:
-        out.backward()
+        got = _grads(out, watched)
     except TORCH_ERRORS as err:
         return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
+    grads, flows = run.grads, run.flows
+    for key, grad in zip(keys, got):
+        if key >= 0:
+            grads[key] = grad
+        else:
+            flows[~key] = grad
     return None
 
 
 def _results(run: _Run) -> list[NodeResult]:
+    """A NodeResult per node and every edge's flow, each tensor's numbers read once (values/jsonable.py `plain`)."""
     nodes = []
+    tensors, grads = run.t, run.grads
     for node in run.g.nodes:
-        t = run.t[node.id]
-        nodes.append(NodeResult(node.id, node.label, node.text, node.op, t.detach(), t.requires_grad, t.is_leaf,
-                                _grad_fn_name(t), None if is_region(node.op) else t.grad, args=node.args,
-                                span=(node.span.start, node.span.end), abbreviated=node.abbreviated))
+        t = tensors[node.id]
+        needs = t.requires_grad
+        fn = t.grad_fn if needs else None  # (a tensor that does not require grad has none)
+        value = t.detach() if needs else t  # (one that does not is detached already)
+        dims = () if t.dim() == 0 else tuple(t.shape)
+        small = math.prod(dims) <= PLAIN_MAX
+        grad = None if node.op in _REGIONS else grads.get(node.id)
+        nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
+                                None if fn is None else type(fn).__name__, grad, "off", None, node.args,
+                                (node.span.start, node.span.end), node.abbreviated, dims,
+                                t.tolist() if small else UNCONVERTED,
+                                UNCONVERTED if not small else None if grad is None else grad.tolist()))
+    aliases, same = run.aliases, run.same_as_src
     for i, e in enumerate(run.edges):
-        if i in run.aliases:
-            e.flow = run.flows.get(i) if i in run.hooked else run.aliases[i].grad
+        if i in aliases:
+            e.flow = run.flows.get(i)
+            e.flow_py = plain(e.flow)
+        elif i in same:
+            src = nodes[e.src]
+            e.flow, e.flow_py = src.grad, src.grad_py
         else:
-            e.flow = nodes[e.src].grad if i in run.same_as_src else None
+            e.flow_py = None
     # Region wrappers share their argument's tensor: their grad is the sum of their own out-flows,
     # and that is what flows into them. Outermost first, so nested wrappers see their consumer's flow.
     if not any(is_region(n.op) for n in nodes):
@@ -293,9 +377,10 @@ def _results(run: _Run) -> list[NodeResult]:
     for n in reversed(nodes):
         if is_region(n.op):
             n.grad = _sum([e.flow for e in by_src.get(n.id, [])])
+            n.grad_py = plain(n.grad)
             e = into[n.id]
             if e.flow is None and not e.cut:
-                e.flow = n.grad
+                e.flow, e.flow_py = n.grad, n.grad_py
     return nodes
 
 
@@ -311,7 +396,8 @@ def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.d
     def leaf(node: Node) -> torch.Tensor:
         value = values[node.names[0]]
         t = to_tensor(node.label, value, dtype, device)
-        note = None if warnings is None else (conversion_note(node.label, value, t)
+        plain = type(value) in (int, float, list)  # a Python value has no dtype or device of its own to convert
+        note = None if warnings is None else ((None if plain else conversion_note(node.label, value, t))
                                               or rounding_note(node.label, value, t))
         if note and warnings is not None:
             warnings.append(Warning("value_converted", node.label, note, node.id))
@@ -331,7 +417,7 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     with using(limits or current()):
         run.run()
     out = _check_output(run)
-    error = _backward(out, graph)
+    error = _backward(out, run)
     nodes = _results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None, values)
     if dtype in ("float16", "bfloat16"):

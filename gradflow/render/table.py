@@ -4,6 +4,7 @@ Never prints JSON (that goes out through result.dumps and plain print).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -18,7 +19,8 @@ from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.display import visible
 from gradflow.errors import GradflowError
 from gradflow.language.graph import NAME_WIDTH
-from gradflow.values.text import DASH, format_tensor
+from gradflow.values.jsonable import UNCONVERTED
+from gradflow.values.text import DASH, format_numbers, format_tensor
 
 ANOMALY = "⚠"
 _STATUS = {  # marker, style, legend text
@@ -76,8 +78,17 @@ _COLUMNS: list[tuple[str, dict[str, Any]]] = [("node", {"overflow": "fold", "min
 
 
 def _tensor_cells(result: Explanation) -> list[tuple[str, str]]:
-    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once)."""
-    return [(format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")) for n in result.nodes]
+    """Each node's value and grad as the table shows them (a big tensor's summary costs a pass over it: once),
+    from the numbers the engine read where it did (NodeResult.value_py)."""
+    cells = []
+    for n in result.nodes:
+        if n.dims is None or n.value_py is UNCONVERTED or n.grad_py is UNCONVERTED:
+            cells.append((format_tensor(n.value, "\n"), format_tensor(n.grad, "\n")))
+        else:
+            size = math.prod(n.dims)
+            cells.append((format_numbers(n.value, n.value_py, size, "\n"), format_numbers(n.grad, n.grad_py, size,
+                                                                                           "\n")))
+    return cells
 
 
 def abbreviated(result: Explanation) -> bool:
@@ -148,18 +159,20 @@ def nodes_view(result: Explanation, width: int):
 # would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
 
 _WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
+_WIDER_LINES = "[^\x20-\x7e·—●○◌✂…\n]"  # the same, in lines joined by "\n"
 
 
 def _cells(text: str) -> int:
     return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
 
 
-def _breaks(line: str, width: int) -> list[int]:
+def _breaks(line: str, width: int, one_cell: bool = False) -> list[int]:
     """rich._wrap.divide_line(line, width): where rich breaks a line, found with rfind() instead of a Python
-    step per word when every character is one cell and the only white space is ' ' (else rich's own)."""
+    step per word when every character is one cell and the only white space is ' ' (else rich's own).
+    `one_cell`: the caller knows both already."""
     from rich._wrap import divide_line
 
-    if _cells(line) != len(line) or not line.replace(" ", "x").isprintable():
+    if not one_cell and (_cells(line) != len(line) or not line.replace(" ", "x").isprintable()):
         return divide_line(line, width, fold=True)
     breaks, start, n = [], 0, len(line)
     while start + width < n:
@@ -177,18 +190,19 @@ def _breaks(line: str, width: int) -> list[int]:
     return breaks
 
 
-def _wrap(text: str, width: int, pad: bool = False) -> list[str]:
+def _wrap(text: str, width: int, pad: bool = False, one_cell: bool = False) -> list[str]:
     """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
-    (as a Padding around it prints it)."""
+    (as a Padding around it prints it); `one_cell`: every character of `text` is known to take one cell, and its
+    only white space is ' '."""
     if "\n" not in text:  # one line (most): as the loop below does it, without the loop
-        cells = _cells(text)
+        cells = len(text) if one_cell else _cells(text)
         if cells <= width:
             return [_pad(text, width, cells=cells) if pad else text]
     lines = []
     for line in text.split("\n"):
-        cells = _cells(line)
+        cells = len(line) if one_cell else _cells(line)
         one = cells == len(line)  # every piece's width is its length
-        cuts = [0, *_breaks(line, width), len(line)] if cells > width else [0, len(line)]
+        cuts = [0, *_breaks(line, width, one_cell), len(line)] if cells > width else [0, len(line)]
         for a, b in zip(cuts, cuts[1:]):
             piece = line[a:b]
             excess = (len(piece) if one else _cells(piece)) - width
@@ -203,18 +217,30 @@ def _pad(text: str, width: int, right: bool = False, cells: int | None = None) -
     return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
 
 
+def _column(texts: list[str]) -> tuple[int, bool, bool]:
+    """A column's widest line in cells; whether every character of it is one cell (so a cell's width is its
+    length); whether some cell has several lines. Looked at whole, with one C-level pass where it can be."""
+    joined = "\n".join(texts)
+    lines = joined.split("\n")
+    multi = len(lines) != len(texts)
+    if joined.isascii() or re.search(_WIDER_LINES, joined) is None:
+        return max(map(len, lines), default=0), True, multi
+    return max(map(_cells, lines), default=0), False, multi
+
+
 def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) -> list[str] | None:
     marked = anomalies(result)
     ids = abbreviated(result)
     heads = (["id"] if ids else []) + [col for col, _ in _COLUMNS]
     right = ([True] if ids else []) + [kw.get("justify") == "right" for _, kw in _COLUMNS]
-    rows = []
-    for n, (value, grad) in zip(result.nodes, cells):
-        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
-        row = [node, n.op, value, str(n.requires_grad), str(n.is_leaf), n.grad_fn or DASH, grad]
-        rows.append([f"%{n.id}", *row] if ids else row)
-    widths = [max(_cells(h), *(_cells(line) for r in rows for line in r[i].split("\n")))
-              for i, h in enumerate(heads)]
+    mark = {status: f"{m} " for status, (m, _, _) in _STATUS.items()}
+    columns = [[mark[n.status] + n.name + (" " + ANOMALY if n.id in marked else "") for n in result.nodes],
+               [n.op for n in result.nodes], [v for v, _ in cells], [str(n.requires_grad) for n in result.nodes],
+               [str(n.is_leaf) for n in result.nodes], [n.grad_fn or DASH for n in result.nodes], [g for _, g in cells]]
+    if ids:
+        columns.insert(0, [f"%{n.id}" for n in result.nodes])
+    info = [_column(col) for col in columns]
+    widths = [max(_cells(h), w) for h, (w, _, _) in zip(heads, info)]
     for i, (_, kw) in enumerate(_COLUMNS, start=len(heads) - len(_COLUMNS)):
         widths[i] = max(widths[i], kw.get("min_width", 0))
     at = len(heads) - len(_COLUMNS)  # the node column
@@ -224,9 +250,9 @@ def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) 
         inner = width - 2
         if widths[at] < _COLUMNS[0][1]["min_width"]:
             return None
-        for r in rows:
-            if _cells(r[at]) > widths[at]:
-                r[at] = "\n".join(line.rstrip() for line in _wrap(r[at], widths[at]))
+        columns[at] = [c if _cells(c) <= widths[at] else "\n".join(line.rstrip() for line in _wrap(c, widths[at]))
+                       for c in columns[at]]
+        info[at] = _column(columns[at])
     title = f"{_out_label(result)} = {result.output.expr}"
     if _cells(title) > inner + 2 or "\n" in title:
         return None  # rich would fold the title: its own layout
@@ -235,13 +261,15 @@ def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) 
         return " " + "  ".join(_pad(c, w, r) for c, w, r in zip(cells_of_row, widths, right)) + " "
 
     out = [_pad(title, inner + 2), " " * (inner + 2), line(heads), " " + "─" * inner + " "]
-    for r in rows:
-        if any("\n" in c for c in r):
+    if any(multi for _, _, multi in info):  # a cell over several lines: row by row
+        for r in zip(*columns):
             parts = [c.split("\n") for c in r]
             for k in range(max(len(p) for p in parts)):
                 out.append(line([p[k] if k < len(p) else "" for p in parts]))
-        else:
-            out.append(line(r))
+    else:  # every cell one line: each column padded at once (a cell's width is its length where `one`)
+        padded = [[c.rjust(w) for c in col] if one and r else [c.ljust(w) for c in col] if one
+                  else [_pad(c, w, r) for c in col] for col, w, r, (_, one, _) in zip(columns, widths, right, info)]
+        out += [" " + "  ".join(row) + " " for row in zip(*padded)]
     out.append(" " * (inner + 2))
     return out
 
@@ -252,12 +280,15 @@ def _plain_blocks(result: Explanation, width: int, cells: list[tuple[str, str]])
     out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
     for n, (value, grad) in zip(result.nodes, cells):  # a cell without "\n" is what format_tensor(t) gives
         node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
-        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width)
+        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width, one_cell=n.name.isascii()
+                     and n.name.isprintable() and n.id not in marked)
         value = format_tensor(n.value) if "\n" in value else value
         grad = format_tensor(n.grad) if "\n" in grad else grad
         details = (f"grad {grad} · value {value} · requires_grad "
                    f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
-        out += ["  " + line for line in _wrap(details, width - 2, pad=True)]
+        # numbers, torch's class names and the table's own characters: one cell each, no need to measure them
+        one = grad.isascii() and value.isascii() and (n.grad_fn is None or n.grad_fn.isascii())
+        out += ["  " + line for line in _wrap(details, width - 2, pad=True, one_cell=one)]
     out.append("")
     return out
 

@@ -73,6 +73,10 @@ def _check_list(value):
 
 def format_number(x: float) -> str:
     """Compact, human form: 50, -20, 0.5, 1.23457e-05, nan, inf; True / False for a boolean tensor's elements."""
+    if x.__class__ is float:  # most numbers (a table prints thousands): one test, one format
+        if x != x:
+            return "nan"  # (a negative nan formats as -nan)
+        return f"{x:.6g}" if x else "0"  # -0.0 too; inf and -inf format as themselves
     if isinstance(x, bool):
         return str(x)
     if math.isnan(x):
@@ -100,6 +104,18 @@ def format_tensor(t, sep: str = " ") -> str:
     s = summary(t)
     return (f"shape {tuple(t.shape)} {s['dtype']}{sep}mean {_short(s['mean'])} norm {_short(s['norm'])}"
             f"{sep}min {_short(s['min'])} max {_short(s['max'])}")
+
+
+def format_numbers(t, numbers, size: int, sep: str = " ") -> str:
+    """format_tensor(t) from the numbers the engine read already (`numbers`: t.tolist(), `size`: t.numel(); see
+    values/jsonable.py `plain`), without asking torch again."""
+    if numbers is None:
+        return DASH
+    if numbers.__class__ is not list:
+        return format_number(numbers)
+    if size <= SMALL:
+        return _nested(numbers)
+    return format_tensor(t, sep)
 
 
 def _short(v: float) -> str:

@@ -21,8 +21,13 @@ def _flows(r):
     return {(r.nodes[e.src].name, r.nodes[e.dst].name, e.pos): e.flow for e in r.edges}
 
 
-@pytest.mark.parametrize("copies", [1, 2500])  # 2 elements (views retain their grad), 5000 (views are hooked)
-def test_every_edge_flow_matches_hand_derivation(copies):
+@pytest.mark.parametrize("engine", ["direct", "autograd.grad"])  # torch's engine itself, or the public call
+@pytest.mark.parametrize("copies", [1, 2500])  # 2 elements (small: read into Python numbers), 5000 (kept as tensors)
+def test_every_edge_flow_matches_hand_derivation(copies, engine, monkeypatch):
+    from gradflow.engine import evaluate
+
+    if engine != "direct":
+        monkeypatch.setattr(evaluate, "_engine_run_backward", None)  # as with a torch without it
     xs = X * copies
     r = explain(EXPR, x=xs, dtype="float64")
     f = _flows(r)
@@ -50,3 +55,23 @@ def test_identity_wrapper_flows_still_measured_without_edges():
     # no_grad(x) on a leaf returns x itself: gradient still flows; d(x*x*3)/dx = 6x = 12 at x=2
     r = explain("a = no_grad(x); a*a*3", x=2, measure_edges=False)
     assert r.grad("x") == 12.0 and r.node("a").grad.item() == 12.0
+
+
+def test_a_flag_on_a_region_reaches_the_value_it_wraps():
+    """`z = no_grad(y*3); z.requires_grad_()`: z and y*3 are one tensor, made a leaf by the flag (torch: the
+    tensor computed under no_grad, then requires_grad_()). Hand-derived at x = 3: y = 6, z = 18, L = z*y = 108;
+    dL/dz = y = 6 is the grad of that one tensor, so y*3 shows it too; dL/dy = z = 18 (its use inside no_grad is
+    cut), dL/dx = 2 * 18 = 36."""
+    r = explain("y = 2*x; z = no_grad(y*3); z.requires_grad_(); z*y", x=3, dtype="float64")
+    assert r.grad("x") == 36.0 and r.node("y").grad.item() == 18.0
+    assert r.node("z").grad.item() == 6.0 and r.node("y*3").grad.item() == 6.0
+    assert r.node("y*3").status == "live"
+
+
+def test_a_flag_through_nested_regions():
+    """The same through two wrappers, flagged in the expression: no_grad(no_grad(w*2)) is w*2's tensor.
+    L = sum(c * x) at w = [3, 4], x = [1, 2]: dL/dc = x, and w*2 (the same tensor) shows it."""
+    r = explain("c = no_grad(no_grad(w*2)).requires_grad_(); sum(c * x)", w=[3.0, 4.0], x=[1.0, 2.0], wrt="x",
+                dtype="float64")
+    assert r.node("w*2").grad.tolist() == [1.0, 2.0] and r.node("c").grad.tolist() == [1.0, 2.0]
+    assert r.grad("x") == [6.0, 8.0] and r.node("w*2").status == "live"

@@ -121,3 +121,32 @@ def test_bad_on_every_size(n, poison):
         t[n // 2] = poison
     assert bad(t) is (poison is not None)
     assert bad(t.reshape(1, n)) is (poison is not None)  # 2-d: no Python sum over nested lists
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("numbers,want", [
+    ([], True), ([1.0, -2.0, 3], True), ([1e308, 1e308], True),  # finite, though their sum overflows
+    ([INF, -INF], False),  # math.fsum raises ValueError here, not OverflowError
+    ([1e308, 1e308, -INF], False), ([NAN], False), ([1.0, None, True], True),  # None: no grad
+    ([[1.0, 2.0], 1.0], True), ([1.0, [1.0, INF]], False), ([[[1.0], [NAN]]], False),  # nested: looked at closer
+])
+def test_all_finite_decides_from_the_numbers_read(numbers, want):
+    from gradflow.engine.nonfinite import _all_finite
+    from gradflow.values.jsonable import UNCONVERTED
+
+    assert _all_finite(numbers) is want
+    assert _all_finite([*numbers, UNCONVERTED]) is False  # a tensor not read: never taken as finite
+
+
+@pytest.mark.parametrize("x", [[0.0, -0.0], [0.0, 1.0, -0.0, 2.0]])
+def test_opposite_infinities_in_one_program(x):
+    """1/x at [0, -0] is [inf, -inf], their sum nan: the first non-finite value is at 1/x; d(1/x)/dx = -1/x^2
+    is -inf at both zeros, made on the edge x -> 1/x."""
+    r = explain("sum(1/x)", x=x, dtype="float64")
+    w = kinds(r)
+    assert w["nonfinite_value"].node == "1/x" and "division by zero" in w["nonfinite_value"].message
+    assert w["nonfinite_value"].message.startswith("inf/-inf first appears")
+    assert w["nonfinite_grad"].node == "1/x" and "x → 1/x" in w["nonfinite_grad"].message
+    assert r.grad("x")[0] == -INF and r.grad("x")[1] == (-INF if len(x) == 2 else -1.0)

@@ -36,6 +36,8 @@ def test_non_finite_text_is_read_as_float():
 @pytest.mark.parametrize("x,want", [
     (50.0, "50"), (-20.0, "-20"), (0.5, "0.5"), (0.0, "0"), (-0.0, "0"), (1 / 3, "0.333333"),
     (1.23456789e-5, "1.23457e-05"), (1e20, "1e+20"), (math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"),
+    (-math.nan, "nan"), (123456789.0, "1.23457e+08"), (5e-324, "4.94066e-324"),  # a negative nan; the smallest float
+    (7, "7"), (0, "0"), (-3, "-3"), (1234567, "1.23457e+06"), (True, "True"), (False, "False"),  # int, bool tensors
 ])
 def test_format_number(x, want):
     assert format_number(x) == want
