@@ -34,7 +34,7 @@ from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_
 
 if TYPE_CHECKING:
     from gradflow.studies.batch import DefaultsUse
-    from gradflow.studies.batch_pool import Out
+    from gradflow.studies.batch_worker import Out
 
 InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]

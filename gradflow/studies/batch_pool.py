@@ -1,4 +1,5 @@
-"""`gradflow batch --jobs N`: the records of a batch made by N worker processes, yielded in input order.
+"""`gradflow batch --jobs N`: the records of a batch made by N worker processes, yielded in input order (the
+command side; what a worker runs is batch_worker.py).
 
 Standard library only: `multiprocessing` with the *forkserver* context, one duplex Pipe per worker, and
 `multiprocessing.connection.wait` over the pipes, the workers' sentinels and a wake-up pipe of the reader.
@@ -38,24 +39,18 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
-import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from gradflow.errors import ExitCode, GradflowError
+from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
-SEND_AFTER = 0.05  # seconds: a worker sends what it has made so far once a chunk has run this long
-Out = tuple[int, str, str | None, str | None]  # (line number, the record as one JSON line, its error kind
-#                                                  or None, its program's source: for the unused-defaults check)
-_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.engine.explain"]  # then the encoder's, then batch_warm
+_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.studies.batch_worker", "gradflow.engine.explain"]  # then the encoder's, then batch_warm
 
 
 def usable_cores() -> int:
@@ -75,71 +70,13 @@ def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Cal
 
     if jobs <= 1:
         for rec in run_batch(lines, first_line=first_line, **options):
-            yield _out(rec, encode)
+            yield out(rec, encode)
         return
     pool = _Pool(jobs, encode, options)
     try:
         yield from pool.records(lines, first_line)
     finally:
         pool.close()
-
-
-def _out(rec: dict, encode: Callable[[dict], str]) -> Out:
-    error, source = rec["error"], rec.get("source")
-    return (rec["line"], encode(rec), None if error is None else error["kind"],
-            source if isinstance(source, str) else None)
-
-
-# ---- the worker side ---------------------------------------------------------------------------------------
-
-def _work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
-    """A worker: chunks in, encoded records out, until the command closes the pipe (or sends None)."""
-    import gc
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle: it kills the workers
-    import torch
-
-    torch.set_num_threads(1)  # see the module's docstring
-    from gradflow.studies.batch import run_batch
-
-    frozen = False
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the command is gone
-            return
-        if msg is None:
-            return
-        first, lines = msg
-
-        def numbered(first: int = first, lines: list[str] = lines) -> Iterator[str]:
-            for i, line in enumerate(lines):
-                current.value = first + i  # the line in flight, for the command if this process dies
-                yield line
-
-        out: list[Out] = []
-        sent = time.monotonic()
-        try:
-            for rec in run_batch(numbered(), first_line=first, **options):
-                out.append(_out(rec, encode))
-                if time.monotonic() - sent > SEND_AFTER:  # slow records: each goes out soon, not with its chunk
-                    conn.send(("part", out))
-                    out, sent = [], time.monotonic()
-        except (BrokenPipeError, OSError):  # the command is gone
-            return
-        except Exception:  # only with debug: run_batch turns every other exception into an error record
-            current.value = 0
-            conn.send(("bug", traceback.format_exc()))
-            return
-        current.value = 0
-        try:
-            conn.send(("done", out))
-        except (BrokenPipeError, OSError):
-            return
-        if not frozen:  # as the command does in one process: torch's objects live as long as the process
-            gc.freeze()
-            frozen = True
 
 
 # ---- the command side --------------------------------------------------------------------------------------
@@ -168,46 +105,11 @@ class WorkerBug(RuntimeError):
     """A worker's exception under --debug: carries its traceback."""
 
 
-def _forget_forkserver() -> None:
-    """In a child forked from a process that has started multiprocessing's fork server: that server belongs to
-    the parent (it is not this process's child, so using it fails with ChildProcessError), and this copy of its
-    keep-alive pipe would keep it running. Forget it: the child starts its own when it needs one. (Private
-    attributes of multiprocessing.forkserver, Python 3.10-3.13; a test forks from a process that ran a batch.)"""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is None or getattr(server, "_forkserver_pid", None) is None:
-        return
-    if server._forkserver_alive_fd is not None:
-        try:
-            os.close(server._forkserver_alive_fd)
-        except OSError:
-            pass
-    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-    server._inherited_fds = None
 
 
 _AT_FORK: list[bool] = []
 
 
-@contextmanager
-def _main_not_rerun():
-    """Start a worker without multiprocessing re-running the caller's __main__ in it: the worker's code is all in
-    this package, and the main script may be anything (`python -` reads it from stdin, a test runner's, a path
-    relative to a directory since left): re-running it failed with FileNotFoundError, or ran the caller's code
-    again. multiprocessing decides from __main__'s __spec__ and __file__ when the process starts."""
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-    try:
-        for k in saved:
-            if k == "__spec__":
-                main.__dict__[k] = None
-            else:
-                del main.__dict__[k]
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.update(saved)
 
 
 class _Pool:
@@ -215,7 +117,7 @@ class _Pool:
         import multiprocessing
 
         if not _AT_FORK:
-            os.register_at_fork(after_in_child=_forget_forkserver)
+            os.register_at_fork(after_in_child=forget_forkserver)
             _AT_FORK.append(True)
         _HARD_EXIT.clear()  # a batch earlier in this process (the library, a test runner) may have set it
         self.jobs, self.encode, self.options = jobs, encode, options
@@ -262,9 +164,9 @@ class _Pool:
     def _start_worker(self) -> _Worker:
         here, there = self.ctx.Pipe(duplex=True)
         current = self.ctx.RawValue("q", 0)
-        proc = self.ctx.Process(target=_work, args=(there, current, self.encode, self.options), daemon=True,
+        proc = self.ctx.Process(target=work, args=(there, current, self.encode, self.options), daemon=True,
                                 name="gradflow-batch-worker")
-        with _main_not_rerun():
+        with main_not_rerun():
             proc.start()
         there.close()
         worker = _Worker(proc, here, current)
@@ -316,12 +218,12 @@ class _Pool:
                 how = f"was killed by signal {-exitcode}"
         else:
             how = f"exited with code {exitcode}"
-        return _out(crashed_record(number, line, self.options.get("text", False), how), self.encode)
+        return out(crashed_record(number, line, self.options.get("text", False), how), self.encode)
 
     def _error_out(self, number: int, error: GradflowError) -> Out:
         from gradflow.studies.batch import error_record
 
-        return _out(error_record(number, number, None, error), self.encode)
+        return out(error_record(number, number, None, error), self.encode)
 
     # -- the main loop --
     def records(self, lines: Iterable[str | GradflowError], first: int) -> Iterator[Out]:
@@ -455,7 +357,7 @@ class _Pool:
 
             _HARD_EXIT.append(True)
             util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
-            _forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
+            forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
 
 
 _HARD_EXIT: list[bool] = []
