@@ -218,7 +218,8 @@ _pop, _push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_functi
 
 def _leaf_call(t: Trace, module, x, leaf):
     """The module's forward and its record, all with the mode off (under it, even `a.requires_grad` is a call to
-    the mode), back on after, also when the forward raises."""
+    the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
+    (Trace._enter_module, _leave_module: nothing runs inside it)."""
     mode = _pop()
     try:
         name, params = leaf
@@ -228,16 +229,27 @@ def _leaf_call(t: Trace, module, x, leaf):
         stop = None
         if in_leaf is not None and True in in_leaf:
             stop = _next_node() if _next_node is not None else _input_nodes(ins)
-        t._enter_module(module, (x,))
+        st = t.state
+        stack = st.stack
+        key = id(module)
+        if not stack and key not in st.modules:
+            st.roots.append(module)
+        st.modules[key] = module
+        stack.append(module)
+        if module.training and running_mean(module) is not None:
+            st.stats_updated[key] = module
         try:
             try:
                 out = type(module).forward(module, x)
             except RuntimeError as err:
                 t._maybe_failure(name, ins, err)
                 raise
-            t._fast_op(name, ins, in_rg, in_leaf, out, stop)
+            t._leaf_op(name, ins, in_rg, in_leaf, out, stop, module)
         finally:
-            t._leave_module(module)
+            if stack and stack[-1] is module:
+                stack.pop()
+            else:
+                t._leave_module(module)
     finally:
         _push(mode)
     return out
