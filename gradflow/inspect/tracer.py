@@ -261,7 +261,7 @@ class Trace:
             uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
                     if leaf and not any(a is o for o in outs)}
             if uses:
-                rec.line, rec.library_line = lines()
+                rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
         st.ops.append(rec)
         if not rec.index % _GC_EVERY and rec.index:
             self._collect(rec.index)
@@ -301,7 +301,7 @@ class Trace:
             self._collect(rec.index)
         if in_leaf is not None and True in in_leaf:
             uses = {id(a): Use(k, rec.index) for a, leaf, k in zip(ins, in_leaf, serials) if leaf}
-            rec.line, rec.library_line = lines()
+            rec.line, rec.library_line = lines(4)  # (from the caller of _module_call: frames 1-3 are ours)
             self.state.uses.extend(uses.values())
             node = out.grad_fn
             if node is not None:
