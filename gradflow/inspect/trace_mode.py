@@ -236,7 +236,8 @@ def _leaf_call(t: Trace, module, x, leaf):
             st.roots.append(module)
         st.modules[key] = module
         stack.append(module)
-        if module.training and running_mean(module) is not None:
+        if module.training and ("running_mean" in module._buffers or "running_mean" in module.__dict__) and \
+                running_mean(module) is not None:  # (none of LEAVES has one on its class)
             st.stats_updated[key] = module
         try:
             try:

@@ -321,7 +321,13 @@ def _leaf_cases():
         m = nn.Sequential(nn.Linear(3, 3), nn.GELU()).to(torch.bfloat16)
         return m, lambda: m(torch.ones(2, 3, dtype=torch.bfloat16)).float().sum()
 
-    return {"plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+    def running_stats():  # a frozen Linear carrying running statistics of its own, in training mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        m[0].register_buffer("running_mean", torch.zeros(3))
+        m[0].requires_grad_(False)
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    return {"running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
 
@@ -338,6 +344,11 @@ def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_
     general = _traced(build, False, monkeypatch)
     assert general[4] == 0 and fast[4] == whole_calls
     assert fast[:4] == general[:4]
+    if case == "running_stats":
+        assert "0 is frozen" in fast[3]["warnings"][0]
+    from gradflow.inspect.trace_mode import LEAVES
+
+    assert not any(hasattr(cls, "running_mean") for cls in LEAVES)  # (_leaf_call looks on the instance only)
 
 
 def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
