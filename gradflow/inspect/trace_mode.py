@@ -4,7 +4,9 @@ module calls, seen through nn.Module._call_impl while a trace records.
 Most ops take the fast path: inside a module, gradients on, no checkpoint, no Python value followed. It asks each
 op only what a report can need (its inputs' requires_grad and leaves; for an op using a parameter, the sequence
 number of the first autograd node it makes) and gives the rest to Trace._fast_op; every other op goes through
-`_general`.
+`_general`. A call of one of torch's own leaf modules (LEAVES: Linear, LayerNorm, GELU, ...) in that common state
+is recorded whole, as the one op it runs, with the mode off inside it (_leaf_call): the same record, without the
+mode's dispatch.
 """
 from __future__ import annotations
 
