@@ -327,7 +327,15 @@ def _leaf_cases():
         m[0].requires_grad_(False)
         return m, lambda: m(torch.ones(2, 3)).sum()
 
-    return {"running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+    def autocast_and_eval():  # bfloat16 results from float32 inputs; Dropout in eval mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.LayerNorm(3)).eval()
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return m(torch.ones(2, 3)).float().sum()
+        return m, step
+
+    return {"autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
 
