@@ -344,11 +344,10 @@ def _measure(params: list[ParamReport]) -> None:
             r.share = _dot(r.flow, p.grad) / squared if squared > 0 else None
 
 
-def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:
+def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:
     """Every use whose result reaches the loss (earlier forwards in the same trace are left out); their norms
     and shares are filled in by _measure. A parameter's only use (`whole`, not hooked) sent it all its grad."""
     out = []
-    ops = trace.ops
     for use in graph.uses.get(serial, ()):
         rec = ops[use.op]
         flow = use.flow
@@ -362,6 +361,20 @@ def _routes(trace: Trace, graph: FlowGraph, serial: int, module_name, grad) -> l
     return out
 
 
+def _live_once(name, tensors, grad, serial, graph: FlowGraph, ops: list, module_name) -> ParamReport:
+    """_param_report of a parameter that got a gradient, nothing cut on the way (the common one), its only use
+    (not hooked: `whole`) built without _routes; anything else through _routes."""
+    t = tensors[0]
+    uses = graph.uses.get(serial, ())
+    if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
+        rec = ops[uses[0].op]
+        routes = [Route(rec.name, rec.line, module_name(rec.module), grad, None, None, rec.cut)]
+    else:
+        routes = _routes(ops, graph, serial, module_name, grad)
+    return ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", None, grad, None,
+                       list(tensors[1:]), routes, [], serial)
+
+
 def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced, serial) -> ParamReport:
     t = tensors[0]
     p = ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", grad=grad,
@@ -373,7 +386,7 @@ def _param_report(trace, graph, name, tensors, grad, module_name, partial, untra
     elif grad is None:
         p.status, p.reason, p.cuts = why_none(graph, trace, serial, module_name)
     if p.status == "live":  # or "zero": _measure tells, from the norm
-        p.routes = _routes(trace, graph, serial, module_name, grad)
+        p.routes = _routes(trace.ops, graph, serial, module_name, grad)
         if partial:
             p.cuts = [cut_of(r, module_name) for r in partial.get(serial, ())]
     return p
@@ -398,8 +411,13 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
-    settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
-    params_out = [_param_report(trace, graph, name, vals, g, module_name, partial, why, s)
+    if hidden:
+        settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
+    else:  # (settle's answer when no parameter is used where the trace cannot see)
+        settled = [(g, None) for g in got.grads]
+    params_out = [_live_once(name, vals, g, s, graph, trace.ops, module_name)
+                  if g is not None and why is None and not partial and vals[0].requires_grad else
+                  _param_report(trace, graph, name, vals, g, module_name, partial, why, s)
                   for (name, vals), (g, why), s in zip(named.items(), settled, serials)]
     _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,

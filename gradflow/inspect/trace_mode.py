@@ -4,7 +4,9 @@ module calls, seen through nn.Module._call_impl while a trace records.
 Most ops take the fast path: inside a module, gradients on, no checkpoint, no Python value followed. It asks each
 op only what a report can need (its inputs' requires_grad and leaves; for an op using a parameter, the sequence
 number of the first autograd node it makes) and gives the rest to Trace._fast_op; every other op goes through
-`_general`.
+`_general`. A call of one of torch's own leaf modules (LEAVES: Linear, LayerNorm, GELU, ...) in that common state
+is recorded whole, as the one op it runs, with the mode off inside it (_leaf_call): the same record, without the
+mode's dispatch.
 """
 from __future__ import annotations
 
@@ -116,6 +118,11 @@ def _module_call(module, *args, **kwargs):
     plain = _PLAIN_CALL[0]
     if len(_TRACES) == 1:
         t = _TRACES[0]
+        leaf = LEAVES.get(type(module))
+        if leaf is not None and t._plain and len(args) == 1 and not kwargs and type(args[0]) is _Tensor:
+            params = leaf(module)
+            if params is not None and _bare(module, t):
+                return _leaf_call(t, module, args[0], params)
         t._enter_module(module, args)
         try:
             return plain(module, *args, **kwargs)
@@ -148,3 +155,104 @@ def running_mean(module):
 
 
 _CLASS_RUNNING_MEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module class -> has running_mean
+
+
+# ---- torch's own leaf modules, recorded whole --------------------------------------------------------------------
+# A torch.nn module of one of these exact types (no subclass, no hooks, its forward torch's own) runs one functional
+# op; it is recorded as that op, with the mode off inside it: the same OpRecord and Uses as when the mode sees the
+# op (tests/inspect_code/test_speed_safety.py compares both paths), at a third of the dispatches. Each entry gives
+# the op's name and the module's tensors in the order the functional takes them (None: take the general path).
+_Tensor = torch.Tensor
+_nn = torch.nn
+_hooks = torch.nn.modules.module
+
+
+def _weight_bias(m):
+    p = m._parameters
+    if "weight" not in p or "bias" not in p:
+        return None
+    return [a for a in (p["weight"], p["bias"]) if a is not None]
+
+
+def _conv(m):
+    return _weight_bias(m) if m.padding_mode == "zeros" else None
+
+
+def _embedding(m):
+    p = m._parameters
+    return [p["weight"]] if m.max_norm is None and p.get("weight") is not None else None
+
+
+def _none(m):
+    return []
+
+
+def _not_inplace(m):
+    return None if m.inplace else []
+
+
+LEAVES: dict = {}  # module type -> (op name, its tensors)
+for _cls, _name, _tensors in [
+        (_nn.Linear, "linear", _weight_bias), (_nn.LayerNorm, "layer_norm", _weight_bias),
+        (_nn.Conv1d, "conv1d", _conv), (_nn.Conv2d, "conv2d", _conv), (_nn.Embedding, "embedding", _embedding),
+        (_nn.GELU, "gelu", _none), (_nn.Tanh, "tanh", _none), (_nn.Sigmoid, "sigmoid", _none),
+        (_nn.ReLU, "relu", _not_inplace), (_nn.SiLU, "silu", _not_inplace), (_nn.Dropout, "dropout", _not_inplace)]:
+    LEAVES[_cls] = (lambda name, tensors: lambda m: None if (ts := tensors(m)) is None else (name, ts))(
+        _name, _tensors)
+_FORWARDS = {cls: cls.forward for cls in LEAVES}  # as torch defines them: one patched by anyone takes the general path
+
+
+def _bare(module, t: Trace) -> bool:
+    """No hooks of any kind, its forward torch's own, and this trace's mode the innermost one on."""
+    h = _hooks
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or
+                module._backward_pre_hooks or h._global_forward_hooks or h._global_forward_pre_hooks or
+                h._global_backward_hooks or h._global_backward_pre_hooks) and \
+        "forward" not in module.__dict__ and type(module).forward is _FORWARDS[type(module)] and \
+        _grad_on() and not _inference_on() and _mode_on() and not _jit_tracing() and \
+        _stack_at(_stack_len() - 1) is t._mode
+
+
+_mode_on, _jit_tracing = torch._C._is_torch_function_mode_enabled, torch._C._get_tracing_state
+_stack_len, _stack_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
+_pop, _push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+
+
+def _leaf_call(t: Trace, module, x, leaf):
+    """The module's forward and its record, all with the mode off (under it, even `a.requires_grad` is a call to
+    the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
+    (Trace._enter_module, _leave_module: nothing runs inside it)."""
+    mode = _pop()
+    try:
+        name, params = leaf
+        ins = [x, *params]
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        stop = None
+        if in_leaf is not None and True in in_leaf:
+            stop = _next_node() if _next_node is not None else _input_nodes(ins)
+        st = t.state
+        stack = st.stack
+        key = id(module)
+        if not stack and key not in st.modules:
+            st.roots.append(module)
+        st.modules[key] = module
+        stack.append(module)
+        if module.training and ("running_mean" in module._buffers or "running_mean" in module.__dict__) and \
+                running_mean(module) is not None:  # (none of LEAVES has one on its class)
+            st.stats_updated[key] = module
+        try:
+            try:
+                out = type(module).forward(module, x)
+            except RuntimeError as err:
+                t._maybe_failure(name, ins, err)
+                raise
+            t._leaf_op(name, ins, in_rg, in_leaf, out, stop, module)
+        finally:
+            if stack and stack[-1] is module:
+                stack.pop()
+            else:
+                t._leave_module(module)
+    finally:
+        _push(mode)
+    return out

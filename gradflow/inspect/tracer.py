@@ -261,13 +261,51 @@ class Trace:
             uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
                     if leaf and not any(a is o for o in outs)}
             if uses:
-                rec.line, rec.library_line = lines()
+                rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
         st.ops.append(rec)
         if not rec.index % _GC_EVERY and rec.index:
             self._collect(rec.index)
         if uses:
             st.uses.extend(uses.values())
             self._listen(outs, uses, stop)
+
+    def _leaf_op(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop, module):
+        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): one input, the module's own
+        tensors, one result; what is not that plain (a cut, half precision, a tensor from outside the trace, a
+        result that is an input) goes to _fast_op, which tells."""
+        if type(out) is not torch.Tensor or (in_leaf is not None and not out.requires_grad) or \
+                out.dtype in LOW or ins[0].dtype in LOW:
+            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+        ids = self._ids
+        serials = []
+        for a in ins:
+            entry = ids.get(id(a))
+            if entry is not None and entry[0]() is a:
+                serials.append(entry[1])
+            elif a is out or (a.requires_grad and not a.is_leaf):
+                return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+            else:
+                serials.append(self._next)
+                ids[id(a)] = (weakref.ref(a), self._next)
+                self._next += 1
+        entry = ids.get(id(out))
+        if entry is not None and entry[0]() is out:
+            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+        s = self._next
+        ids[id(out)] = (weakref.ref(out), s)
+        self._next = s + 1
+        ops = self.state.ops
+        rec = OpRecord(len(ops), name, tuple(serials), (s,), True, False, id(module))
+        ops.append(rec)
+        if not rec.index % _GC_EVERY and rec.index:
+            self._collect(rec.index)
+        if in_leaf is not None and True in in_leaf:
+            uses = {id(a): Use(k, rec.index) for a, leaf, k in zip(ins, in_leaf, serials) if leaf}
+            rec.line, rec.library_line = lines(4)  # (from the caller of _module_call: frames 1-3 are ours)
+            self.state.uses.extend(uses.values())
+            node = out.grad_fn
+            if node is not None:
+                self._found.append(([node], stop, uses))
 
     def _collect(self, index: int) -> None:
         if self._gc.was_on:  # a long block: its young garbage, and all of it now and then

@@ -233,3 +233,139 @@ def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
     assert torch.allclose(routes[0].flow, ga) and torch.allclose(routes[1].flow, gb)
     expected = [float((f * g).sum() / (g * g).sum()) for f in (ga, gb)]
     assert [round(r.share, 5) for r in routes] == [round(e, 5) for e in expected]
+
+
+def _traced(build, whole: bool, monkeypatch):
+    """(ops, uses, report, leaf calls recorded whole) of one traced forward + explain of `build()`'s model, with
+    torch's leaf modules recorded whole (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
+    from gradflow.inspect import trace_mode
+
+    calls = []
+    bare = trace_mode._bare  # (a wrapper of _leaf_call would be a frame of the test's own: the ops' line)
+    monkeypatch.setattr(trace_mode, "_bare", lambda m, t: bare(m, t) and not calls.append(m))
+    if not whole:
+        monkeypatch.setattr(trace_mode, "LEAVES", {})
+    torch.manual_seed(0)
+    model, step = build()
+    with gradflow.trace() as t:
+        loss = step()
+    report = t.explain(loss, params=model)
+    monkeypatch.undo()
+    ops = [tuple(getattr(r, f) for f in r.__slots__ if f != "module") for r in t.ops]
+    names = {id(m): n for n, m in model.named_modules()}
+    modules = [names.get(r.module, r.module) for r in t.ops]
+    uses = [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses]
+    return ops, modules, uses, report.to_dict(), len(calls)
+
+
+def _leaf_cases():
+    nn, F = torch.nn, torch.nn.functional
+
+    def plain():
+        m = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.GELU(), nn.Dropout(0.3), nn.ReLU(), nn.Tanh(),
+                          nn.Sigmoid(), nn.SiLU(), nn.Linear(6, 6, bias=False), nn.LayerNorm(6, elementwise_affine=False),
+                          nn.Unflatten(1, (2, 3)), nn.Conv1d(2, 2, 3), nn.Flatten(), nn.Linear(2, 3))
+        emb, conv = nn.Embedding(5, 4), nn.Conv2d(1, 1, 2)
+        both = nn.ModuleDict({"m": m, "emb": emb, "conv": conv})
+        return both, lambda: m(emb(torch.tensor([1, 2, 1]))).sum() + conv(torch.ones(1, 1, 3, 3)).sum()
+
+    def hooks():
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3), nn.GELU())
+        m[0].register_forward_hook(lambda mod, a, out: out * 2)
+        m[1].register_forward_pre_hook(lambda mod, a: (a[0] + 1,))
+        m[2].register_full_backward_hook(lambda mod, gi, go: None)
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def global_hook():
+        m = nn.Sequential(nn.Linear(3, 3), nn.GELU())
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, a, out: None)
+
+        def step():
+            try:
+                return m(torch.ones(2, 3)).sum()
+            finally:
+                handle.remove()
+        return m, step
+
+    def overridden():
+        class Scaled(nn.Linear):
+            def forward(self, x):
+                return super().forward(x) * 2
+
+        m = nn.Sequential(Scaled(3, 3), nn.Linear(3, 3))
+        m[1].forward = lambda x: F.linear(x, m[1].weight) * 3  # an instance's own forward
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def no_grad_inside():
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 1)
+
+            def forward(self, x):
+                with torch.no_grad():
+                    h = self.a(x)
+                return self.b(h)
+        m = Net()
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def shared_and_outside():
+        a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+        b.weight = a.weight  # one parameter in two modules, used twice
+        a.bias.requires_grad_(False)  # frozen
+        both = nn.ModuleDict({"a": a, "b": b})
+        x = torch.ones(2, 3, requires_grad=True)  # a leaf input that requires grad
+        return both, lambda: (b(a(x)) + F.linear(x, a.weight)).sum()  # called outside any module; functional
+
+    def half():
+        m = nn.Sequential(nn.Linear(3, 3), nn.GELU()).to(torch.bfloat16)
+        return m, lambda: m(torch.ones(2, 3, dtype=torch.bfloat16)).float().sum()
+
+    def running_stats():  # a frozen Linear carrying running statistics of its own, in training mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        m[0].register_buffer("running_mean", torch.zeros(3))
+        m[0].requires_grad_(False)
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def autocast_and_eval():  # bfloat16 results from float32 inputs; Dropout in eval mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.LayerNorm(3)).eval()
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return m(torch.ones(2, 3)).float().sum()
+        return m, step
+
+    return {"autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+            "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
+            "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
+
+
+@pytest.mark.parametrize("case", list(_leaf_cases()))
+def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_path(case, monkeypatch):
+    """torch's own leaf modules (Linear, LayerNorm, GELU, ...) are recorded as one op with the mode off inside
+    them; wherever that could differ (hooks, a subclass or an instance overriding forward, no_grad around the call,
+    a shared parameter, a call outside any module, a functional call with a module's weight, bfloat16), the ops,
+    their lines and modules, the uses and the whole report are those of the general path, where the mode sees each
+    op (oracle: the same trace with LEAVES emptied). The number of calls taken whole is checked too."""
+    build, whole_calls = _leaf_cases()[case]
+    fast = _traced(build, True, monkeypatch)
+    general = _traced(build, False, monkeypatch)
+    assert general[4] == 0 and fast[4] == whole_calls
+    assert fast[:4] == general[:4]
+    if case == "running_stats":
+        assert "0 is frozen" in fast[3]["warnings"][0]
+    from gradflow.inspect.trace_mode import LEAVES
+
+    assert not any(hasattr(cls, "running_mean") for cls in LEAVES)  # (_leaf_call looks on the instance only)
+
+
+def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
+    lin = torch.nn.Linear(3, 2)
+    depth = torch._C._len_torch_function_stack()
+    with pytest.raises(RuntimeError), gradflow.trace() as t:
+        lin(torch.ones(2, 4))  # wrong width: torch raises inside the leaf
+    assert torch._C._len_torch_function_stack() == depth and t.state.stack == []
+    with gradflow.trace() as t:
+        loss = lin(torch.ones(2, 3)).sum()
+    assert [r.name for r in t.ops] == ["ones", "linear", "sum"]
+    assert t.explain(loss, params=lin).param("weight").status == "live"
