@@ -50,7 +50,8 @@ from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
-_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.studies.batch_worker", "gradflow.engine.explain"]  # then the encoder's, then batch_warm
+# then the encoder's module, then batch_warm
+_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.studies.batch_worker", "gradflow.engine.explain"]
 
 
 def usable_cores() -> int:
