@@ -45,9 +45,11 @@ class Fast(threading.local):
                     arg = rules[arg]
                 row[term] = (action, arg)
         _skip_unit_states(states, callbacks, set(table.end_states.values()))
-        self.parser = type(lark.parser.parser.parser)(type(table)(states, table.start_states, table.end_states),
-                                                      callbacks)
         self.states = states
+        self.start, self.end = table.start_states["start"], table.end_states["start"]
+        self.shift = _layout(states, self.start, self.end)
+        for rule, callback in callbacks.items():
+            rule.callback = callback
         self.lexers = lark.parser.lexer.lexer.lexers  # lark's contextual lexer: one per parser state
         root = lark.parser.lexer.lexer.root_lexer  # lark's lexer over every terminal (the contextual one's fallback)
         scanner = root.scanner
@@ -65,15 +67,60 @@ class Fast(threading.local):
     def parse(self, source: str) -> list:
         self.build.source = source
         try:
-            return self.parser.parse(self, "start")
+            return self._parse(source)
         finally:
             self.build.source = ""  # no text kept alive by the thread's parser
 
-    def lex(self, parser_state):  # lark's LexerThread interface
-        text = self.build.source
+    def _parse(self, text: str) -> list:
+        """lark's LALR loop (ParserState.feed_token, then the end of input as lark's parse_from_state feeds it),
+        over this object's copy of its tables: shift, or reduce by the rule's callback and go to the state its
+        origin leads to, until the token is shifted. No action for a token (KeyError) or a shift of the end of
+        input: the text has an error, which the tree path reports. No terminal has a callback (lark builds
+        them for rules only), so a shifted token is its own value."""
+        states, shift = self.states, self.shift
+        stack = [self.start]  # the states; `_tokens` reads the last one
+        values: list = []
         if "\n" in text:
-            return self.postlex.process(self._tokens(text, parser_state.state_stack, False))
-        return self._tokens(text, parser_state.state_stack, True)  # one line: the postlexer would only add the _NL
+            tokens = self.postlex.process(self._tokens(text, stack, False))
+        else:  # one line: the postlexer would only add the final _NL, which `_tokens` does
+            tokens = self._tokens(text, stack, True)
+        for tok in tokens:
+            row = states[stack[-1]]
+            while True:
+                action, rule = row[tok.type]
+                if action is shift:
+                    stack.append(rule)
+                    values.append(tok)
+                    break
+                size = rule.size
+                if size:
+                    children = values[-size:]
+                    del stack[-size:]
+                    del values[-size:]
+                else:
+                    children = []
+                values.append(rule.callback(children))
+                goto = states[stack[-1]][rule.name][1]  # a Shift (`_layout` checked every goto)
+                stack.append(goto)
+                row = states[goto]
+        end, row = self.end, states[stack[-1]]
+        while True:
+            action, rule = row["$END"]
+            if action is shift:
+                raise _NotFast  # lark: `assert not is_end`
+            size = rule.size
+            if size:
+                children = values[-size:]
+                del stack[-size:]
+                del values[-size:]
+            else:
+                children = []
+            values.append(rule.callback(children))
+            goto = states[stack[-1]][rule.name][1]
+            if goto == end:
+                return values[-1]
+            stack.append(goto)
+            row = states[goto]
 
     def _tokens(self, text: str, stack: list, end_line: bool):
         """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
@@ -159,6 +206,25 @@ def _skip_unit_states(states: dict, callbacks: dict, ends: set) -> None:
                 row[symbol] = (action, target(state, symbol))
 
 
+def _layout(states: dict, start: int, end: int):
+    """lark's Shift action, once the table is as the loop in `Fast._parse` reads it (lark 1.3.1's): every
+    action a (Shift, state) or (Reduce, rule); every goto (a rule's name) a Shift; the end state reached only by
+    the goto on `start` from the start state, and without actions of its own. Otherwise TypeError: parser.py
+    keeps to the tree path."""
+    shift = states[start]["start"][0]
+    kinds = {action for row in states.values() for action, _ in row.values()}
+    if states[start]["start"][1] != end or states[end] or len(kinds) != 2:
+        raise TypeError("not lark's LALR table layout")
+    for row in states.values():
+        for symbol, (action, arg) in row.items():
+            if (action is shift) != isinstance(arg, int) or (not symbol.isupper() and symbol != "$END"
+                                                             and action is not shift):
+                raise TypeError(symbol)
+            if arg == end and symbol != "start":
+                raise TypeError(symbol)
+    return shift
+
+
 class _NotFast(Exception):
     pass
 
@@ -166,7 +232,8 @@ class _NotFast(Exception):
 class _Rule:
     """What lark's parser reads of a rule it reduces by: its origin and expansion."""
 
-    __slots__ = ("origin", "expansion")
+    __slots__ = ("origin", "expansion", "size", "name", "callback")
 
     def __init__(self, origin, expansion: tuple):
         self.origin, self.expansion = origin, expansion
+        self.size, self.name, self.callback = len(expansion), origin.name, None
