@@ -1,16 +1,23 @@
-"""Parsing without a parse tree: lark's LALR parser calls Build's methods as it reduces, fed by a lexer that
-matches every terminal at once. Used by parser.parse for texts that parse; any error, and parser.py parses the
-text again the usual way (lark's contextual lexer, the parse tree, then Build over it), which reports it exactly
-as before: a syntax error anywhere wins over an unknown function before it, as it always has.
+"""Parsing without a parse tree: an LALR loop over lark's tables calls Build's methods as it reduces, fed by a
+lexer that matches every terminal at once. Used by parser.parse for texts that parse; any error, and parser.py
+parses the text again the usual way (lark's contextual lexer, the parse tree, then Build over it), which reports
+it exactly as before: a syntax error anywhere wins over an unknown function before it, as it always has.
+
+lark stays the parser generator (the tables come from it), the grammar's reader and the error reporter; only the
+hot loop is ours (`Fast._parse`): lark's `ParserState.feed_token` is one Python call per token with its look-ups
+and asserts, behind its `parse_from_state` and `LexerThread`. The price: the loop reads the table as lark 1.3.1
+lays it out (`_layout` checks that layout when the parser is built; any other, and parser.py keeps to the tree
+path, as for any other lark insides this module does not expect).
 
 Where the time went (bench/README.md, "Front end"): lark's tree builder and the Build pass over the tree,
 Python-level hash and equality of lark's rules at every reduction (its table holds a copy of a rule per
-action), a wrapper call for each `?rule` with one child, and lark's lexer (a parser-state look-up, a line
-counter and a Token built through keyword arguments per token).
+action), a wrapper call for each `?rule` with one child, lark's lexer (a parser-state look-up, a line counter
+and a Token built through keyword arguments per token), and its parser's per-token call.
 """
 from __future__ import annotations
 
 import threading
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -20,8 +27,8 @@ from gradflow.language.lexing import Continuation, at_end
 
 
 class Fast(threading.local):
-    """Per thread (Build keeps the source it reports errors against): lark's LALR parser with callbacks bound to
-    one Build, fed by `_tokens`."""
+    """Per thread (Build keeps the source it reports errors against): an LALR parser over lark's tables with
+    callbacks bound to one Build, fed by `_tokens`."""
 
     def __init__(self, lark: Lark):
         self.build = Build("")
@@ -45,9 +52,11 @@ class Fast(threading.local):
                     arg = rules[arg]
                 row[term] = (action, arg)
         _skip_unit_states(states, callbacks, set(table.end_states.values()))
-        self.parser = type(lark.parser.parser.parser)(type(table)(states, table.start_states, table.end_states),
-                                                      callbacks)
         self.states = states
+        self.start, self.end = table.start_states["start"], table.end_states["start"]
+        self.shift = _layout(states, self.start, self.end)
+        for rule, callback in callbacks.items():
+            rule.callback = callback
         self.lexers = lark.parser.lexer.lexer.lexers  # lark's contextual lexer: one per parser state
         root = lark.parser.lexer.lexer.root_lexer  # lark's lexer over every terminal (the contextual one's fallback)
         scanner = root.scanner
@@ -65,15 +74,46 @@ class Fast(threading.local):
     def parse(self, source: str) -> list:
         self.build.source = source
         try:
-            return self.parser.parse(self, "start")
+            return self._parse(source)
         finally:
             self.build.source = ""  # no text kept alive by the thread's parser
 
-    def lex(self, parser_state):  # lark's LexerThread interface
-        text = self.build.source
+    def _parse(self, text: str) -> list:
+        """lark's LALR loop (its ParserState.feed_token for each token, then for the end of input), over this
+        object's copy of its tables: shift the token, or reduce by a rule (its callback over the values it
+        spans) and go to the state its name leads to from the state below, until the token is shifted. The end
+        of input is never shifted: reducing it reaches the end state, with the program. No action for a token
+        (a KeyError): the text has an error, which the tree path reports. No terminal has a callback (lark
+        makes them for rules only), so a shifted token is its own value."""
+        states, shift, end = self.states, self.shift, self.end
+        stack = [self.start]  # the states; `_tokens` reads the last one
+        values: list = []
         if "\n" in text:
-            return self.postlex.process(self._tokens(text, parser_state.state_stack, False))
-        return self._tokens(text, parser_state.state_stack, True)  # one line: the postlexer would only add the _NL
+            tokens = self.postlex.process(self._tokens(text, stack, False))
+        else:  # one line: the postlexer would only add the final _NL, which `_tokens` does
+            tokens = self._tokens(text, stack, True)
+        for tok in chain(tokens, _END):
+            row = states[stack[-1]]
+            while True:
+                action, rule = row[tok.type]
+                if action is shift:
+                    stack.append(rule)
+                    values.append(tok)
+                    break
+                size = rule.size
+                if size:
+                    children = values[-size:]
+                    del stack[-size:]
+                    del values[-size:]
+                else:
+                    children = []
+                values.append(rule.callback(children))
+                goto = states[stack[-1]][rule.name][1]  # a Shift (`_layout` checked every goto)
+                if goto == end:  # only `start` leads there, and only at the end of input (`_layout`)
+                    return values[-1]
+                stack.append(goto)
+                row = states[goto]
+        raise _NotFast  # not reached: the end of input is never shifted
 
     def _tokens(self, text: str, stack: list, end_line: bool):
         """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
@@ -159,14 +199,40 @@ def _skip_unit_states(states: dict, callbacks: dict, ends: set) -> None:
                 row[symbol] = (action, target(state, symbol))
 
 
+def _layout(states: dict, start: int, end: int):
+    """lark's Shift action, once the table is as `Fast._parse` reads it (lark 1.3.1's): every action (Shift,
+    state) or (Reduce, rule); every goto (on a rule's name) a Shift; the end of input never shifted; the end
+    state reached only by the goto on `start` from the start state, and without actions of its own (so the
+    parse is over when a reduction reaches it). Otherwise TypeError: parser.py keeps to the tree path."""
+    shift = states[start]["start"][0]
+    kinds = {action for row in states.values() for action, _ in row.values()}
+    if states[start]["start"][1] != end or states[end] or len(kinds) != 2:
+        raise TypeError("not lark's LALR table layout")
+    for state, row in states.items():
+        for symbol, (action, arg) in row.items():
+            if (action is shift) != isinstance(arg, int):
+                raise TypeError(symbol)
+            if action is shift and symbol == "$END" or action is not shift and not symbol.isupper():
+                raise TypeError(symbol)
+            if arg == end and (state, symbol) != (start, "start"):
+                raise TypeError(symbol)
+    return shift
+
+
 class _NotFast(Exception):
     pass
 
 
-class _Rule:
-    """What lark's parser reads of a rule it reduces by: its origin and expansion."""
+_END = (Token("$END", ""),)  # what lark feeds at the end of input; never shifted, so never a value
 
-    __slots__ = ("origin", "expansion")
+
+class _Rule:
+    """What an LALR parser reads of a rule it reduces by: its origin and expansion (lark's), its length, its
+    origin's name and its callback (fastparse's loop)."""
+
+    __slots__ = ("origin", "expansion", "size", "name", "callback")
 
     def __init__(self, origin, expansion: tuple):
         self.origin, self.expansion = origin, expansion
+        self.size, self.name = len(expansion), origin.name  # what fastparse's loop reads
+        self.callback: Any = None  # Build's method (through lark's child filter), set once the table is built

@@ -26,12 +26,19 @@ TEXTS = [
     "with torch.no_grad():\n\ta = x\nwith torch.inference_mode():\n  with torch.no_grad():\n    c = a\nc*x",
     "  x + 1", "(x\r\n+ 1)", "z = x*y; z.requires_grad_(False); z", "y.detach_(); y*x",
     "c = (x*y).detach().requires_grad_(); c.retain_grad(); c*2", "where(x > 0, x, -x).sum()",
+    # the end of input, as fastparse's own LALR loop meets it: after a new line, blank lines or a comment, at the
+    # end of a `with` block (the postlexer's last _DEDENTs), a multi-line program, a trailing `;`
+    "x\n", "x\n\n\n", "\n\nx", "x  # the end", "x\n# the end\n", "x;", "a = x; b = a\n\nb*a\n",
+    "with torch.no_grad():\n    a = x", "with torch.no_grad():\n    a = x\n", "with torch.no_grad():\n  a = x\n\n",
+    "with torch.no_grad():\n  with torch.no_grad():\n    a = x\n  b = a\nb", "a = (x +\n  1)\n# c\nb = [a,\n a]",
     # errors: each must come from the tree path, unchanged
     "", "x +", "(x", "x)", "foo(x)", "foo(x) + )", "x.foo()", "x.grad", "torch", "torch.no_grad(x)",
     "x[1.5]", "x[::-1]", "x[..., ...]", "sum(x, keepdim=1)", "sum()", "x = ", "1 = x", "_x", "x $ y",
     "with torch.no_grad():\n    a = x\n  b = a\n", "with foo():\n    x\n", "with torch.no_grad():\nx\n",
     "x.requires_grad = 1", "(x).requires_grad = true", "True", "None + x", "x.retain_grad() * 2",
     "with = 3", "x; with", "x.true", "x.with", "'a' + x", "x(1)", "sum(x, dim=0, dim=1)", "sum(dim=0, x)",
+    "\n", "# only a comment", "x\n)", "with torch.no_grad():", "with torch.no_grad():\n", "x +\n", "(x\n",
+    "with torch.no_grad():\n    a = x\n  b", "x = x;\n=",
 ]
 
 
@@ -209,3 +216,22 @@ def test_without_the_fast_path_everything_still_parses(monkeypatch):
 def test_the_fast_path_is_built_with_this_lark():
     fast = parser._fast()
     assert fast is not None and fast.keywords == {"NAME": {"with": "WITH", "requires_grad": "REQUIRES_GRAD"}}
+
+
+def test_the_fast_path_is_not_built_over_a_table_laid_out_otherwise():
+    """fastparse's LALR loop reads lark 1.3.1's table layout; any other (here: the end of input shifted, a goto
+    that reduces, a second way into the end state) and building it raises, so parser.py keeps to the tree path."""
+    from gradflow.language.fastparse import _layout
+
+    fast = parser._fast()
+    assert _layout(fast.states, fast.start, fast.end) is fast.shift
+    shift, (reduce_, rule) = fast.shift, next(a for row in fast.states.values() for a in row.values()
+                                               if a[0] is not fast.shift)
+    some = next(s for s, row in fast.states.items() if "$END" in row)
+    goto = next((s, k) for s, row in fast.states.items() for k in row if not k.isupper())
+    for state, symbol, action in [(some, "$END", (shift, fast.end)), (goto[0], goto[1], (reduce_, rule)),
+                                  (fast.start, "NAME", (shift, fast.end))]:
+        states = {s: dict(row) for s, row in fast.states.items()}
+        states[state][symbol] = action
+        with pytest.raises(TypeError):
+            _layout(states, fast.start, fast.end)
