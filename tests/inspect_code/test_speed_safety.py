@@ -369,3 +369,45 @@ def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
         loss = lin(torch.ones(2, 3)).sum()
     assert [r.name for r in t.ops] == ["ones", "linear", "sum"]
     assert t.explain(loss, params=lin).param("weight").status == "live"
+
+
+def test_source_lines_cached_per_instruction_are_each_calls_own_line():
+    """lines() keeps each frame's `file:line` by (code object, instruction): the same instruction of another code
+    object, another instruction of the same code, and a library frame's line are each their own (oracle: the
+    frames' own f_lineno, read next to each call), cache cold or warm."""
+    import heapq
+    import sys
+
+    from gradflow.inspect import source
+
+    def caller_line():
+        return source.lines(2)
+
+    first = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731
+    second = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731  (same instructions, other code)
+
+    def via_library():  # heapq.nsmallest is Python: a library frame between the user's line and the callback
+        out = []
+        heapq.nsmallest(1, [0], key=lambda _: out.append((source.lines(2), sys._getframe(1).f_lineno)))
+        return out[0], sys._getframe().f_lineno - 1
+
+    def calls():
+        got = []
+        for _ in range(2):
+            got.append((caller_line(), sys._getframe().f_lineno))
+            got.append((caller_line(), sys._getframe().f_lineno))  # the same code, another instruction
+            got += [first(), second(), via_library()]
+        return got
+
+    source._AT.clear()
+    warm_or_cold = [calls(), calls()]
+    source._AT.clear()
+    assert not source._AT
+    here = source.short_path(__file__)
+    for got in warm_or_cold:
+        for (user, library), n in got[:4]:
+            assert (user, library) == (f"{here}:{n}", None)
+        assert got[0][1] != got[1][1] and got[2][1] != got[3][1]
+        ((user, library), heap_line), n = got[4]
+        assert user == f"{here}:{n}" and library == f"heapq.py:{heap_line}", (user, library)
+        assert got[5:] == got[:5]
