@@ -171,7 +171,8 @@ def _weight_bias(m):
     p = m._parameters
     if "weight" not in p or "bias" not in p:
         return None
-    return [a for a in (p["weight"], p["bias"]) if a is not None]
+    w, b = p["weight"], p["bias"]
+    return [w, b] if b is not None and w is not None else [a for a in (w, b) if a is not None]
 
 
 def _conv(m):
@@ -191,14 +192,39 @@ def _not_inplace(m):
     return None if m.inplace else []
 
 
-LEAVES: dict = {}  # module type -> (op name, its tensors)
-for _cls, _name, _tensors in [
-        (_nn.Linear, "linear", _weight_bias), (_nn.LayerNorm, "layer_norm", _weight_bias),
-        (_nn.Conv1d, "conv1d", _conv), (_nn.Conv2d, "conv2d", _conv), (_nn.Embedding, "embedding", _embedding),
-        (_nn.GELU, "gelu", _none), (_nn.Tanh, "tanh", _none), (_nn.Sigmoid, "sigmoid", _none),
-        (_nn.ReLU, "relu", _not_inplace), (_nn.SiLU, "silu", _not_inplace), (_nn.Dropout, "dropout", _not_inplace)]:
-    LEAVES[_cls] = (lambda name, tensors: lambda m: None if (ts := tensors(m)) is None else (name, ts))(
-        _name, _tensors)
+_F = torch.nn.functional
+
+
+def _linear(m, x):  # Linear.forward, its parameters read from _parameters (what self.weight reads, without
+    p = m._parameters  # nn.Module.__getattr__ per attribute)
+    return _F.linear(x, p["weight"], p["bias"])
+
+
+def _layer_norm(m, x):  # LayerNorm.forward, likewise
+    p = m._parameters
+    return _F.layer_norm(x, m.normalized_shape, p["weight"], p["bias"], m.eps)
+
+
+def _gelu(m, x):  # GELU.forward
+    return _F.gelu(x, approximate=m.approximate)
+
+
+def _leaf(name: str, tensors, run):
+    def leaf(m):
+        ts = tensors(m)
+        return None if ts is None else (name, ts, run or type(m).forward)
+    return leaf
+
+
+LEAVES: dict = {}  # module type -> module -> (op name, its tensors, its forward) or None (take the general path)
+for _cls, _name, _tensors, _run in [
+        (_nn.Linear, "linear", _weight_bias, _linear), (_nn.LayerNorm, "layer_norm", _weight_bias, _layer_norm),
+        (_nn.Conv1d, "conv1d", _conv, None), (_nn.Conv2d, "conv2d", _conv, None),
+        (_nn.Embedding, "embedding", _embedding, None), (_nn.GELU, "gelu", _none, _gelu),
+        (_nn.Tanh, "tanh", _none, None), (_nn.Sigmoid, "sigmoid", _none, None),
+        (_nn.ReLU, "relu", _not_inplace, None), (_nn.SiLU, "silu", _not_inplace, None),
+        (_nn.Dropout, "dropout", _not_inplace, None)]:
+    LEAVES[_cls] = _leaf(_name, _tensors, _run)
 _FORWARDS = {cls: cls.forward for cls in LEAVES}  # as torch defines them: one patched by anyone takes the general path
 
 
@@ -224,7 +250,7 @@ def _leaf_call(t: Trace, module, x, leaf):
     (Trace._enter_module, _leave_module: nothing runs inside it)."""
     mode = _pop()
     try:
-        name, params = leaf
+        name, params, run = leaf
         ins = [x, *params]
         in_rg = [a.requires_grad for a in ins]
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
@@ -243,7 +269,7 @@ def _leaf_call(t: Trace, module, x, leaf):
             st.stats_updated[key] = module
         try:
             try:
-                out = type(module).forward(module, x)
+                out = run(module, x)
             except RuntimeError as err:
                 t._maybe_failure(name, ins, err)
                 raise
