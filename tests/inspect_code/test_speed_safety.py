@@ -411,3 +411,22 @@ def test_source_lines_cached_per_instruction_are_each_calls_own_line():
         ((user, library), heap_line), n = got[4]
         assert user == f"{here}:{n}" and library == f"heapq.py:{heap_line}", (user, library)
         assert got[5:] == got[:5]
+
+
+def test_one_walk_naming_equals_torchs_walks_with_several_roots():
+    """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
+    path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
+    collide: the last tensor keeps the name, as in the two-walk path)."""
+    from gradflow.inspect.report import _module_names, _named_from_modules, _names
+
+    shared = torch.nn.Linear(2, 2)
+    a = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    a[2].bias = None
+    a[2].weight = shared.weight
+    b, c = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+    for roots in ([a], [a, b], [b, c], [c, a, b]):
+        named, modules = _names(roots)
+        want = _named_from_modules(roots)
+        assert list(named) == list(want)
+        assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
+        assert modules == _module_names(roots)
