@@ -227,8 +227,22 @@ def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: di
             continue
         if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
             return False
-        if not _walk(m, f"{full}.{k}" if full else k, root_name, named, by_id, names, depth + 1):
-            return False
+        sub = f"{full}.{k}" if full else k
+        if m._modules:
+            if not _walk(m, sub, root_name, named, by_id, names, depth + 1):
+                return False
+            continue
+        key = id(m)  # a module without submodules (most of them): its names here, without a call
+        if key not in names:
+            names[key] = sub
+        for pk, p in m._parameters.items():
+            if p is not None:
+                name = f"{sub}.{pk}"
+                seen = by_id.get(id(p))
+                if seen is None:
+                    by_id[id(p)] = named[name] = [p]
+                else:
+                    seen.append(name)
     return True
 
 

@@ -252,10 +252,15 @@ def _leaf_call(t: Trace, module, x, leaf):
     try:
         name, params, run = leaf
         ins = [x, *params]
-        in_rg = [a.requires_grad for a in ins]
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        in_rg, in_leaf = [], []  # (what the mode's list comprehensions give, in one loop)
+        for a in ins:
+            rg = a.requires_grad
+            in_rg.append(rg)
+            in_leaf.append(rg and a.is_leaf)
         stop = None
-        if in_leaf is not None and True in in_leaf:
+        if True not in in_rg:
+            in_leaf = None  # type: ignore[assignment]
+        elif True in in_leaf:
             stop = _next_node() if _next_node is not None else _input_nodes(ins)
         st = t.state
         stack = st.stack

@@ -300,7 +300,11 @@ class Trace:
         if not rec.index % _GC_EVERY and rec.index:
             self._collect(rec.index)
         if in_leaf is not None and True in in_leaf:
-            uses = {id(a): Use(k, rec.index) for a, leaf, k in zip(ins, in_leaf, serials) if leaf}
+            uses = {}
+            index = rec.index
+            for a, leaf, k in zip(ins, in_leaf, serials):
+                if leaf:
+                    uses[id(a)] = Use(k, index)
             rec.line, rec.library_line = lines(4)  # (from the caller of _module_call: frames 1-3 are ours)
             self.state.uses.extend(uses.values())
             node = out.grad_fn
