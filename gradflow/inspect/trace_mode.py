@@ -210,6 +210,15 @@ def _gelu(m, x):  # GELU.forward
 
 
 def _leaf(name: str, tensors, run):
+    if tensors is _weight_bias and run is not None:  # Linear, LayerNorm: _weight_bias inline (most calls)
+        def weight_bias(m):
+            p = m._parameters
+            if "weight" not in p or "bias" not in p:
+                return None
+            w, b = p["weight"], p["bias"]
+            return (name, [w, b] if b is not None and w is not None else [a for a in (w, b) if a is not None], run)
+        return weight_bias
+
     def leaf(m):
         ts = tensors(m)
         return None if ts is None else (name, ts, run or type(m).forward)
