@@ -48,7 +48,11 @@ def lines(start: int = 1) -> tuple[str | None, str | None]:
     the user's own code (not torch, gradflow, the standard library or an installed package such as transformers),
     which is the call that entered library code; and the innermost frame outside torch and gradflow. Without a
     frame of the user's own, the library line is the line."""
-    frame: FrameType | None = sys._getframe(start)
+    return lines_from(sys._getframe(start))
+
+
+def lines_from(frame: FrameType | None) -> tuple[str | None, str | None]:
+    """lines() from this frame up."""
     library = None
     kinds = _KINDS
     while frame is not None:

@@ -10,6 +10,7 @@ mode's dispatch.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradflow.inspect.reasons import ESCAPES
+from gradflow.inspect.source import _KINDS, _SKIPPED, lines_from
 from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
@@ -112,6 +114,8 @@ def calls_seen_by(trace: Trace, on: bool) -> None:
         _TRACES.remove(trace)
     if not _TRACES and torch.nn.Module._call_impl is _module_call:
         torch.nn.Module._call_impl = _PLAIN_CALL[0]  # type: ignore[method-assign]
+    if not _TRACES:
+        _SITES.clear()
 
 
 def _module_call(module, *args, **kwargs):
@@ -128,6 +132,8 @@ def _module_call(module, *args, **kwargs):
             return plain(module, *args, **kwargs)
         finally:
             t._leave_module(module)
+            if _SITES:
+                _SITES.pop(id(_getframe(0)), None)
     seen = _TRACES[:]
     for t in seen:
         t._enter_module(module, args)
@@ -136,6 +142,49 @@ def _module_call(module, *args, **kwargs):
     finally:
         for t in seen:
             t._leave_module(module)
+        if _SITES:
+            _SITES.pop(id(_getframe(0)), None)
+
+
+_getframe = sys._getframe
+_SITES: dict[int, tuple] = {}  # id(frame of a _module_call running now) -> (that frame, lines() from it)
+
+
+def leaf_lines() -> tuple[str | None, str | None]:
+    """lines(4) for Trace._leaf_op (frames 1-3: _leaf_op, _leaf_call, _module_call): the same walk, which stops at
+    the first _module_call frame of an enclosing module reached through torch's and gradflow's frames only, when
+    its answer is known. That answer holds while that call runs (the frames above it wait for it, at the same
+    instruction); it is kept with the frame itself (so no later frame can take its id) and dropped when the call
+    returns. In a model of nested containers the walk from each leaf call is then a few frames."""
+    frame = _getframe(4)
+    passed = None
+    kinds = _KINDS
+    while frame is not None:
+        code = frame.f_code
+        if code is _CALL_CODE:
+            got = _SITES.get(id(frame))
+            if got is not None:
+                found = got[1]
+                break
+            if passed is None:
+                passed = [frame]
+            else:
+                passed.append(frame)
+        elif kinds.get(code.co_filename) != _SKIPPED:  # (a file not seen yet, too: lines_from tells)
+            found = lines_from(frame)
+            break
+        frame = frame.f_back
+    else:
+        found = (None, None)
+    if passed:
+        if len(_SITES) > 4096:  # (a module call left without its finally: not expected, but never a leak)
+            _SITES.clear()
+        for f in passed:
+            _SITES[id(f)] = (f, found)
+    return found
+
+
+_CALL_CODE = _module_call.__code__
 
 
 def running_mean(module):

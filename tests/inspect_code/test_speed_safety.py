@@ -258,6 +258,11 @@ def _traced(build, whole: bool, monkeypatch):
     return ops, modules, uses, report.to_dict(), len(calls)
 
 
+_FIELDS = [f for f in __import__("gradflow.inspect.trace_records").inspect.trace_records.OpRecord.__slots__
+           if f != "module"]
+_LINE, _LIBRARY = _FIELDS.index("line"), _FIELDS.index("library_line")
+
+
 def _leaf_cases():
     nn, F = torch.nn, torch.nn.functional
 
@@ -335,7 +340,33 @@ def _leaf_cases():
                 return m(torch.ones(2, 3)).float().sum()
         return m, step
 
-    return {"autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+    def call_sites():  # leaf calls inside containers called at several lines of one forward, from a helper, a
+        import heapq  # generator, and library code (heapq's Python) in between: each op keeps its own lines
+
+        lin = nn.Linear(3, 3)
+
+        def helper(x):
+            return lin(x)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.seq, self.lin = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)), lin
+
+            def forward(self, x):
+                x = self.seq(x)
+                x = self.seq(x)  # the same container, another line
+                for _ in range(2):
+                    x = helper(x)
+                x = helper(x)
+                x = sum(self.seq(v) for v in (x, x * 2))
+                heapq.nsmallest(1, [x], key=self.lin)  # called from heapq.py
+                return self.lin(x)
+
+        m = nn.Sequential(Block(), nn.Sequential(Block()))
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    return {"call_sites": (call_sites, 26), "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
 
@@ -352,6 +383,9 @@ def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_
     general = _traced(build, False, monkeypatch)
     assert general[4] == 0 and fast[4] == whole_calls
     assert fast[:4] == general[:4]
+    if case == "call_sites":  # (the lines told apart: 7 of the user's, one op also with heapq's)
+        lines = {r[_LINE] for r in fast[0]}
+        assert len(lines) >= 7 and any(r[_LIBRARY] and "heapq.py:" in r[_LIBRARY] for r in fast[0])
     if case == "running_stats":
         assert "0 is frozen" in fast[3]["warnings"][0]
     from gradflow.inspect.trace_mode import LEAVES
