@@ -311,15 +311,20 @@ def grad_norms(grads: list) -> list[float]:
     out: list = [None] * len(grads)
     groups: dict[tuple, list[int]] = {}
     shapes: dict[tuple, list[int]] = {}
+    strided = torch.strided
     for k, g in enumerate(grads):
-        if g.layout != torch.strided or g.dtype not in _BATCHED or not g.numel():
+        dtype = g.dtype
+        n = g.numel()
+        if g.layout != strided or dtype not in _BATCHED or not n:
             out[k] = grad_norm(g)
-        elif g.numel() <= _STACKED and g.is_contiguous():
-            shapes.setdefault((g.dtype, g.device, g.shape, False), []).append(k)
-        elif g.numel() <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its
-            shapes.setdefault((g.dtype, g.device, g.shape, True), []).append(k)  # elements in memory order)
+            continue
+        device = None if g.is_cpu else g.device  # (None: the CPU, without a device object per tensor)
+        if n <= _STACKED and g.is_contiguous():
+            shapes.setdefault((dtype, device, g.shape, False), []).append(k)
+        elif n <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements
+            shapes.setdefault((dtype, device, g.shape, True), []).append(k)  # in memory order)
         else:
-            groups.setdefault((g.dtype, g.device), []).append(k)
+            groups.setdefault((dtype, device), []).append(k)
     for (dtype, device, _, transposed), ks in shapes.items():
         if len(ks) == 1:
             groups.setdefault((dtype, device), []).append(ks[0])
