@@ -444,18 +444,19 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
     else:  # (settle's answer when no parameter is used where the trace cannot see)
         settled = [(g, None) for g in got.grads]
-    params_out = []
+    params_out: list[ParamReport] = []
     add, ops, by_serial = params_out.append, trace.ops, graph.uses
     for (name, vals), (g, why), s in zip(named.items(), settled, serials):
         t = vals[0]
-        if g is None or why is not None or partial or not t.requires_grad:
+        if g is None or why is not None or partial or not t.requires_grad or s is None:
             add(_param_report(trace, graph, name, vals, g, module_name, partial, why, s))
             continue
         uses = by_serial.get(s, ())  # _live_once, its common case inline: one use, not hooked (`whole`)
         if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
             rec = ops[uses[0].op]
             add(ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, vals[1:],
-                            [Route(rec.name, rec.line, module_name(rec.module), g, None, None, rec.cut)], [], s))
+                            [Route(rec.name, rec.line, module_name(rec.module),  # type: ignore[arg-type]
+                                   g, None, None, rec.cut)], [], s))  # (module None: no name)
         else:
             add(_live_once(name, vals, g, s, graph, ops, module_name))
     _measure(params_out)

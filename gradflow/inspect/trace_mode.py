@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import torch
@@ -156,7 +157,7 @@ def leaf_lines() -> tuple[str | None, str | None]:
     its answer is known. That answer holds while that call runs (the frames above it wait for it, at the same
     instruction); it is kept with the frame itself (so no later frame can take its id) and dropped when the call
     returns. In a model of nested containers the walk from each leaf call is then a few frames."""
-    frame = _getframe(4)
+    frame: FrameType | None = _getframe(4)
     passed = None
     kinds = _KINDS
     while frame is not None:
