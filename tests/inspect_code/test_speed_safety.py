@@ -366,7 +366,8 @@ def _leaf_cases():
         m = nn.Sequential(Block(), nn.Sequential(Block()))
         return m, lambda: m(torch.ones(2, 3)).sum()
 
-    return {"call_sites": (call_sites, 26), "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+    return {"call_sites": (call_sites, 26),
+            "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
 
