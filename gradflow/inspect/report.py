@@ -195,31 +195,54 @@ def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
     if any(type(r).named_parameters is not plain.named_parameters or type(r).named_modules is not
            plain.named_modules for r in roots):
         return _named_from_modules(roots), _module_names(roots)
+    named: dict[str, list] = {}
     by_id: dict[int, list] = {}
     names: dict[int, str] = {}
     prefix = len(roots) > 1
     for root in roots:
         base = type(root).__name__ if prefix else ""
-        if not _walk(root, base, type(root).__name__, by_id, names):  # a submodule spells named_modules its way
-            return _named_from_modules(roots), _module_names(roots)
-    return {v[1]: [v[0], *v[2:]] for v in by_id.values()}, names
+        if not _walk(root, base, type(root).__name__, named, by_id, names):  # a submodule spells named_modules
+            return _named_from_modules(roots), _module_names(roots)  # its own way
+    return named, names
 
 
-def _walk(module, full: str, root_name: str, by_id: dict, names: dict, depth: int = 0) -> bool:
+def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: dict, depth: int = 0) -> bool:
     """named_modules(remove_duplicate=False) and each module's own parameters, in torch's order, without a
-    generator per module (a model of many small layers spent ~2 ms of explain() there); False if a submodule
-    overrides named_modules (then torch's own walk is the truth)."""
-    names.setdefault(id(module), full or root_name)
+    generator per module (a model of many small layers spent ~2 ms of explain() there), straight into
+    _named_from_modules's answer ({first name: [tensor, alias, ...]}); False if a submodule overrides
+    named_modules (then torch's own walk is the truth)."""
+    key = id(module)
+    if key not in names:
+        names[key] = full or root_name
     for k, p in module._parameters.items():
         if p is not None:
-            by_id.setdefault(id(p), [p]).append(f"{full}.{k}" if full else k)
+            name = f"{full}.{k}" if full else k
+            seen = by_id.get(id(p))
+            if seen is None:
+                by_id[id(p)] = named[name] = [p]
+            else:
+                seen.append(name)
     for k, m in module._modules.items():
         if m is None:
             continue
         if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
             return False
-        if not _walk(m, f"{full}.{k}" if full else k, root_name, by_id, names, depth + 1):
-            return False
+        sub = f"{full}.{k}" if full else k
+        if m._modules:
+            if not _walk(m, sub, root_name, named, by_id, names, depth + 1):
+                return False
+            continue
+        key = id(m)  # a module without submodules (most of them): its names here, without a call
+        if key not in names:
+            names[key] = sub
+        for pk, p in m._parameters.items():
+            if p is not None:
+                name = f"{sub}.{pk}"
+                seen = by_id.get(id(p))
+                if seen is None:
+                    by_id[id(p)] = named[name] = [p]
+                else:
+                    seen.append(name)
     return True
 
 
@@ -288,15 +311,20 @@ def grad_norms(grads: list) -> list[float]:
     out: list = [None] * len(grads)
     groups: dict[tuple, list[int]] = {}
     shapes: dict[tuple, list[int]] = {}
+    strided = torch.strided
     for k, g in enumerate(grads):
-        if g.layout != torch.strided or g.dtype not in _BATCHED or not g.numel():
+        dtype = g.dtype
+        n = g.numel()
+        if g.layout != strided or dtype not in _BATCHED or not n:
             out[k] = grad_norm(g)
-        elif g.numel() <= _STACKED and g.is_contiguous():
-            shapes.setdefault((g.dtype, g.device, g.shape, False), []).append(k)
-        elif g.numel() <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its
-            shapes.setdefault((g.dtype, g.device, g.shape, True), []).append(k)  # elements in memory order)
+            continue
+        device = None if g.is_cpu else g.device  # (None: the CPU, without a device object per tensor)
+        if n <= _STACKED and g.is_contiguous():
+            shapes.setdefault((dtype, device, g.shape, False), []).append(k)
+        elif n <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements
+            shapes.setdefault((dtype, device, g.shape, True), []).append(k)  # in memory order)
         else:
-            groups.setdefault((g.dtype, g.device), []).append(k)
+            groups.setdefault((dtype, device), []).append(k)
     for (dtype, device, _, transposed), ks in shapes.items():
         if len(ks) == 1:
             groups.setdefault((dtype, device), []).append(ks[0])
@@ -402,7 +430,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
-    serials = [trace.known(t) for t in tensors]
+    ids = trace._ids  # (trace.known of each)
+    serials = [e[1] if (e := ids.get(id(t))) is not None and e[0]() is t else None for t in tensors]
     leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
@@ -415,10 +444,21 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
     else:  # (settle's answer when no parameter is used where the trace cannot see)
         settled = [(g, None) for g in got.grads]
-    params_out = [_live_once(name, vals, g, s, graph, trace.ops, module_name)
-                  if g is not None and why is None and not partial and vals[0].requires_grad else
-                  _param_report(trace, graph, name, vals, g, module_name, partial, why, s)
-                  for (name, vals), (g, why), s in zip(named.items(), settled, serials)]
+    params_out: list[ParamReport] = []
+    add, ops, by_serial = params_out.append, trace.ops, graph.uses
+    for (name, vals), (g, why), s in zip(named.items(), settled, serials):
+        t = vals[0]
+        if g is None or why is not None or partial or not t.requires_grad or s is None:
+            add(_param_report(trace, graph, name, vals, g, module_name, partial, why, s))
+            continue
+        uses = by_serial.get(s, ())  # _live_once, its common case inline: one use, not hooked (`whole`)
+        if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
+            rec = ops[uses[0].op]
+            add(ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, vals[1:],
+                            [Route(rec.name, rec.line, module_name(rec.module),  # type: ignore[arg-type]
+                                   g, None, None, rec.cut)], [], s))  # (module None: no name)
+        else:
+            add(_live_once(name, vals, g, s, graph, ops, module_name))
     _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})

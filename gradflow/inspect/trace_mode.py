@@ -10,13 +10,16 @@ mode's dispatch.
 """
 from __future__ import annotations
 
+import sys
 import weakref
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from gradflow.inspect.reasons import ESCAPES
+from gradflow.inspect.source import _KINDS, _SKIPPED, lines_from
 from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
@@ -112,6 +115,8 @@ def calls_seen_by(trace: Trace, on: bool) -> None:
         _TRACES.remove(trace)
     if not _TRACES and torch.nn.Module._call_impl is _module_call:
         torch.nn.Module._call_impl = _PLAIN_CALL[0]  # type: ignore[method-assign]
+    if not _TRACES:
+        _SITES.clear()
 
 
 def _module_call(module, *args, **kwargs):
@@ -128,6 +133,8 @@ def _module_call(module, *args, **kwargs):
             return plain(module, *args, **kwargs)
         finally:
             t._leave_module(module)
+            if _SITES:
+                _SITES.pop(id(_getframe(0)), None)
     seen = _TRACES[:]
     for t in seen:
         t._enter_module(module, args)
@@ -136,6 +143,49 @@ def _module_call(module, *args, **kwargs):
     finally:
         for t in seen:
             t._leave_module(module)
+        if _SITES:
+            _SITES.pop(id(_getframe(0)), None)
+
+
+_getframe = sys._getframe
+_SITES: dict[int, tuple] = {}  # id(frame of a _module_call running now) -> (that frame, lines() from it)
+
+
+def leaf_lines() -> tuple[str | None, str | None]:
+    """lines(4) for Trace._leaf_op (frames 1-3: _leaf_op, _leaf_call, _module_call): the same walk, which stops at
+    the first _module_call frame of an enclosing module reached through torch's and gradflow's frames only, when
+    its answer is known. That answer holds while that call runs (the frames above it wait for it, at the same
+    instruction); it is kept with the frame itself (so no later frame can take its id) and dropped when the call
+    returns. In a model of nested containers the walk from each leaf call is then a few frames."""
+    frame: FrameType | None = _getframe(4)
+    passed = None
+    kinds = _KINDS
+    while frame is not None:
+        code = frame.f_code
+        if code is _CALL_CODE:
+            got = _SITES.get(id(frame))
+            if got is not None:
+                found = got[1]
+                break
+            if passed is None:
+                passed = [frame]
+            else:
+                passed.append(frame)
+        elif kinds.get(code.co_filename) != _SKIPPED:  # (a file not seen yet, too: lines_from tells)
+            found = lines_from(frame)
+            break
+        frame = frame.f_back
+    else:
+        found = (None, None)
+    if passed:
+        if len(_SITES) > 4096:  # (a module call left without its finally: not expected, but never a leak)
+            _SITES.clear()
+        for f in passed:
+            _SITES[id(f)] = (f, found)
+    return found
+
+
+_CALL_CODE = _module_call.__code__
 
 
 def running_mean(module):
@@ -171,7 +221,8 @@ def _weight_bias(m):
     p = m._parameters
     if "weight" not in p or "bias" not in p:
         return None
-    return [a for a in (p["weight"], p["bias"]) if a is not None]
+    w, b = p["weight"], p["bias"]
+    return [w, b] if b is not None and w is not None else [a for a in (w, b) if a is not None]
 
 
 def _conv(m):
@@ -191,14 +242,48 @@ def _not_inplace(m):
     return None if m.inplace else []
 
 
-LEAVES: dict = {}  # module type -> (op name, its tensors)
-for _cls, _name, _tensors in [
-        (_nn.Linear, "linear", _weight_bias), (_nn.LayerNorm, "layer_norm", _weight_bias),
-        (_nn.Conv1d, "conv1d", _conv), (_nn.Conv2d, "conv2d", _conv), (_nn.Embedding, "embedding", _embedding),
-        (_nn.GELU, "gelu", _none), (_nn.Tanh, "tanh", _none), (_nn.Sigmoid, "sigmoid", _none),
-        (_nn.ReLU, "relu", _not_inplace), (_nn.SiLU, "silu", _not_inplace), (_nn.Dropout, "dropout", _not_inplace)]:
-    LEAVES[_cls] = (lambda name, tensors: lambda m: None if (ts := tensors(m)) is None else (name, ts))(
-        _name, _tensors)
+_F = torch.nn.functional
+
+
+def _linear(m, x):  # Linear.forward, its parameters read from _parameters (what self.weight reads, without
+    p = m._parameters  # nn.Module.__getattr__ per attribute)
+    return _F.linear(x, p["weight"], p["bias"])
+
+
+def _layer_norm(m, x):  # LayerNorm.forward, likewise
+    p = m._parameters
+    return _F.layer_norm(x, m.normalized_shape, p["weight"], p["bias"], m.eps)
+
+
+def _gelu(m, x):  # GELU.forward
+    return _F.gelu(x, approximate=m.approximate)
+
+
+def _leaf(name: str, tensors, run):
+    if tensors is _weight_bias and run is not None:  # Linear, LayerNorm: _weight_bias inline (most calls)
+        def weight_bias(m):
+            p = m._parameters
+            if "weight" not in p or "bias" not in p:
+                return None
+            w, b = p["weight"], p["bias"]
+            return (name, [w, b] if b is not None and w is not None else [a for a in (w, b) if a is not None], run)
+        return weight_bias
+
+    def leaf(m):
+        ts = tensors(m)
+        return None if ts is None else (name, ts, run or type(m).forward)
+    return leaf
+
+
+LEAVES: dict = {}  # module type -> module -> (op name, its tensors, its forward) or None (take the general path)
+for _cls, _name, _tensors, _run in [
+        (_nn.Linear, "linear", _weight_bias, _linear), (_nn.LayerNorm, "layer_norm", _weight_bias, _layer_norm),
+        (_nn.Conv1d, "conv1d", _conv, None), (_nn.Conv2d, "conv2d", _conv, None),
+        (_nn.Embedding, "embedding", _embedding, None), (_nn.GELU, "gelu", _none, _gelu),
+        (_nn.Tanh, "tanh", _none, None), (_nn.Sigmoid, "sigmoid", _none, None),
+        (_nn.ReLU, "relu", _not_inplace, None), (_nn.SiLU, "silu", _not_inplace, None),
+        (_nn.Dropout, "dropout", _not_inplace, None)]:
+    LEAVES[_cls] = _leaf(_name, _tensors, _run)
 _FORWARDS = {cls: cls.forward for cls in LEAVES}  # as torch defines them: one patched by anyone takes the general path
 
 
@@ -224,12 +309,17 @@ def _leaf_call(t: Trace, module, x, leaf):
     (Trace._enter_module, _leave_module: nothing runs inside it)."""
     mode = _pop()
     try:
-        name, params = leaf
+        name, params, run = leaf
         ins = [x, *params]
-        in_rg = [a.requires_grad for a in ins]
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        in_rg, in_leaf = [], []  # (what the mode's list comprehensions give, in one loop)
+        for a in ins:
+            rg = a.requires_grad
+            in_rg.append(rg)
+            in_leaf.append(rg and a.is_leaf)
         stop = None
-        if in_leaf is not None and True in in_leaf:
+        if True not in in_rg:
+            in_leaf = None  # type: ignore[assignment]
+        elif True in in_leaf:
             stop = _next_node() if _next_node is not None else _input_nodes(ins)
         st = t.state
         stack = st.stack
@@ -243,7 +333,7 @@ def _leaf_call(t: Trace, module, x, leaf):
             st.stats_updated[key] = module
         try:
             try:
-                out = type(module).forward(module, x)
+                out = run(module, x)
             except RuntimeError as err:
                 t._maybe_failure(name, ins, err)
                 raise

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from gradflow.inspect.source import custom_function, lines
-from gradflow.inspect.trace_mode import Mode, calls_seen_by, running_mean
+from gradflow.inspect.trace_mode import Mode, calls_seen_by, leaf_lines, running_mean
 from gradflow.inspect.trace_records import (
     DETACH,
     FLAGS,
@@ -300,8 +300,12 @@ class Trace:
         if not rec.index % _GC_EVERY and rec.index:
             self._collect(rec.index)
         if in_leaf is not None and True in in_leaf:
-            uses = {id(a): Use(k, rec.index) for a, leaf, k in zip(ins, in_leaf, serials) if leaf}
-            rec.line, rec.library_line = lines(4)  # (from the caller of _module_call: frames 1-3 are ours)
+            uses = {}
+            index = rec.index
+            for a, leaf, k in zip(ins, in_leaf, serials):
+                if leaf:
+                    uses[id(a)] = Use(k, index)
+            rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             self.state.uses.extend(uses.values())
             node = out.grad_fn
             if node is not None:

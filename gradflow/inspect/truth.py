@@ -84,7 +84,8 @@ def _grad(loss, tensors: list, wanted: list, retain_graph: bool) -> list:
         if raised_by_gradflow(err):
             raise
         raise user_failure("backward", err, hint=BACKWARD_HINT) from err  # a hook, a tensor changed in place, ...
-    return [dense(next(grads)) if t.requires_grad else None for t in tensors]
+    return [None if not t.requires_grad else g if (g := next(grads)) is None or not g.is_sparse else g.to_dense()
+            for t in tensors]  # (dense() of each, inline)
 
 
 def dense(t):
@@ -101,7 +102,8 @@ def _leaves(trace, tensors: list) -> list:
 
 def _retaining(trace) -> list:
     """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
-    return [t for t in trace.seen() if not t.is_leaf and t.retains_grad]
+    return [t for ref, _ in list(trace._ids.values()) if (t := ref()) is not None and not t.is_leaf and
+            t.retains_grad]  # (trace.seen(), filtered in the same pass)
 
 
 class _grads_put_back:

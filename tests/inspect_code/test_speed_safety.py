@@ -258,6 +258,11 @@ def _traced(build, whole: bool, monkeypatch):
     return ops, modules, uses, report.to_dict(), len(calls)
 
 
+_FIELDS = [f for f in __import__("gradflow.inspect.trace_records").inspect.trace_records.OpRecord.__slots__
+           if f != "module"]
+_LINE, _LIBRARY = _FIELDS.index("line"), _FIELDS.index("library_line")
+
+
 def _leaf_cases():
     nn, F = torch.nn, torch.nn.functional
 
@@ -335,7 +340,34 @@ def _leaf_cases():
                 return m(torch.ones(2, 3)).float().sum()
         return m, step
 
-    return {"autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+    def call_sites():  # leaf calls inside containers called at several lines of one forward, from a helper, a
+        import heapq  # generator, and library code (heapq's Python) in between: each op keeps its own lines
+
+        lin = nn.Linear(3, 3)
+
+        def helper(x):
+            return lin(x)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.seq, self.lin = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)), lin
+
+            def forward(self, x):
+                x = self.seq(x)
+                x = self.seq(x)  # the same container, another line
+                for _ in range(2):
+                    x = helper(x)
+                x = helper(x)
+                x = sum(self.seq(v) for v in (x, x * 2))
+                heapq.nsmallest(1, [x], key=self.lin)  # called from heapq.py
+                return self.lin(x)
+
+        m = nn.Sequential(Block(), nn.Sequential(Block()))
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    return {"call_sites": (call_sites, 26),
+            "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
 
@@ -352,6 +384,9 @@ def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_
     general = _traced(build, False, monkeypatch)
     assert general[4] == 0 and fast[4] == whole_calls
     assert fast[:4] == general[:4]
+    if case == "call_sites":  # (the lines told apart: 7 of the user's, one op also with heapq's)
+        lines = {r[_LINE] for r in fast[0]}
+        assert len(lines) >= 7 and any(r[_LIBRARY] and "heapq.py:" in r[_LIBRARY] for r in fast[0])
     if case == "running_stats":
         assert "0 is frozen" in fast[3]["warnings"][0]
     from gradflow.inspect.trace_mode import LEAVES
@@ -369,3 +404,64 @@ def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
         loss = lin(torch.ones(2, 3)).sum()
     assert [r.name for r in t.ops] == ["ones", "linear", "sum"]
     assert t.explain(loss, params=lin).param("weight").status == "live"
+
+
+def test_source_lines_cached_per_instruction_are_each_calls_own_line():
+    """lines() keeps each frame's `file:line` by (code object, instruction): the same instruction of another code
+    object, another instruction of the same code, and a library frame's line are each their own (oracle: the
+    frames' own f_lineno, read next to each call), cache cold or warm."""
+    import heapq
+    import sys
+
+    from gradflow.inspect import source
+
+    def caller_line():
+        return source.lines(2)
+
+    first = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731
+    second = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731  (same instructions, other code)
+
+    def via_library():  # heapq.nsmallest is Python: a library frame between the user's line and the callback
+        out = []
+        heapq.nsmallest(1, [0], key=lambda _: out.append((source.lines(2), sys._getframe(1).f_lineno)))
+        return out[0], sys._getframe().f_lineno - 1
+
+    def calls():
+        got = []
+        for _ in range(2):
+            got.append((caller_line(), sys._getframe().f_lineno))
+            got.append((caller_line(), sys._getframe().f_lineno))  # the same code, another instruction
+            got += [first(), second(), via_library()]
+        return got
+
+    source._AT.clear()
+    warm_or_cold = [calls(), calls()]
+    source._AT.clear()
+    assert not source._AT
+    here = source.short_path(__file__)
+    for got in warm_or_cold:
+        for (user, library), n in got[:4]:
+            assert (user, library) == (f"{here}:{n}", None)
+        assert got[0][1] != got[1][1] and got[2][1] != got[3][1]
+        ((user, library), heap_line), n = got[4]
+        assert user == f"{here}:{n}" and library == f"heapq.py:{heap_line}", (user, library)
+        assert got[5:] == got[:5]
+
+
+def test_one_walk_naming_equals_torchs_walks_with_several_roots():
+    """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
+    path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
+    collide: the last tensor keeps the name, as in the two-walk path)."""
+    from gradflow.inspect.report import _module_names, _named_from_modules, _names
+
+    shared = torch.nn.Linear(2, 2)
+    a = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    a[2].bias = None
+    a[2].weight = shared.weight
+    b, c = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+    for roots in ([a], [a, b], [b, c], [c, a, b]):
+        named, modules = _names(roots)
+        want = _named_from_modules(roots)
+        assert list(named) == list(want)
+        assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
+        assert modules == _module_names(roots)
