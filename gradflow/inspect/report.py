@@ -227,22 +227,8 @@ def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: di
             continue
         if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
             return False
-        sub = f"{full}.{k}" if full else k
-        if m._modules:
-            if not _walk(m, sub, root_name, named, by_id, names, depth + 1):
-                return False
-            continue
-        key = id(m)  # a module without submodules (most of them): its names here, without a call
-        if key not in names:
-            names[key] = sub
-        for pk, p in m._parameters.items():
-            if p is not None:
-                name = f"{sub}.{pk}"
-                seen = by_id.get(id(p))
-                if seen is None:
-                    by_id[id(p)] = named[name] = [p]
-                else:
-                    seen.append(name)
+        if not _walk(m, f"{full}.{k}" if full else k, root_name, named, by_id, names, depth + 1):
+            return False
     return True
 
 
@@ -390,17 +376,11 @@ def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list
 
 
 def _live_once(name, tensors, grad, serial, graph: FlowGraph, ops: list, module_name) -> ParamReport:
-    """_param_report of a parameter that got a gradient, nothing cut on the way (the common one), its only use
-    (not hooked: `whole`) built without _routes; anything else through _routes."""
+    """_param_report of a parameter that got a gradient with nothing cut on the way (the common one), without
+    its questions: the status is "live" and the routes are all there is to find."""
     t = tensors[0]
-    uses = graph.uses.get(serial, ())
-    if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
-        rec = ops[uses[0].op]
-        routes = [Route(rec.name, rec.line, module_name(rec.module), grad, None, None, rec.cut)]
-    else:
-        routes = _routes(ops, graph, serial, module_name, grad)
     return ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", None, grad, None,
-                       list(tensors[1:]), routes, [], serial)
+                       list(tensors[1:]), _routes(ops, graph, serial, module_name, grad), [], serial)
 
 
 def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced, serial) -> ParamReport:
@@ -430,8 +410,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
-    ids = trace._ids  # (trace.known of each)
-    serials = [e[1] if (e := ids.get(id(t))) is not None and e[0]() is t else None for t in tensors]
+    serials = [trace.known(t) for t in tensors]
     leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
@@ -445,20 +424,11 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     else:  # (settle's answer when no parameter is used where the trace cannot see)
         settled = [(g, None) for g in got.grads]
     params_out: list[ParamReport] = []
-    add, ops, by_serial = params_out.append, trace.ops, graph.uses
     for (name, vals), (g, why), s in zip(named.items(), settled, serials):
-        t = vals[0]
-        if g is None or why is not None or partial or not t.requires_grad or s is None:
-            add(_param_report(trace, graph, name, vals, g, module_name, partial, why, s))
-            continue
-        uses = by_serial.get(s, ())  # _live_once, its common case inline: one use, not hooked (`whole`)
-        if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
-            rec = ops[uses[0].op]
-            add(ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, vals[1:],
-                            [Route(rec.name, rec.line, module_name(rec.module),  # type: ignore[arg-type]
-                                   g, None, None, rec.cut)], [], s))  # (module None: no name)
+        if g is None or why is not None or partial or not vals[0].requires_grad or s is None:
+            params_out.append(_param_report(trace, graph, name, vals, g, module_name, partial, why, s))
         else:
-            add(_live_once(name, vals, g, s, graph, ops, module_name))
+            params_out.append(_live_once(name, vals, g, s, graph, trace.ops, module_name))
     _measure(params_out)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
