@@ -6,7 +6,6 @@ that got nothing: frozen, not used, or cut (naming the op and source line).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,8 @@ from gradflow.analysis.explanation import SCHEMA_VERSION
 from gradflow.errors import GradflowError, NoGradientError
 from gradflow.inspect.coverage import cover
 from gradflow.inspect.coverage import note as optimizer_note
+from gradflow.inspect.naming import resolve_params
+from gradflow.inspect.norms import dot, grad_norm, grad_norms
 from gradflow.inspect.reasons import Cut, FlowGraph, cut_of, describe_cuts, frozen_reason, why_none
 from gradflow.inspect.truth import gradients, hidden_serials, settle, untraced_error
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
@@ -144,107 +145,6 @@ def _num(x: float | None):
     return None if x is None else to_jsonable(x)
 
 
-# ---- naming the parameters -----------------------------------------------------------
-def _module_names(roots: list) -> dict[int, str]:
-    names: dict[int, str] = {}
-    prefix = len(roots) > 1
-    for root in roots:
-        base = type(root).__name__ if prefix else ""
-        for name, m in root.named_modules():
-            full = ".".join(x for x in (base, name) if x)
-            names.setdefault(id(m), full or type(root).__name__)
-    return names
-
-
-def _named_from_modules(roots: list) -> dict[str, list]:
-    """{first name: [tensor, alias, alias…]} — tied weights appear once, with their other names."""
-    by_id: dict[int, list] = {}
-    prefix = len(roots) > 1
-    for root in roots:
-        base = type(root).__name__ + "." if prefix else ""
-        for name, p in root.named_parameters(remove_duplicate=False):
-            by_id.setdefault(id(p), [p]).append(base + name)
-    return {v[1]: [v[0], *v[2:]] for v in by_id.values()}
-
-
-def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str]]:
-    """params: a Module, a dict of named tensors, or None (the modules the trace saw called)."""
-    if isinstance(params, torch.nn.Module):
-        roots = [params]
-    elif params is None:
-        roots = trace.state.roots
-    elif isinstance(params, dict):
-        bad = [k for k, v in params.items() if not isinstance(v, torch.Tensor)]
-        if bad:
-            raise GradflowError("bad_params", f"params[{bad[0]!r}] is not a tensor",
-                                hint="pass a Module or a dict of name -> tensor")
-        return {k: [v] for k, v in params.items()}, _module_names(trace.state.roots)
-    else:
-        raise GradflowError("bad_params", f"params must be a Module or a dict of tensors, "
-                            f"not {type(params).__name__}", hint="t.explain(loss, params=model)")
-    named, module_names = _names(roots)
-    if params is None:
-        _add_stray_leaves(trace, named)
-    return named, module_names
-
-
-def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
-    """(_named_from_modules(roots), _module_names(roots)) from one walk of the modules, as nn.Module's own
-    named_parameters walks them; the two walks when a root spells named_parameters / named_modules its own way."""
-    plain = torch.nn.Module
-    if any(type(r).named_parameters is not plain.named_parameters or type(r).named_modules is not
-           plain.named_modules for r in roots):
-        return _named_from_modules(roots), _module_names(roots)
-    named: dict[str, list] = {}
-    by_id: dict[int, list] = {}
-    names: dict[int, str] = {}
-    prefix = len(roots) > 1
-    for root in roots:
-        base = type(root).__name__ if prefix else ""
-        if not _walk(root, base, type(root).__name__, named, by_id, names):  # a submodule spells named_modules
-            return _named_from_modules(roots), _module_names(roots)  # its own way
-    return named, names
-
-
-def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: dict, depth: int = 0) -> bool:
-    """named_modules(remove_duplicate=False) and each module's own parameters, in torch's order, without a
-    generator per module (a model of many small layers spent ~2 ms of explain() there), straight into
-    _named_from_modules's answer ({first name: [tensor, alias, ...]}); False if a submodule overrides
-    named_modules (then torch's own walk is the truth)."""
-    key = id(module)
-    if key not in names:
-        names[key] = full or root_name
-    for k, p in module._parameters.items():
-        if p is not None:
-            name = f"{full}.{k}" if full else k
-            seen = by_id.get(id(p))
-            if seen is None:
-                by_id[id(p)] = named[name] = [p]
-            else:
-                seen.append(name)
-    for k, m in module._modules.items():
-        if m is None:
-            continue
-        if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
-            return False
-        if not _walk(m, f"{full}.{k}" if full else k, root_name, named, by_id, names, depth + 1):
-            return False
-    return True
-
-
-_PLAIN_NAMED_MODULES = torch.nn.Module.named_modules
-
-
-def _add_stray_leaves(trace: Trace, named: dict[str, list]):
-    """Leaf tensors that require grad and were used, but belong to no module: name them by line."""
-    known = {id(v[0]) for v in named.values()}
-    for t, serial in trace.used_leaves():
-        if id(t) not in known:
-            first = next(u for u in trace.state.uses if u.serial == serial)
-            named[f"tensor@{trace.ops[first.op].line or serial}"] = [t]
-            known.add(id(t))
-
-
 # ---- building the report ---------------------------------------------------------------
 def check_loss(loss) -> None:
     if not isinstance(loss, torch.Tensor):
@@ -260,75 +160,6 @@ def check_loss(loss) -> None:
         raise GradflowError("meta_loss", "the loss is on the meta device: it has a shape but no values, so there "
                             "are no gradients to report", hint="build the model and its inputs on a real device "
                             "(cpu) to inspect them")
-
-
-def _dot(a, b) -> float:
-    """<a, b> without copies (in the tensors' own dtype: float32 models give ~7 digits); in float64 when that
-    under- or overflows (float32 squares of 1e-23 are 0, of 1e20 inf), and then relative to a's largest element."""
-    out = float(torch.dot(a.reshape(-1), b.reshape(-1)))
-    if (out == 0.0 or not math.isfinite(out)) and a.numel() and b.numel():
-        big = float(a.abs().max())
-        if big > 0 and math.isfinite(big):
-            out = float(torch.dot((a / big).reshape(-1).double(), b.reshape(-1).double())) * big
-    return out
-
-
-def grad_norm(g) -> float:
-    """The 2-norm; in float64, relative to the largest element, when the dtype's sum of squares under- or
-    overflows (a float32 gradient of 1e-30 in every element has norm 0 in float32)."""
-    out = float(torch.linalg.vector_norm(g))
-    if out == 0.0 or math.isinf(out):
-        big = float(g.abs().max()) if g.numel() else 0.0
-        if big > 0 and math.isfinite(big):
-            out = float(torch.linalg.vector_norm((g / big).double())) * big
-    return out
-
-
-_BATCHED = (torch.float32, torch.float64)
-_STACKED = 32768  # elements: no larger tensor's norm is split between threads (torch's grain size), so a row of a
-#                   stack of them is reduced in the same order as the tensor alone
-
-
-def grad_norms(grads: list) -> list[float]:
-    """grad_norm of each: the small contiguous float32/float64 ones stacked by shape, one torch norm over the rows
-    per shape; the other dense ones in one torch call per dtype and device (torch's own per-tensor norm inside).
-    Bit for bit the per-tensor norms, ~1 us of torch and Python per tensor saved on a model of hundreds of small
-    tensors."""
-    out: list = [None] * len(grads)
-    groups: dict[tuple, list[int]] = {}
-    shapes: dict[tuple, list[int]] = {}
-    strided = torch.strided
-    for k, g in enumerate(grads):
-        dtype = g.dtype
-        n = g.numel()
-        if g.layout != strided or dtype not in _BATCHED or not n:
-            out[k] = grad_norm(g)
-            continue
-        device = None if g.is_cpu else g.device  # (None: the CPU, without a device object per tensor)
-        if n <= _STACKED and g.is_contiguous():
-            shapes.setdefault((dtype, device, g.shape, False), []).append(k)
-        elif n <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements
-            shapes.setdefault((dtype, device, g.shape, True), []).append(k)  # in memory order)
-        else:
-            groups.setdefault((dtype, device), []).append(k)
-    for (dtype, device, _, transposed), ks in shapes.items():
-        if len(ks) == 1:
-            groups.setdefault((dtype, device), []).append(ks[0])
-            continue
-        rows = [grads[k].mT if transposed else grads[k] for k in ks]
-        values = torch.linalg.vector_norm(torch.stack(rows).reshape(len(ks), -1), dim=1)
-        _settle_norms(out, grads, ks, values.tolist())
-    for ks in groups.values():
-        if len(ks) == 1:
-            out[ks[0]] = grad_norm(grads[ks[0]])
-            continue
-        _settle_norms(out, grads, ks, torch.stack(torch._foreach_norm([grads[k] for k in ks])).tolist())
-    return out
-
-
-def _settle_norms(out: list, grads: list, ks: list[int], values: list[float]) -> None:
-    for k, v in zip(ks, values):  # 0 and inf: grad_norm tells a float32 underflow / overflow from a real one
-        out[k] = v if v != 0.0 and not math.isinf(v) else grad_norm(grads[k])
 
 
 def _same(a, b) -> bool:
@@ -353,9 +184,9 @@ def _measure(params: list[ParamReport]) -> None:
             if r.flow is p.grad or _same(r.flow, p.grad):
                 r.norm, r.share = p.grad_norm, 1.0 if p.grad_norm > 0 else None
                 continue
-            squared = _dot(p.grad, p.grad) if squared is None else squared
+            squared = dot(p.grad, p.grad) if squared is None else squared
             r.norm = grad_norm(r.flow)
-            r.share = _dot(r.flow, p.grad) / squared if squared > 0 else None
+            r.share = dot(r.flow, p.grad) / squared if squared > 0 else None
 
 
 def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:

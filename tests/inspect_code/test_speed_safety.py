@@ -54,7 +54,7 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     float32 under- and overflow (hand-derived: |(1e-30,)*4| = 2e-30, |(1e30,)*4| = 2e30)."""
     import math
 
-    from gradflow.inspect.report import grad_norms
+    from gradflow.inspect.norms import grad_norms
 
     torch.manual_seed(0)
     gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
@@ -102,7 +102,7 @@ def test_routes_of_parameters_used_once_and_more_are_hand_derived():
 def test_parameter_and_module_names_from_one_walk_are_torchs():
     """One walk names parameters (tied ones with their aliases) and modules as named_parameters(remove_duplicate=
     False) and named_modules() do, shared submodules and a None parameter included."""
-    from gradflow.inspect.report import _names
+    from gradflow.inspect.naming import _names
 
     shared = torch.nn.Linear(2, 2)
     model = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
@@ -452,7 +452,7 @@ def test_one_walk_naming_equals_torchs_walks_with_several_roots():
     """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
     path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
     collide: the last tensor keeps the name, as in the two-walk path)."""
-    from gradflow.inspect.report import _module_names, _named_from_modules, _names
+    from gradflow.inspect.naming import _module_names, _named_from_modules, _names
 
     shared = torch.nn.Linear(2, 2)
     a = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
