@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.engine.forward import forward, make_leaves
 from gradflow.errors import EvalError, LimitError
 from gradflow.language.graph import Graph
 from gradflow.values.jsonable import one_document, to_jsonable

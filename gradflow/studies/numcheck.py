@@ -16,7 +16,7 @@ import torch
 from gradflow.analysis.explanation import Explanation
 from gradflow.analysis.smooth import Note, notes
 from gradflow.analysis.status import depends_on
-from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.engine.forward import forward, make_leaves
 from gradflow.engine.prepare import merge_values
 from gradflow.errors import LimitError
 from gradflow.language.graph import Graph

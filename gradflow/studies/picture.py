@@ -16,7 +16,7 @@ from typing import Literal
 
 from gradflow.analysis.explanation import Explanation, Status
 from gradflow.analysis.status import reaches_output
-from gradflow.engine.evaluate import forward, make_leaves
+from gradflow.engine.forward import forward, make_leaves
 from gradflow.language.graph import Graph
 from gradflow.language.ops import is_cut, is_region
 from gradflow.values.tensors import resolve_device, resolve_dtype

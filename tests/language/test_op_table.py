@@ -2,7 +2,7 @@
 import torch
 
 from gradflow import explain
-from gradflow.engine.evaluate import REGION_CONTEXTS
+from gradflow.engine.forward import REGION_CONTEXTS
 from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS, is_cut, is_region, role
 
 
