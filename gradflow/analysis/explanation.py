@@ -125,6 +125,8 @@ class Explanation:
     why: dict[str, str] = field(default_factory=dict)  # chosen leaf with no grad -> reason
     warnings: list[Warning] = field(default_factory=list)
     error: GradflowError | None = None
+    brief: bool = False  # the answer only (explain(brief=True)): no `nodes`, no `edges` (both empty), no flows
+
 
     def node(self, name: str) -> NodeResult:
         """The node with this label (a variable, an assigned name or expression text)."""
@@ -157,6 +159,8 @@ class Explanation:
                "output": {"name": self.output.name, "value": _numbers(self.output, self.output.value, True),
                           "requires_grad": self.output.requires_grad},
                "grads": {k: _numbers(self._leaf(k), v, full) for k, v in self.grads.items()}}
+        if self.brief:  # the same keys, less "nodes", "edges" and "contributions"
+            return {**out, "why": dict(self.why), **self._closing()}
         nodes = _node_dicts(self.nodes, full)
         grads = [d["grad"] for d in nodes]
         return {**out,
@@ -164,10 +168,12 @@ class Explanation:
             "nodes": nodes,
             "edges": _edge_dicts(self.edges, self.nodes, full, grads),
             "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
-            "warnings": [w.to_dict() for w in self.warnings],
-            "wrt": list(self.wrt), "dtype": self.dtype, "device": self.device,
-            "error": None if self.error is None else self.error.to_dict(),
+            **self._closing(),
         }
+
+    def _closing(self) -> dict:
+        return {"warnings": [w.to_dict() for w in self.warnings], "wrt": list(self.wrt), "dtype": self.dtype,
+                "device": self.device, "error": None if self.error is None else self.error.to_dict()}
 
     def to_json(self, full: bool = True, **kw) -> str:
         return dumps(self.to_dict(full), **kw)
@@ -243,9 +249,10 @@ def _edge_dicts(edges: list[EdgeResult], nodes: list[NodeResult], full: bool, gr
 
 
 def error_document(error: GradflowError, source: str | None = None, wrt: list[str] | None = None,
-                   dtype: str | None = None, device: str | None = None) -> dict:
+                   dtype: str | None = None, device: str | None = None, brief: bool = False) -> dict:
     """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`, with what is
-    known of the request (the program text even when it does not parse; `wrt`: see `engine.prepare.asked_leaves`)."""
-    return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
-            "edges": [], "contributions": {}, "warnings": [], "wrt": wrt, "dtype": dtype, "device": device,
-            "error": error.to_dict()}
+    known of the request (the program text even when it does not parse; `wrt`: see `engine.prepare.asked_leaves`).
+    `brief`: the keys of a brief document (no "nodes", "edges", "contributions")."""
+    graph = {} if brief else {"nodes": [], "edges": [], "contributions": {}}
+    return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, **graph,
+            "warnings": [], "wrt": wrt, "dtype": dtype, "device": device, "error": error.to_dict()}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import typer
 
 from gradflow.cli.common import (
+    BriefOpt,
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
@@ -51,6 +52,7 @@ HELP_END = help_end([
     """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
     """printf 'x^2\\nx^\\n' | gradflow batch --text --x 3    # exit 4: line 2 failed""",
+    """echo '"x^2*y"' | gradflow batch --x 3 --y 2 --brief    # the answer only: no nodes, no edges""",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.PARTIAL, ExitCode.INTERRUPTED],
     {ExitCode.OK: "every line has its answer (\"no gradient reaches x\" is one)",
      ExitCode.INPUT: "bad input: an option, or the input cannot be read; --strict: a value no line uses",
@@ -116,17 +118,21 @@ def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iter
             yield rec
 
 
-def _dumps(rec: dict, debug: bool) -> str:
-    """A record as one JSON line; if even that fails (a bug), the line's error record instead."""
+def _dumps(rec: dict, debug: bool, brief: bool = False) -> str:
+    """A record as one JSON line; if even that fails (a bug), the line's error record instead. `brief`: every
+    record without the keys a brief record leaves out, also those made outside run_batch (a worker that died)."""
     from gradflow.studies.batch import error_record, internal_error
     from gradflow.values.jsonable import dumps
 
+    if brief and "nodes" in rec:
+        rec = {k: v for k, v in rec.items() if k not in ("nodes", "edges", "contributions")}
     try:
         return dumps(rec)
     except Exception as exc:
         if debug:
             raise
-        return dumps(error_record(rec.get("id"), rec.get("line", 0), rec.get("source"), internal_error(exc)))
+        return _dumps(error_record(rec.get("id"), rec.get("line", 0), rec.get("source"), internal_error(exc)), True,
+                      brief)
 
 
 def _write(line: str, flush: bool) -> bool:
@@ -145,7 +151,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
               limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
               full: FullOpt = False, summary: SummaryOpt = False, jobs: JobsOpt = None,
-              first_line: FirstLineOpt = 1):
+              first_line: FirstLineOpt = 1, brief: BriefOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -154,6 +160,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     The number of failed lines goes to stderr; a line whose answer is "no gradient" has not failed.
     A line's "vars" naming a variable its program does not use is a warning in its record, a default no line
     uses a warning on stderr (--strict: errors). Records are made by --jobs worker processes (one per core).
+    --brief: records without nodes, edges and contributions (the answer only), made faster.
     """
     def body() -> int:
         from functools import partial
@@ -167,10 +174,10 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line, first_line)
         jobs_ = jobs or usable_cores()
-        records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug), first_line=first_line,
+        records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug, brief=brief), first_line=first_line,
                                   text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
                                   limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
-                                  summary=summary_mode(full, summary))
+                                  summary=summary_mode(full, summary), brief=brief)
         try:
             return _write_all(records, regular, first_line, DefaultsUse(values, limits), strict)
         finally:

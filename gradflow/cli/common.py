@@ -69,6 +69,8 @@ SeedOpt = Annotated[int, typer.Option("--seed", metavar="INTEGER",
                                       help="Seed for randn()/rand() values: same seed, same values.")]
 SummaryOpt = Annotated[bool, typer.Option("--summary", help=f"With --json: tensors over {JSON_FULL_MAX:,} elements as "
                                           "{shape, dtype, mean, min, max, norm} objects, not in full.")]
+BriefOpt = Annotated[bool, typer.Option("--brief", help="Only the answer: the output, each leaf's grad (and why "
+                                        "it is None) and the warnings, with no nodes or edges. Faster.")]
 FullOpt = Annotated[bool, typer.Option("--full", help="With --json: every tensor in full (the default; kept for old "
                                        "scripts).")]
 PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
@@ -132,7 +134,7 @@ def _error_document(error: GradflowError, about: dict | None) -> dict:
         limits = None
     source = about.get("source")
     return error_document(error, source, asked_leaves(source, about.get("wrt"), limits), about.get("dtype"),
-                          about.get("device"))
+                          about.get("device"), about.get("brief", False))
 
 
 def fail(error: GradflowError, as_json: bool = False, about: dict | None = None) -> typer.Exit:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from gradflow.cli.common import (
+    BriefOpt,
     CheckOpt,
     DebugOpt,
     DeviceOpt,
@@ -33,7 +34,7 @@ from gradflow.cli.common import (
 )
 from gradflow.cli.help import help_end
 from gradflow.cli.startup import pause_collector, resume_collector
-from gradflow.errors import ExitCode
+from gradflow.errors import ExitCode, ValueInputError
 
 HELP_END = help_end([
     'gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
@@ -42,6 +43,7 @@ HELP_END = help_end([
     'gradflow eval "x^3*y" --x 2 --y 1 --check --order 2 --flows',
     'gradflow eval "sum(x^2)" --x "randn(3,4)" --seed 1 --graph mermaid',
     'gradflow eval "x^2" --x 3 --dtype float64 --limit depth=1000',
+    'gradflow eval "x^2*y" --x 3 --y 2 --brief --json    # the answer only: no nodes, no edges',
     'echo "x^2" | gradflow eval - --x 3',
     'gradflow eval "2*detach(x)" --x 1    # exit 3: detach cuts x off',
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.INTERRUPTED],
@@ -53,7 +55,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
              graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
              plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False,
-             summary: SummaryOpt = False):
+             summary: SummaryOpt = False, brief: BriefOpt = False):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
@@ -61,8 +63,11 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
     Sweep one variable with --x START:STOP:COUNT (e.g. --x=-2:2:41); tensor values: --x "randn(3,4)", --x @x.npy.
 
     A value the program does not use is a warning (--strict: an error).
+
+    --brief: only L and each leaf's grad (with --json: no nodes, edges or contributions), computed faster.
     """
     about = request(wrt, dtype, device, limit)
+    about["brief"] = brief
 
     def body() -> int:
         pause_collector()  # one evaluation: see cli/startup.py
@@ -75,6 +80,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        check_brief(brief, flows=flows, check=check, order=order != 1, graph=graph is not None)
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain
@@ -83,21 +89,30 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         args, plot_file = split_plot_file(rest, plot)
         values = parse_values(args, var, ctx)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
-        brief = summary_mode(full, summary)
+        summary_ = summary_mode(full, summary)
         if swept:
             resume_collector()  # many evaluations
             with using(as_limits(limit)):  # every point, and every JSON record, within the limits
-                return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, brief, plot, plot_file,
-                                        strict), *swept)
+                return run(SweepRequest(source, values, wrt, dtype, device, seed, json_, summary_, plot, plot_file,
+                                        strict, brief), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit,
-                         strict=strict)
+                         strict=strict, brief=brief)
         from gradflow.studies.extras import Extras
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
             extra = Extras.compute(result, check=check, order=order, graph=graph)
-            return show(result, extra, json_, brief, flows)
+            return show(result, extra, json_, summary_, flows)
 
     guarded(debug, json_, body, about)
+
+
+def check_brief(brief: bool, **views: bool) -> None:
+    """--brief leaves out the nodes and edges that --flows, --check, --order 2 and --graph read (exit 2)."""
+    asked = [name for name, on in views.items() if on]
+    if brief and asked:
+        option = "--order 2" if asked[0] == "order" else f"--{asked[0]}"
+        raise ValueInputError("usage", f"--brief leaves out the nodes and edges that {option} needs",
+                              hint=f"drop --brief to get {option}, or drop {option} for the brief answer")
 
 
 def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
@@ -113,6 +128,10 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
             text = dumps(extras.add_to(extra, result.to_dict()))
         print(text, flush=True)
         print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
+    elif result.brief:
+        from gradflow.render.table import print_brief
+
+        print_brief(result, out, err)
     else:
         print_explanation(result, out, err)
         if flows:

@@ -11,6 +11,7 @@ from __future__ import annotations
 OWNERS: dict[str, tuple[str, ...]] = {
  'allow': ('ddp', 'inspect'),
  'arg': ('inspect',),
+ 'brief': ('batch', 'eval'),
  'check': ('eval',),
  'debug': ('batch', 'compare', 'ddp', 'eval', 'graph', 'inspect', 'script', 'whatif'),
  'depth': ('inspect',),

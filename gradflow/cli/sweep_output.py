@@ -29,6 +29,7 @@ class SweepRequest(NamedTuple):
     plot: bool
     plot_file: str | None
     strict: bool = False
+    brief: bool = False  # --brief: every point's evaluation brief (its JSON without nodes, edges, contributions)
 
 
 def split_plot_file(args: list[str], plot: bool) -> tuple[list[str], str | None]:
@@ -127,7 +128,8 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table
             bar.update(task, completed=i + 1)
 
         result = run_sweep(req.source, var, rng, values, wrt=req.wrt, dtype=req.dtype, device=req.device,
-                           seed=req.seed, on_point=on_point, rows=req.plot, strict=req.strict)
+                           seed=req.seed, on_point=on_point, rows=req.plot, strict=req.strict,
+                           brief=req.brief)
     if table is not None:
         table.close(first[0] if first else None)
     return result

@@ -11,6 +11,7 @@ import torch
 
 from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
 from gradflow.analysis.status import annotate
+from gradflow.engine.brief import answer
 from gradflow.engine.forward import Run, leaf_maker
 from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.engine.results import backward, check_output, node_results
@@ -19,10 +20,11 @@ from gradflow.limits import Limits, current, using
 from gradflow.values.tensors import resolve_device, resolve_dtype
 
 
-def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
-             device: str = "cpu", measure_edges: bool = True, limits: Limits | None = None) -> Explanation:
+def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32", device: str = "cpu",
+             measure_edges: bool = True, limits: Limits | None = None, brief: bool = False) -> Explanation:
     """Evaluate, run backward and explain. Raises GradflowError for invalid programs;
-    a program whose output cannot be differentiated returns with `.error` set."""
+    a program whose output cannot be differentiated returns with `.error` set.
+    `brief`: the answer only (engine/brief.py): no nodes, no edges."""
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     warnings: list[Warning] = []
     run = Run(graph, leaf_maker(values, wrt, torch_dtype, torch_device, warnings), torch_dtype, torch_device,
@@ -32,6 +34,8 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
         run.run()
     out = check_output(run)
     error = backward(out, run)
+    if brief and (done := answer(run, out, error, values, wrt, dtype, device)) is not None:
+        return done
     nodes = node_results(run)
     run.warnings += find_nonfinite(nodes, run.edges, error is None, values)
     if dtype in ("float16", "bfloat16"):
@@ -40,6 +44,8 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     result = Explanation(graph.source, list(wrt), dtype, device, nodes, nodes[graph.output], grads, graph,
                          dict(values), run.edges, warnings=run.warnings, error=error)
     annotate(result, graph, run.flags)
+    if brief:  # an answer that needs more than the run's grads: the full one, less its nodes and edges
+        result.nodes, result.edges, result.brief = [], [], True
     return result
 
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error ne
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
             device: str = "cpu", seed: int = 0, values: dict[str, Any] | None = None, measure_edges: bool = True,
-            limits=None, strict: bool = False, **kw_values: Any):
+            limits=None, strict: bool = False, brief: bool = False, **kw_values: Any):
     """Evaluate `source`, run backward and explain every node's gradient.
 
     Values come as keyword arguments (`x=1`) or, for names that clash with this
@@ -25,6 +25,8 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     `limits` ({"depth": 500, ...} or a `Limits`) changes the resource limits (docs/limits.md).
     A value the program does not use is a warning (`.warnings`, kind "unused_value"); `strict=True` makes it
     a ValueInputError.
+    `brief=True` gives the answer only: `output`, `grads`, `why`, `warnings` and `error` exactly as without it,
+    but `nodes` and `edges` empty (and so no `flows`): faster, for scripts that need only the gradients.
     Text values may be constructors ("randn(3,4)", drawn from a generator seeded
     with `seed`) or files ("@x.npy", "@x.pt"); see values/specs.py.
     """
@@ -34,7 +36,8 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     graph, vals, leaves = prepare(source, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
 
-    result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits)
+    result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits,
+                      brief=brief)
     result.warnings[:0] = unused_warnings(given, graph.inputs)
     return result
 

@@ -132,7 +132,7 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
                    given: dict | None = None) -> list[Warning]:
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
-    if not _all_finite([n.value_py for n in nodes]):  # every value finite (most programs): decided at C speed
+    if not all_finite([n.value_py for n in nodes]):  # every value finite (most programs): decided at C speed
         value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
         for n in nodes:
             if value_bad[n.id] and not any(value_bad[a] for a in n.args):
@@ -145,7 +145,7 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
     return out
 
 
-def _all_finite(numbers: list) -> bool:
+def all_finite(numbers: list) -> bool:
     """True when every entry (plain numbers, values/jsonable.py: numbers, flat or nested lists, None for no tensor)
     is known to be finite, decided at C speed: the numbers summed at once (math.fsum is finite exactly when they
     all are, else OverflowError or, for inf + -inf, ValueError). False means: look closer (a non-finite number,
@@ -168,7 +168,7 @@ def _all_finite(numbers: list) -> bool:
 
 
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
-    if _all_finite([n.grad_py for n in nodes] + [e.flow_py for e in edges]):
+    if all_finite([n.grad_py for n in nodes] + [e.flow_py for e in edges]):
         return []  # no non-finite grad and no non-finite flow: nothing to find (most programs)
     known: dict[int, bool] = {}  # many flows are their source's grad tensor itself: test each tensor once
 

@@ -332,6 +332,15 @@ def print_explanation(result: Explanation, out: Console, err: Console):
     print_warnings(result, err)
 
 
+def print_brief(result: Explanation, out: Console, err: Console):
+    """`eval --brief`: the output's value and the grad lines, no table (the result has no nodes)."""
+    lines = Text(f"{_out_label(result)} = ", style="bold")
+    lines.append(format_tensor(result.output.value))
+    lines.append("\n")
+    out.print(lines + grad_lines(result))
+    print_warnings(result, err)
+
+
 def print_warnings(result: Explanation, err: Console):
     for w in result.warnings:
         err.print(Text(visible(f"warning: {w.message}"), style="yellow"), soft_wrap=True)

@@ -179,6 +179,7 @@ class Defaults:
     strict: bool = False  # a line's "vars" naming a variable its program does not use: an error, not a warning
     options: frozenset[str] = frozenset()  # names --NAME cannot give (the command's options): hint --var
     summary: bool = False  # JSON tensors over JSON_FULL_MAX elements as summary objects (--summary)
+    brief: bool = False  # records without "nodes", "edges" and "contributions" (--brief; explain(brief=True))
 
 
 def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
 
     result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
                      dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
-                     limits=defaults.limits, seed=defaults.seed, strict=defaults.strict)
+                     limits=defaults.limits, seed=defaults.seed, strict=defaults.strict, brief=defaults.brief)
     with using(as_limits(defaults.limits)), document(defaults.summary):  # over the json limit: an error record
         return {"id": job.id, "line": number, **result.to_dict()}
 
@@ -219,7 +220,7 @@ def error_record(rid: Any, number: int, source: str | None, error: GradflowError
     wrt = job.wrt if job is not None and job.wrt is not None else defaults.wrt
     dtype = job.dtype if job is not None and job.dtype else defaults.dtype
     return {"id": rid, "line": number, **error_document(error, source, asked_leaves(source, wrt, defaults.limits),
-                                                        dtype, defaults.device)}
+                                                        dtype, defaults.device, defaults.brief)}
 
 
 def crashed_record(number: int, line: str, text: bool, how: str) -> dict:
@@ -311,7 +312,8 @@ class DefaultsUse:
 def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, values: dict[str, Any] | None = None,
               wrt: str | list[str] | None = None, dtype: str = "float32", device: str = "cpu",
               debug: bool = False, limits=None, seed: int = 0, strict: bool = False,
-              options: Iterable[str] = (), summary: bool = False, first_line: int = 1) -> Iterator[dict]:
+              options: Iterable[str] = (), summary: bool = False, first_line: int = 1,
+              brief: bool = False) -> Iterator[dict]:
     """Yield one record per non-blank line, in order. A record with `error` not None failed (or, kind
     "no_gradient", got the answer that no gradient reaches its leaves).
 
@@ -323,14 +325,16 @@ def run_batch(lines: Iterable[str | GradflowError], *, text: bool = False, value
     line's error record. Tensors are in full (a record over the `json` limit is an error record), or with
     `summary` over JSON_FULL_MAX elements summary objects. `first_line` numbers the first line (a shard of a
     bigger input numbers its lines, and the ids of lines without one, as the whole input does; a UTF-8
-    byte-order mark is skipped only on line 1).
+    byte-order mark is skipped only on line 1). `brief`: each record without "nodes", "edges" and "contributions"
+    (explain(brief=True); an error record too).
     """
     from gradflow.engine.prepare import check_seed
     from gradflow.values.text import parse_value
 
     check_seed(seed)
     shared = {k: parse_value(k, v) if isinstance(v, str) else v for k, v in (values or {}).items()}
-    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options), summary)
+    defaults = Defaults(shared, wrt, dtype, device, as_limits(limits), seed, strict, frozenset(options), summary,
+                        brief)
     for number, line in enumerate(lines, first_line):
         if isinstance(line, GradflowError):
             yield error_record(number, number, None, line, None, defaults)

@@ -107,9 +107,10 @@ def check_sweep(source: str, var: str, values: dict[str, Any], wrt=None, rng: Sw
 def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *, wrt=None,
               dtype: str = "float32", device: str = "cpu", seed: int = 0,
               on_point: Callable[[int, Explanation], None] | None = None, keep: bool = False,
-              strict: bool = False, rows: bool = True) -> SweepResult:
+              strict: bool = False, rows: bool = True, brief: bool = False) -> SweepResult:
     """The sweep itself; `on_point(i, explanation)` runs as soon as point i is computed. `rows=False` keeps
-    no SweepRow (a caller that prints each point as it comes: memory stays flat)."""
+    no SweepRow (a caller that prints each point as it comes: memory stays flat). `brief`: every point's
+    Explanation brief (explain(brief=True))."""
     graph, fixed, leaves = check_sweep(source, var, values, wrt, rng, dtype, seed, strict)
     from gradflow.engine.evaluate import evaluate  # torch from here on
     from gradflow.engine.explain import unused_warnings
@@ -122,7 +123,7 @@ def run_sweep(source: str, var: str, rng: SweepRange, values: dict[str, Any], *,
     for i, x in enumerate(result.values):
         # each point already in the dtype: the points are gradflow's, not values given, so no rounding warnings
         point = evaluate(graph, {**fixed, var: scalar(x, torch_dtype, torch_device)}, leaves, dtype=dtype,
-                         device=device)
+                         device=device, brief=brief)
         point.warnings[:0] = unused
         if rows:
             result.rows.append(SweepRow.of(x, point))

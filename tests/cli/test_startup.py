@@ -17,7 +17,8 @@ def _imported(stderr: str) -> set[str]:
 
 @pytest.mark.parametrize("args", [["--help"], ["eval", "x +", "--x", "1"], ["eval", "x*y", "--x", "1"],
                                   ["eval", "x.sigmod()", "--x", "1"], ["eval", "F.softmax(x, dims=0)", "--x", "1"],
-                                  ["eval", "with torch.no_grad():\n    c = x\n  c", "--x", "1"], ["ops"]])
+                                  ["eval", "with torch.no_grad():\n    c = x\n  c", "--x", "1"], ["ops"],
+                                  ["eval", "x^2", "--x", "1", "--brief", "--flows"]])
 def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
     res = _run(*args)
     assert res.returncode in (0, 2)

@@ -133,11 +133,11 @@ INF, NAN = float("inf"), float("nan")
     ([[1.0, 2.0], 1.0], True), ([1.0, [1.0, INF]], False), ([[[1.0], [NAN]]], False),  # nested: looked at closer
 ])
 def test_all_finite_decides_from_the_numbers_read(numbers, want):
-    from gradflow.engine.nonfinite import _all_finite
+    from gradflow.engine.nonfinite import all_finite
     from gradflow.values.jsonable import UNCONVERTED
 
-    assert _all_finite(numbers) is want
-    assert _all_finite([*numbers, UNCONVERTED]) is False  # a tensor not read: never taken as finite
+    assert all_finite(numbers) is want
+    assert all_finite([*numbers, UNCONVERTED]) is False  # a tensor not read: never taken as finite
 
 
 @pytest.mark.parametrize("x", [[0.0, -0.0], [0.0, 1.0, -0.0, 2.0]])
