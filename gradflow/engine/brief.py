@@ -32,23 +32,25 @@ def answer(run: Run, out: torch.Tensor, error: GradflowError | None, values: dic
     if error is not None or dtype in HALF_NAMES or len(graph.steps) != len(graph.nodes):  # flags, retain_grad()
         return None
     grads = {name: run.grads.get(graph.inputs[name]) for name in wrt}
-    if any(g is None for g in grads.values()) or not _finite(run.t.values()) \
-            or not _finite(run.grads.values()) or not _finite(run.flows.values()):
+    if any(g is None for g in grads.values()) or not _finite(run.t.values(), run.grads.values(), run.flows.values()):
         return None
     return Explanation(graph.source, list(wrt), dtype, device, [], _output(run, out), grads, graph, dict(values),
                        [], warnings=run.warnings, brief=True)
 
 
-def _finite(tensors) -> bool:
-    """No nan or inf in any of these tensors (None: no tensor); most are small: their numbers summed at once."""
-    numbers = []
-    for t in tensors:
-        if t is None:
-            continue
-        if t.dim() <= 1 and t.numel() <= PLAIN_MAX:
-            numbers.append(t.tolist())
-        elif bad(t):
-            return False
+def _finite(*groups) -> bool:
+    """No nan or inf in any of these tensors (None: no tensor). Most are small: their numbers read and summed at
+    once (nonfinite.all_finite); a bigger one, or one of more dimensions, is tested on its own."""
+    numbers: list = []
+    add = numbers.append
+    for tensors in groups:
+        for t in tensors:
+            if t is None:
+                continue
+            if t.numel() <= PLAIN_MAX and t.dim() <= 1:
+                add(t.tolist())
+            elif bad(t):
+                return False
     return all_finite(numbers)
 
 
