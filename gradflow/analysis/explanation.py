@@ -253,6 +253,6 @@ def error_document(error: GradflowError, source: str | None = None, wrt: list[st
     """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`, with what is
     known of the request (the program text even when it does not parse; `wrt`: see `engine.prepare.asked_leaves`).
     `brief`: the keys of a brief document (no "nodes", "edges", "contributions")."""
-    graph = {} if brief else {"nodes": [], "edges": [], "contributions": {}}
+    graph: dict[str, Any] = {} if brief else {"nodes": [], "edges": [], "contributions": {}}
     return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, **graph,
             "warnings": [], "wrt": wrt, "dtype": dtype, "device": device, "error": error.to_dict()}
