@@ -24,7 +24,7 @@ from gradflow.engine.hooks import torch_imported
 from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
-from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS, is_region
+from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS
 from gradflow.limits import current
 from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
@@ -59,8 +59,10 @@ def _single_use(graph: Graph) -> list[bool]:
     for n in graph.nodes:
         for a in n.args:
             uses[a] += 1
+    if len(graph.steps) == len(graph.nodes):  # the steps are the nodes: no flag (most programs)
+        return [u == 1 and n.op not in REGIONS for n, u in zip(graph.nodes, uses)]
     flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
-    return [u == 1 and not is_region(n.op) and n.id not in flagged for n, u in zip(graph.nodes, uses)]
+    return [u == 1 and n.op not in REGIONS and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
 
 def _numbers(graph: Graph) -> set[int]:
