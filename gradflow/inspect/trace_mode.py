@@ -34,10 +34,12 @@ _next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequen
 class Mode(TorchFunctionMode):
     def __init__(self, trace: Trace):
         super().__init__()
-        self.t = trace
+        self.t: Trace | None = trace  # None once the trace has left it (Trace.__exit__: no Trace <-> mode cycle)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         t = self.t
+        if t is None:  # left on torch's stack by a mode entered inside the block and never left: run, not record
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", None)
         if name in _UNUSUAL or not t._plain or not t.state.stack or not _grad_on() or _inference_on():
             return self._general(t, op_name(func), func, args, kwargs or {})

@@ -103,6 +103,7 @@ class Trace:
         self._grad_base = torch.is_grad_enabled()
         self._gc = gc_deferred()
         self._gc.__enter__()
+        self._mode.t = self
         self._mode.__enter__()
         self._recording = True
         return self
@@ -110,7 +111,8 @@ class Trace:
     def __exit__(self, exc_type, exc, tb):
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
-        self._gc.__exit__(exc_type, exc, tb)
+        self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
+        self._gc.__exit__(exc_type, exc, tb)  # later collection of the Trace <-> mode cycle (~4,000 objects here)
         calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):

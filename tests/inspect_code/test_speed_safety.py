@@ -465,3 +465,51 @@ def test_one_walk_naming_equals_torchs_walks_with_several_roots():
         assert list(named) == list(want)
         assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
         assert modules == _module_names(roots)
+
+
+def test_a_dropped_trace_is_freed_without_the_cyclic_collector():
+    """The mode holds its trace only while it is on (no Trace <-> mode cycle): a trace and its records, explained
+    or not, are freed as soon as they are dropped, with the collector off; re-entered, the trace records again, and
+    a reentrant checkpoint's recomputation (the mode put back on at explain) is still seen."""
+    from torch.utils.checkpoint import checkpoint
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        lin = torch.nn.Linear(3, 3)
+        with gradflow.trace() as t:
+            loss = lin(torch.ones(2, 3)).sum()
+        report = t.explain(loss, params=lin)
+        with t:  # entered again
+            loss = lin(loss.reshape(1, 1).expand(2, 3)).sum()
+        assert [r.name for r in t.ops][-2:] == ["linear", "sum"]
+        refs = [weakref.ref(t), weakref.ref(t.state), weakref.ref(t._mode)]
+        del t, report, loss
+        assert [r() for r in refs] == [None, None, None]
+        with gradflow.trace() as t:
+            loss = checkpoint(lin, torch.ones(2, 3, requires_grad=True), use_reentrant=True).sum()
+        assert t.explain(loss, params=lin).param("weight").status == "live"
+        assert t._mode.t is None
+        ref = weakref.ref(t)
+        del t
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_a_mode_left_on_inside_the_block_runs_torch_plainly_after_it():
+    """A TorchFunctionMode entered inside the block and never left: torch pops it, not the trace's mode, at the
+    block's end; the trace's mode, no longer holding its trace, then lets every op run as it would (right values)
+    and records nothing."""
+    from torch.overrides import TorchFunctionMode
+
+    depth = torch._C._len_torch_function_stack()
+    with gradflow.trace() as t:
+        TorchFunctionMode().__enter__()
+    try:
+        n = len(t.ops)
+        assert torch.equal(torch.ones(2) * 3, torch.tensor([3.0, 3.0])) and len(t.ops) == n
+    finally:
+        while torch._C._len_torch_function_stack() > depth:
+            torch._C._pop_torch_function_stack()
