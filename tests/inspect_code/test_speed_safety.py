@@ -513,3 +513,61 @@ def test_a_mode_left_on_inside_the_block_runs_torch_plainly_after_it():
     finally:
         while torch._C._len_torch_function_stack() > depth:
             torch._C._pop_torch_function_stack()
+
+
+def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
+    """report._reports writes a live parameter's only use inline (route, norm, share, "zero"); every parameter's
+    report is that of _param_report + _measure with its own norm (oracle: those, monkeypatched in), on parameters
+    live once, zero (multiplied by 0: hand-derived grad 0), used twice, frozen, unused and untraced-free; and the
+    values are plain torch's (grad norms of autograd.grad, shares summing to 1)."""
+    from gradflow.inspect import report as R
+    from gradflow.inspect.norms import grad_norm
+
+    def general(trace, graph, named, settled, serials, module_name, partial):
+        out = []
+        for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
+            p = R._param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
+            if g is not None:
+                R._measure(p, grad_norm(g))
+            out.append(p)
+        return out
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.ModuleDict({"seq": nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.GELU(), nn.Linear(4, 1)),
+                           "twice": nn.Linear(3, 3), "frozen": nn.Linear(3, 3), "unused": nn.Linear(2, 2)})
+    model["frozen"].requires_grad_(False)
+    zero = nn.Parameter(torch.randn(3))
+    model.register_parameter("zero", zero)
+
+    def step(x):
+        h = model["twice"](model["twice"](x))
+        return model["seq"](model["frozen"](h)).sum() + (zero * 0.0).sum()
+
+    x = torch.randn(5, 3)
+    got = []
+    for inline in (True, False):
+        if not inline:
+            monkeypatch.setattr(R, "_reports", general)
+        with gradflow.trace() as t:
+            loss = step(x)
+        got.append(t.explain(loss, params=model))
+    fast, slow = got
+    assert fast.to_dict() == slow.to_dict()
+    for a, b in zip(fast.params, slow.params):
+        assert (a.name, a.status, a.reason, a.grad_norm, a.serial, a.aliases) == \
+            (b.name, b.status, b.reason, b.grad_norm, b.serial, b.aliases)
+        assert [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in a.routes] == \
+            [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in b.routes]
+        assert all(r.flow is a.grad for r in a.routes if r.share == 1.0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    want = dict(zip([n for n, p in model.named_parameters() if p.requires_grad],
+                    torch.autograd.grad(step(x), params, allow_unused=True)))
+    for p in fast.params:
+        if p.name in want and want[p.name] is not None:
+            assert p.grad_norm == float(torch.linalg.vector_norm(want[p.name]))
+    assert fast.param("zero").status == "zero" and fast.param("zero").grad_norm == 0.0
+    assert fast.param("seq.0.weight").status == "live" and fast.param("seq.0.weight").routes[0].share == 1.0
+    assert [r.op for r in fast.param("twice.weight").routes] == ["linear", "linear"]
+    assert abs(sum(r.share for r in fast.param("twice.weight").routes) - 1.0) < 1e-5
+    assert fast.param("frozen.weight").status == "frozen" and fast.param("unused.weight").status == "unused"
