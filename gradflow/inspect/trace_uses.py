@@ -46,7 +46,7 @@ def arm(t: Trace) -> None:
             for use in uses.values():  # its only use: no search for the node that consumes it, no hook
                 use.whole = True
             continue
-        for node, pairs in by_node(nodes, uses, stop).items():
+        for node, pairs in by_node(nodes if type(nodes) is list else [nodes], uses, stop).items():
             if not everything:
                 for _, use in pairs:
                     use.whole = counts[use.serial] == 1

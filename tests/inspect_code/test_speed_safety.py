@@ -571,3 +571,38 @@ def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
     assert [r.op for r in fast.param("twice.weight").routes] == ["linear", "linear"]
     assert abs(sum(r.share for r in fast.param("twice.weight").routes) - 1.0) < 1e-5
     assert fast.param("frozen.weight").status == "frozen" and fast.param("unused.weight").status == "unused"
+
+
+def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
+    """Serials by id(tensor), checked against a weak reference kept per serial: a new tensor at a dead one's
+    address (Python reuses them at once) is a new tensor on the general path (ops outside modules), the fast path
+    (ops inside a module) and the leaf-module path; the dead one's reference is let go; seen() and known() answer
+    for the live ones only."""
+    class Body(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.GELU()
+
+        def forward(self, x):
+            return self.act(x) * 2.0  # a leaf-module call, then an op on the fast path
+
+    body = Body()
+    addresses, kept = [], []
+    with gradflow.trace() as t:
+        for i in range(20):
+            y = torch.ones(2, 3) + i  # outside any module: the general path
+            addresses.append(id(y))
+            z = body(y)
+            addresses.append(id(z))
+            if i % 5 == 0:
+                kept.append(z)
+            del y, z
+    assert [r.name for r in t.ops[:4]] == ["ones", "add", "gelu", "mul"] and len(t.ops) == 4 * 20
+    outs = [s for r in t.ops for s in r.outs]
+    assert len(addresses) > len(set(addresses))  # addresses were reused ...
+    assert len(outs) == len(set(outs))  # ... and every result got its own serial
+    ids, refs = t._ids, t._refs
+    assert all(refs[s] is not None for s in ids.values())
+    assert sum(r is not None for r in refs) == len(ids)  # the dead ones' references let go
+    assert {id(x) for x in t.seen()} == {id(x) for x in kept}
+    assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
