@@ -67,7 +67,7 @@ _DETACH = DETACH  # (tests/language/test_op_table.py)
 _Mode = Mode  # (inspect/script_trace.py subclasses it)
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "gc_deferred", "op_name", "tensors_in", "trace"]
-_ref = weakref.ref
+_ref, _Tensor = weakref.ref, torch.Tensor
 _GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
@@ -284,50 +284,61 @@ class Trace:
             st.uses.extend(uses.values())
             self._listen(outs, uses, stop)
 
-    def _leaf_op(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop, module):
-        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): one input, the module's own
-        tensors, one result; what is not that plain (a cut, half precision, a tensor from outside the trace, a
-        result that is an input) goes to _fast_op, which tells."""
-        if type(out) is not torch.Tensor or (in_leaf is not None and not out.requires_grad) or \
-                out.dtype in LOW or ins[0].dtype in LOW:
-            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+    def _leaf_op(self, name: str, x, params: list, out, stop, module):
+        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
+        tensors, one result, each input's flags read once; what is not that plain (a cut, half precision, a tensor
+        from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general)."""
+        if type(out) is not _Tensor or out.dtype in LOW or x.dtype in LOW or (not out.requires_grad and (
+                x.requires_grad or any(p.requires_grad for p in params))):
+            return self._leaf_general(name, x, params, out, stop)
         ids, refs = self._ids, self._refs
         serials = []
-        for a in ins:
+        leaves = None  # [(input, serial)] of the leaves that require grad
+        for a in (x, *params):
             s = ids.get(id(a))
+            rg = a.requires_grad
             if s is not None and refs[s]() is a:
-                serials.append(s)
-            elif a is out or (a.requires_grad and not a.is_leaf):
-                return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+                pass
+            elif a is out or (rg and not a.is_leaf):
+                return self._leaf_general(name, x, params, out, stop)
             else:  # (self.serial(a), inline)
                 if s is not None:
                     refs[s] = None
                 ids[id(a)] = s = len(refs)
                 refs.append(_ref(a))
-                serials.append(s)
+            serials.append(s)
+            if rg and a.is_leaf:
+                if leaves is None:
+                    leaves = [(a, s)]
+                else:
+                    leaves.append((a, s))
         s = ids.get(id(out))
         if s is not None and refs[s]() is out:
-            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
+            return self._leaf_general(name, x, params, out, stop)
         if s is not None:
             refs[s] = None
         ids[id(out)] = s = len(refs)
         refs.append(_ref(out))
         ops = self.state.ops
-        rec = OpRecord(len(ops), name, tuple(serials), (s,), True, False, id(module))
+        index = len(ops)
+        rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
         ops.append(rec)
-        if not rec.index % _GC_EVERY and rec.index:
-            self._collect(rec.index)
-        if in_leaf is not None and True in in_leaf:
-            uses = {}
-            index = rec.index
-            for a, leaf, k in zip(ins, in_leaf, serials):
-                if leaf:
-                    uses[id(a)] = Use(k, index)
+        if not index % _GC_EVERY and index:
+            self._collect(index)
+        if leaves is not None:
+            uses = {id(a): Use(k, index) for a, k in leaves}
             rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             self.state.uses.extend(uses.values())
             node = out.grad_fn
             if node is not None:
                 self._found.append((node, stop, uses))  # (one node: no list, arm() tells)
+
+    def _leaf_general(self, name: str, x, params: list, out, stop):
+        """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""
+        ins = [x, *params]
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        return self._fast_op(name, ins, in_rg, in_leaf, out, stop if in_leaf and True in in_leaf else None)
 
     def _collect(self, index: int) -> None:
         if self._gc.was_on:  # a long block: its young garbage, and all of it now and then

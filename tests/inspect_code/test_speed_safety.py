@@ -366,7 +366,11 @@ def _leaf_cases():
         m = nn.Sequential(Block(), nn.Sequential(Block()))
         return m, lambda: m(torch.ones(2, 3)).sum()
 
-    return {"call_sites": (call_sites, 26),
+    def input_is_its_weight():  # the input is the module's own weight (a Parameter: the general path), or a copy
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        return m, lambda: (m[0](m[0].weight) + m[1](m[1].weight.detach())).sum()
+
+    return {"input_is_its_weight": (input_is_its_weight, 1), "call_sites": (call_sites, 26),
             "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
