@@ -228,9 +228,9 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: li
             rec = ops[uses[0].op]
             routes = [Route(rec.name, rec.line, module_name(rec.module), g, norm, 1.0 if norm > 0 else None, rec.cut)]
             out.append(ParamReport(name, list(g.shape), g.numel(), True, "live" if norm != 0.0 else "zero",
-                                   None if norm != 0.0 else ZERO_REASON, g, norm, list(tensors[1:]), routes, [], s))
+                                   None if norm != 0.0 else ZERO_REASON, g, norm, tensors[1:], routes, [], s))
             continue
-        p = ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, list(tensors[1:]),
+        p = ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, tensors[1:],
                         _routes(ops, graph, s, module_name, g), [], s)
         _measure(p, norm)
         out.append(p)
@@ -264,7 +264,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
-    serials = [trace.known(t) for t in tensors]
+    serials = trace.known_all(tensors)
     leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)

@@ -174,6 +174,11 @@ class Trace:
         s = self._ids.get(id(t))
         return s if s is not None and self._refs[s]() is t else None
 
+    def known_all(self, tensors: list) -> list[int | None]:
+        """known() of each (one call for all: explain asks it of every parameter)."""
+        ids, refs = self._ids, self._refs
+        return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
+
     _cut_kind = staticmethod(cut_kind)
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,

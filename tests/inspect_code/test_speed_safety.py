@@ -61,6 +61,8 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
     gs += [torch.randn(5, 3).t() * 10.0 ** k for k in range(-2, 3)] + [torch.randn(300, 200)] * 2  # stacked by
     #                                            shape (a Linear weight's grad is transposed); too big to stack
+    gs += [torch.randn(4, 6)[:, ::2], torch.randn(4, 6)[:, ::2], torch.randn(2, 3, 4).permute(2, 0, 1),
+           torch.empty(0, 3), torch.empty(0, 3)]  # neither contiguous nor transposed; empty
     got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
                            torch.tensor([float("nan"), 1.0])])
     assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
