@@ -42,20 +42,35 @@ def grad_norms(grads: list) -> list[float]:
     out: list = [None] * len(grads)
     groups: dict[tuple, list[int]] = {}
     shapes: dict[tuple, list[int]] = {}
+    kinds: dict[tuple, list[int]] = {}  # (dtype, device, shape, contiguous) -> indices, each tensor asked once
     strided = torch.strided
     for k, g in enumerate(grads):
         dtype = g.dtype
-        n = g.numel()
-        if g.layout != strided or dtype not in _BATCHED or not n:
+        if g.layout is not strided or dtype not in _BATCHED:
             out[k] = grad_norm(g)
             continue
-        device = None if g.is_cpu else g.device  # (None: the CPU, without a device object per tensor)
-        if n <= _STACKED and g.is_contiguous():
-            shapes.setdefault((dtype, device, g.shape, False), []).append(k)
-        elif n <= _STACKED and g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements
-            shapes.setdefault((dtype, device, g.shape, True), []).append(k)  # in memory order)
+        key = (dtype, None if g.is_cpu else g.device, g.shape, g.is_contiguous())  # (None: the CPU, without a
+        ks = kinds.get(key)  # device object per tensor)
+        if ks is None:
+            kinds[key] = [k]
         else:
-            groups.setdefault((dtype, device), []).append(k)
+            ks.append(k)
+    for (dtype, device, shape, contiguous), ks in kinds.items():
+        n = shape.numel()
+        if not n:
+            for k in ks:
+                out[k] = grad_norm(grads[k])
+        elif n > _STACKED:
+            groups.setdefault((dtype, device), []).extend(ks)
+        elif contiguous:
+            shapes[(dtype, device, shape, False)] = ks
+        else:
+            for k in ks:
+                g = grads[k]
+                if g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements in memory order)
+                    shapes.setdefault((dtype, device, shape, True), []).append(k)
+                else:
+                    groups.setdefault((dtype, device), []).append(k)
     for (dtype, device, _, transposed), ks in shapes.items():
         if len(ks) == 1:
             groups.setdefault((dtype, device), []).append(ks[0])

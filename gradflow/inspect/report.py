@@ -168,25 +168,23 @@ def _same(a, b) -> bool:
             and a.shape == b.shape and a.stride() == b.stride())
 
 
-def _measure(params: list[ParamReport]) -> None:
-    """Grad norms (and so "zero"), and each route's norm and share <flow, grad> / |grad|^2. A route whose flow
+def _measure(p: ParamReport, norm: float) -> None:
+    """The grad norm (and so "zero"), and each route's norm and share <flow, grad> / |grad|^2. A route whose flow
     is the grad tensor itself (one use) has the grad's norm and a share of exactly 1, without two more torch
     calls per parameter (~10 us each: a model of many small layers spent most of explain() here)."""
-    got = [p for p in params if p.grad is not None]
-    for p, norm in zip(got, grad_norms([p.grad for p in got])):
-        p.grad_norm = norm
-        if p.grad_norm == 0.0 and p.status == "live":
-            p.status, p.reason = "zero", ZERO_REASON
-        squared = None
-        for r in p.routes:
-            if r.flow is None:
-                continue
-            if r.flow is p.grad or _same(r.flow, p.grad):
-                r.norm, r.share = p.grad_norm, 1.0 if p.grad_norm > 0 else None
-                continue
-            squared = dot(p.grad, p.grad) if squared is None else squared
-            r.norm = grad_norm(r.flow)
-            r.share = dot(r.flow, p.grad) / squared if squared > 0 else None
+    p.grad_norm = norm
+    if norm == 0.0 and p.status == "live":
+        p.status, p.reason = "zero", ZERO_REASON
+    squared = None
+    for r in p.routes:
+        if r.flow is None:
+            continue
+        if r.flow is p.grad or _same(r.flow, p.grad):
+            r.norm, r.share = norm, 1.0 if norm > 0 else None
+            continue
+        squared = dot(p.grad, p.grad) if squared is None else squared
+        r.norm = grad_norm(r.flow)
+        r.share = dot(r.flow, p.grad) / squared if squared > 0 else None
 
 
 def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list[Route]:
@@ -206,12 +204,37 @@ def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list
     return out
 
 
-def _live_once(name, tensors, grad, serial, graph: FlowGraph, ops: list, module_name) -> ParamReport:
-    """_param_report of a parameter that got a gradient with nothing cut on the way (the common one), without
-    its questions: the status is "live" and the routes are all there is to find."""
-    t = tensors[0]
-    return ParamReport(name, list(t.shape), t.numel(), bool(t.requires_grad), "live", None, grad, None,
-                       list(tensors[1:]), _routes(ops, graph, serial, module_name, grad), [], serial)
+def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: list, serials: list, module_name,
+             partial: dict) -> list[ParamReport]:
+    """Each parameter's report, measured (_measure; the grad norms taken together first, grad_norms). A parameter
+    that got a gradient with nothing cut on the way (the common one) is "live" (or "zero") without
+    _param_report's questions, and its only use (`whole`: not hooked, it sent the whole grad) is its route with the
+    grad's norm and a share of 1, written inline: what _param_report, _routes and _measure give it. (Its shape and
+    size read from the grad, which autograd gives the parameter's shape: a Parameter's own are ~3x slower to ask.)"""
+    norms = iter(grad_norms([g for g, _ in settled if g is not None]))
+    ops, uses_of = trace.ops, graph.uses.get
+    out: list[ParamReport] = []
+    for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
+        t = tensors[0]
+        if g is None or why is not None or partial or s is None or not t.requires_grad:
+            p = _param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
+            if g is not None:
+                _measure(p, next(norms))
+            out.append(p)
+            continue
+        norm = next(norms)
+        uses = uses_of(s, ())
+        if len(uses) == 1 and uses[0].whole and uses[0].flow is None:
+            rec = ops[uses[0].op]
+            routes = [Route(rec.name, rec.line, module_name(rec.module), g, norm, 1.0 if norm > 0 else None, rec.cut)]
+            out.append(ParamReport(name, list(g.shape), g.numel(), True, "live" if norm != 0.0 else "zero",
+                                   None if norm != 0.0 else ZERO_REASON, g, norm, tensors[1:], routes, [], s))
+            continue
+        p = ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, tensors[1:],
+                        _routes(ops, graph, s, module_name, g), [], s)
+        _measure(p, norm)
+        out.append(p)
+    return out
 
 
 def _param_report(trace, graph, name, tensors, grad, module_name, partial, untraced, serial) -> ParamReport:
@@ -241,7 +264,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
-    serials = [trace.known(t) for t in tensors]
+    serials = trace.known_all(tensors)
     leaf_serials = {s for s in serials if s is not None}
     hidden = hidden_serials(trace, leaf_serials)
     low = bool(trace.state.low_nodes)  # half precision: the graph is needed again (inspect/precision.py)
@@ -254,13 +277,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
     else:  # (settle's answer when no parameter is used where the trace cannot see)
         settled = [(g, None) for g in got.grads]
-    params_out: list[ParamReport] = []
-    for (name, vals), (g, why), s in zip(named.items(), settled, serials):
-        if g is None or why is not None or partial or not vals[0].requires_grad or s is None:
-            params_out.append(_param_report(trace, graph, name, vals, g, module_name, partial, why, s))
-        else:
-            params_out.append(_live_once(name, vals, g, s, graph, trace.ops, module_name))
-    _measure(params_out)
+    params_out = _reports(trace, graph, named, settled, serials, module_name, partial)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)

@@ -83,6 +83,8 @@ class InternalFailure(BaseException):
 class _ScriptMode(_Mode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         t = self.t
+        if t is None:  # (see _Mode.__torch_function__)
+            return func(*args, **(kwargs or {}))
         assert isinstance(t, ScriptTrace)
         kwargs = kwargs or {}
         if op_name(func) == "backward":

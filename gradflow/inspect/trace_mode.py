@@ -34,10 +34,12 @@ _next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequen
 class Mode(TorchFunctionMode):
     def __init__(self, trace: Trace):
         super().__init__()
-        self.t = trace
+        self.t: Trace | None = trace  # None once the trace has left it (Trace.__exit__: no Trace <-> mode cycle)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         t = self.t
+        if t is None:  # left on torch's stack by a mode entered inside the block and never left: run, not record
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", None)
         if name in _UNUSUAL or not t._plain or not t.state.stack or not _grad_on() or _inference_on():
             return self._general(t, op_name(func), func, args, kwargs or {})
@@ -306,21 +308,13 @@ _pop, _push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_functi
 def _leaf_call(t: Trace, module, x, leaf):
     """The module's forward and its record, all with the mode off (under it, even `a.requires_grad` is a call to
     the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
-    (Trace._enter_module, _leave_module: nothing runs inside it)."""
+    (Trace._enter_module, _leave_module: nothing runs inside it). Its inputs' flags are read after it ran (none of
+    LEAVES works in place: they are as before it), except the sequence number where the search for its uses stops
+    (see trace_uses), read before, and kept only if it used a leaf."""
     mode = _pop()
     try:
         name, params, run = leaf
-        ins = [x, *params]
-        in_rg, in_leaf = [], []  # (what the mode's list comprehensions give, in one loop)
-        for a in ins:
-            rg = a.requires_grad
-            in_rg.append(rg)
-            in_leaf.append(rg and a.is_leaf)
-        stop = None
-        if True not in in_rg:
-            in_leaf = None  # type: ignore[assignment]
-        elif True in in_leaf:
-            stop = _next_node() if _next_node is not None else _input_nodes(ins)
+        stop = _next_node() if _next_node is not None else _input_nodes([x, *params])
         st = t.state
         stack = st.stack
         key = id(module)
@@ -335,9 +329,9 @@ def _leaf_call(t: Trace, module, x, leaf):
             try:
                 out = run(module, x)
             except RuntimeError as err:
-                t._maybe_failure(name, ins, err)
+                t._maybe_failure(name, [x, *params], err)
                 raise
-            t._leaf_op(name, ins, in_rg, in_leaf, out, stop, module)
+            t._leaf_op(name, x, params, out, stop, module)
         finally:
             if stack and stack[-1] is module:
                 stack.pop()

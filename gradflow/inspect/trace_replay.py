@@ -111,9 +111,13 @@ def replaying(t: Trace):
     t._replay = Replay(by_op)
     t._plain = False
     try:
+        if not t._recording:
+            t._mode.t = t  # (the mode holds its trace only while on)
         with t.listening(), contextlib.nullcontext() if t._recording else t._mode:
             yield
     finally:
+        if not t._recording:
+            t._mode.t = None
         replay, t._replay, t._regions = t._replay, None, saved
         t._checkpoint = None
         t._settle_plain()

@@ -8,7 +8,9 @@ hook. The hooks listen only while explain runs backward.
 """
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gradflow.inspect.trace_records import Use
@@ -17,6 +19,7 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 
+_serial = attrgetter("serial")
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
 
 
@@ -34,19 +37,21 @@ def arm(t: Trace) -> None:
     other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
     pending = list(t._found)
     t._found.clear()
-    counts: dict[int, int] = {}
-    for use in t.state.uses:
-        counts[use.serial] = counts.get(use.serial, 0) + 1
+    counts = Counter(map(_serial, t.state.uses))
     for use in t.state.uses:  # a trace entered again: an earlier only use is one no longer
         if use.whole and counts[use.serial] > 1:
             use.whole = False
     everything = bool(t.state.outside)
     for nodes, stop, uses in pending:
-        if not everything and all(counts[u.serial] == 1 for u in uses.values()):
-            for use in uses.values():  # its only use: no search for the node that consumes it, no hook
-                use.whole = True
-            continue
-        for node, pairs in by_node(nodes, uses, stop).items():
+        if not everything:
+            for use in uses.values():
+                if counts[use.serial] != 1:
+                    break
+            else:
+                for use in uses.values():  # its only use: no search for the node that consumes it, no hook
+                    use.whole = True
+                continue
+        for node, pairs in by_node(nodes if type(nodes) is list else [nodes], uses, stop).items():
             if not everything:
                 for _, use in pairs:
                     use.whole = counts[use.serial] == 1

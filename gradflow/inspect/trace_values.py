@@ -29,8 +29,8 @@ def escape(t: Trace, name: str, ins: list, in_rg: list[bool], out):
     if not ins:
         return
     st = t.state
-    serial = t._next
-    t._next += 1
+    serial = len(t._refs)
+    t._refs.append(None)  # (a Python value's serial: no tensor to refer to)
     follow(t, out, serial)
     rec = OpRecord(len(st.ops), name, (t.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
                    torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,

@@ -67,6 +67,7 @@ _DETACH = DETACH  # (tests/language/test_op_table.py)
 _Mode = Mode  # (inspect/script_trace.py subclasses it)
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "gc_deferred", "op_name", "tensors_in", "trace"]
+_ref, _Tensor = weakref.ref, torch.Tensor
 _GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
@@ -77,8 +78,9 @@ class Trace:
 
     def __init__(self) -> None:
         self.state = TraceState()
-        self._ids: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (weak reference, serial)
-        self._next = 0
+        self._ids: dict[int, int] = {}  # id(tensor) -> serial
+        self._refs: list = []  # serial -> weak reference to its tensor (None: a Python value's, or a dead tensor's
+        #                        whose id another one took): no tuple per tensor for the collector to scan
         self._mode = Mode(self)
         self._failed_with: BaseException | None = None
         self._regions: list[Region] = []  # gradient on/off contexts entered and not left, innermost last
@@ -92,7 +94,7 @@ class Trace:
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # ([autograd nodes of an op's results], stop, {id(leaf): Use}), for arm()
+        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, {id(leaf): Use}), for arm()
         self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
         self._plain = self._fast  # _fast_op may record the next op (no replay, checkpoint, followed values)
         weakref.finalize(self, release, self._found)  # never explained: let them go latest first too
@@ -103,6 +105,7 @@ class Trace:
         self._grad_base = torch.is_grad_enabled()
         self._gc = gc_deferred()
         self._gc.__enter__()
+        self._mode.t = self
         self._mode.__enter__()
         self._recording = True
         return self
@@ -110,7 +113,8 @@ class Trace:
     def __exit__(self, exc_type, exc, tb):
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
-        self._gc.__exit__(exc_type, exc, tb)
+        self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
+        self._gc.__exit__(exc_type, exc, tb)  # later collection of the Trace <-> mode cycle (~4,000 objects here)
         calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):
@@ -150,18 +154,30 @@ class Trace:
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
-        entry = self._ids.get(id(t))
-        if entry is not None and entry[0]() is t:
-            return entry[1]
-        s = self._next
-        self._ids[id(t)] = (weakref.ref(t), s)
-        self._next += 1
+        refs = self._refs
+        s = self._ids.get(id(t))
+        if s is not None:
+            if refs[s]() is t:
+                return s
+            refs[s] = None  # a dead tensor's: its id is this one's now
+        self._ids[id(t)] = s = len(refs)
+        refs.append(weakref.ref(t))
         return s
+
+    @property
+    def _next(self) -> int:
+        """The serial the next new tensor (or followed Python value) gets."""
+        return len(self._refs)
 
     def known(self, t: torch.Tensor) -> int | None:
         """This tensor's serial number, if the trace has seen it (an id reused by a new tensor is not a match)."""
-        entry = self._ids.get(id(t))
-        return entry[1] if entry is not None and entry[0]() is t else None
+        s = self._ids.get(id(t))
+        return s if s is not None and self._refs[s]() is t else None
+
+    def known_all(self, tensors: list) -> list[int | None]:
+        """known() of each (one call for all: explain asks it of every parameter)."""
+        ids, refs = self._ids, self._refs
+        return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
 
     _cut_kind = staticmethod(cut_kind)
 
@@ -180,17 +196,17 @@ class Trace:
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        ids, serial = self._ids, self.serial
+        ids, refs, serial = self._ids, self._refs, self.serial
         serials = []
         for a in ins:
-            entry = ids.get(id(a))
-            serials.append(entry[1] if entry is not None and entry[0]() is a else serial(a))
+            s = ids.get(id(a))
+            serials.append(s if s is not None and refs[s]() is a else serial(a))
         came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
             if self._next > first else ()  # here came from outside the trace
         out_serials = []
         for o in outs:
-            entry = ids.get(id(o))
-            out_serials.append(entry[1] if entry is not None and entry[0]() is o else serial(o))
+            s = ids.get(id(o))
+            out_serials.append(s if s is not None and refs[s]() is o else serial(o))
         stack = st.stack
         rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(out_serials), grad_on, inference,
                        id(stack[-1]) if stack else None)
@@ -233,27 +249,31 @@ class Trace:
         if (in_leaf is not None and not any(o.requires_grad for o in outs)) or outs[0].dtype in LOW or \
                 (ins and ins[0].dtype in LOW):
             return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
-        ids = self._ids
+        ids, refs = self._ids, self._refs
         serials = []
         for a in ins:
-            entry = ids.get(id(a))
-            if entry is not None and entry[0]() is a:
-                serials.append(entry[1])
+            s = ids.get(id(a))
+            if s is not None and refs[s]() is a:
+                serials.append(s)
             elif a.requires_grad and not a.is_leaf:  # computed outside the trace: _record tells
                 return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
-            else:
-                serials.append(self._next)
-                ids[id(a)] = (weakref.ref(a), self._next)
-                self._next += 1
+            else:  # (self.serial(a), inline)
+                if s is not None:
+                    refs[s] = None
+                ids[id(a)] = s = len(refs)
+                refs.append(_ref(a))
+                serials.append(s)
         out_serials = []
         for o in outs:
-            entry = ids.get(id(o))
-            if entry is not None and entry[0]() is o:
-                out_serials.append(entry[1])
+            s = ids.get(id(o))
+            if s is not None and refs[s]() is o:
+                out_serials.append(s)
             else:
-                out_serials.append(self._next)
-                ids[id(o)] = (weakref.ref(o), self._next)
-                self._next += 1
+                if s is not None:
+                    refs[s] = None
+                ids[id(o)] = s = len(refs)
+                refs.append(_ref(o))
+                out_serials.append(s)
         st = self.state
         rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
         uses = None
@@ -269,47 +289,61 @@ class Trace:
             st.uses.extend(uses.values())
             self._listen(outs, uses, stop)
 
-    def _leaf_op(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop, module):
-        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): one input, the module's own
-        tensors, one result; what is not that plain (a cut, half precision, a tensor from outside the trace, a
-        result that is an input) goes to _fast_op, which tells."""
-        if type(out) is not torch.Tensor or (in_leaf is not None and not out.requires_grad) or \
-                out.dtype in LOW or ins[0].dtype in LOW:
-            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
-        ids = self._ids
+    def _leaf_op(self, name: str, x, params: list, out, stop, module):
+        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
+        tensors, one result, each input's flags read once; what is not that plain (a cut, half precision, a tensor
+        from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general)."""
+        if type(out) is not _Tensor or out.dtype in LOW or x.dtype in LOW or (not out.requires_grad and (
+                x.requires_grad or any(p.requires_grad for p in params))):
+            return self._leaf_general(name, x, params, out, stop)
+        ids, refs = self._ids, self._refs
         serials = []
-        for a in ins:
-            entry = ids.get(id(a))
-            if entry is not None and entry[0]() is a:
-                serials.append(entry[1])
-            elif a is out or (a.requires_grad and not a.is_leaf):
-                return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
-            else:
-                serials.append(self._next)
-                ids[id(a)] = (weakref.ref(a), self._next)
-                self._next += 1
-        entry = ids.get(id(out))
-        if entry is not None and entry[0]() is out:
-            return self._fast_op(name, ins, in_rg, in_leaf, out, stop)
-        s = self._next
-        ids[id(out)] = (weakref.ref(out), s)
-        self._next = s + 1
+        leaves = None  # [(input, serial)] of the leaves that require grad
+        for a in (x, *params):
+            s = ids.get(id(a))
+            rg = a.requires_grad
+            if s is not None and refs[s]() is a:
+                pass
+            elif a is out or (rg and not a.is_leaf):
+                return self._leaf_general(name, x, params, out, stop)
+            else:  # (self.serial(a), inline)
+                if s is not None:
+                    refs[s] = None
+                ids[id(a)] = s = len(refs)
+                refs.append(_ref(a))
+            serials.append(s)
+            if rg and a.is_leaf:
+                if leaves is None:
+                    leaves = [(a, s)]
+                else:
+                    leaves.append((a, s))
+        s = ids.get(id(out))
+        if s is not None and refs[s]() is out:
+            return self._leaf_general(name, x, params, out, stop)
+        if s is not None:
+            refs[s] = None
+        ids[id(out)] = s = len(refs)
+        refs.append(_ref(out))
         ops = self.state.ops
-        rec = OpRecord(len(ops), name, tuple(serials), (s,), True, False, id(module))
+        index = len(ops)
+        rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
         ops.append(rec)
-        if not rec.index % _GC_EVERY and rec.index:
-            self._collect(rec.index)
-        if in_leaf is not None and True in in_leaf:
-            uses = {}
-            index = rec.index
-            for a, leaf, k in zip(ins, in_leaf, serials):
-                if leaf:
-                    uses[id(a)] = Use(k, index)
+        if not index % _GC_EVERY and index:
+            self._collect(index)
+        if leaves is not None:
+            uses = {id(a): Use(k, index) for a, k in leaves}
             rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             self.state.uses.extend(uses.values())
             node = out.grad_fn
             if node is not None:
-                self._found.append(([node], stop, uses))
+                self._found.append((node, stop, uses))  # (one node: no list, arm() tells)
+
+    def _leaf_general(self, name: str, x, params: list, out, stop):
+        """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""
+        ins = [x, *params]
+        in_rg = [a.requires_grad for a in ins]
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
+        return self._fast_op(name, ins, in_rg, in_leaf, out, stop if in_leaf and True in in_leaf else None)
 
     def _collect(self, index: int) -> None:
         if self._gc.was_on:  # a long block: its young garbage, and all of it now and then
@@ -367,12 +401,14 @@ class Trace:
 
     def seen(self) -> list[torch.Tensor]:
         """Every tensor the trace has seen that is still alive."""
-        return [t for t in (ref() for ref, _ in list(self._ids.values())) if t is not None]
+        refs = self._refs
+        return [t for t in (refs[s]() for s in list(self._ids.values())) if t is not None]
 
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
         used = {u.serial for u in self.state.uses}
-        live = [(ref(), s) for ref, s in list(self._ids.values()) if s in used]
+        refs = self._refs
+        live = [(refs[s](), s) for s in list(self._ids.values()) if s in used]
         return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
 
     @property

@@ -102,7 +102,8 @@ def _leaves(trace, tensors: list) -> list:
 
 def _retaining(trace) -> list:
     """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
-    return [t for ref, _ in list(trace._ids.values()) if (t := ref()) is not None and not t.is_leaf and
+    refs = trace._refs
+    return [t for s in list(trace._ids.values()) if (t := refs[s]()) is not None and not t.is_leaf and
             t.retains_grad]  # (trace.seen(), filtered in the same pass)
 
 

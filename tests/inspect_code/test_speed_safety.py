@@ -61,6 +61,8 @@ def test_batched_grad_norms_are_torch_norms_exactly():
     gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
     gs += [torch.randn(5, 3).t() * 10.0 ** k for k in range(-2, 3)] + [torch.randn(300, 200)] * 2  # stacked by
     #                                            shape (a Linear weight's grad is transposed); too big to stack
+    gs += [torch.randn(4, 6)[:, ::2], torch.randn(4, 6)[:, ::2], torch.randn(2, 3, 4).permute(2, 0, 1),
+           torch.empty(0, 3), torch.empty(0, 3)]  # neither contiguous nor transposed; empty
     got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
                            torch.tensor([float("nan"), 1.0])])
     assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
@@ -366,7 +368,11 @@ def _leaf_cases():
         m = nn.Sequential(Block(), nn.Sequential(Block()))
         return m, lambda: m(torch.ones(2, 3)).sum()
 
-    return {"call_sites": (call_sites, 26),
+    def input_is_its_weight():  # the input is the module's own weight (a Parameter: the general path), or a copy
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        return m, lambda: (m[0](m[0].weight) + m[1](m[1].weight.detach())).sum()
+
+    return {"input_is_its_weight": (input_is_its_weight, 1), "call_sites": (call_sites, 26),
             "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
             "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
             "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
@@ -465,3 +471,144 @@ def test_one_walk_naming_equals_torchs_walks_with_several_roots():
         assert list(named) == list(want)
         assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
         assert modules == _module_names(roots)
+
+
+def test_a_dropped_trace_is_freed_without_the_cyclic_collector():
+    """The mode holds its trace only while it is on (no Trace <-> mode cycle): a trace and its records, explained
+    or not, are freed as soon as they are dropped, with the collector off; re-entered, the trace records again, and
+    a reentrant checkpoint's recomputation (the mode put back on at explain) is still seen."""
+    from torch.utils.checkpoint import checkpoint
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        lin = torch.nn.Linear(3, 3)
+        with gradflow.trace() as t:
+            loss = lin(torch.ones(2, 3)).sum()
+        report = t.explain(loss, params=lin)
+        with t:  # entered again
+            loss = lin(loss.reshape(1, 1).expand(2, 3)).sum()
+        assert [r.name for r in t.ops][-2:] == ["linear", "sum"]
+        refs = [weakref.ref(t), weakref.ref(t.state), weakref.ref(t._mode)]
+        del t, report, loss
+        assert [r() for r in refs] == [None, None, None]
+        with gradflow.trace() as t:
+            loss = checkpoint(lin, torch.ones(2, 3, requires_grad=True), use_reentrant=True).sum()
+        assert t.explain(loss, params=lin).param("weight").status == "live"
+        assert t._mode.t is None
+        ref = weakref.ref(t)
+        del t
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_a_mode_left_on_inside_the_block_runs_torch_plainly_after_it():
+    """A TorchFunctionMode entered inside the block and never left: torch pops it, not the trace's mode, at the
+    block's end; the trace's mode, no longer holding its trace, then lets every op run as it would (right values)
+    and records nothing."""
+    from torch.overrides import TorchFunctionMode
+
+    depth = torch._C._len_torch_function_stack()
+    with gradflow.trace() as t:
+        TorchFunctionMode().__enter__()
+    try:
+        n = len(t.ops)
+        assert torch.equal(torch.ones(2) * 3, torch.tensor([3.0, 3.0])) and len(t.ops) == n
+    finally:
+        while torch._C._len_torch_function_stack() > depth:
+            torch._C._pop_torch_function_stack()
+
+
+def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
+    """report._reports writes a live parameter's only use inline (route, norm, share, "zero"); every parameter's
+    report is that of _param_report + _measure with its own norm (oracle: those, monkeypatched in), on parameters
+    live once, zero (multiplied by 0: hand-derived grad 0), used twice, frozen, unused and untraced-free; and the
+    values are plain torch's (grad norms of autograd.grad, shares summing to 1)."""
+    from gradflow.inspect import report as R
+    from gradflow.inspect.norms import grad_norm
+
+    def general(trace, graph, named, settled, serials, module_name, partial):
+        out = []
+        for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
+            p = R._param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
+            if g is not None:
+                R._measure(p, grad_norm(g))
+            out.append(p)
+        return out
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.ModuleDict({"seq": nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.GELU(), nn.Linear(4, 1)),
+                           "twice": nn.Linear(3, 3), "frozen": nn.Linear(3, 3), "unused": nn.Linear(2, 2)})
+    model["frozen"].requires_grad_(False)
+    zero = nn.Parameter(torch.randn(3))
+    model.register_parameter("zero", zero)
+
+    def step(x):
+        h = model["twice"](model["twice"](x))
+        return model["seq"](model["frozen"](h)).sum() + (zero * 0.0).sum()
+
+    x = torch.randn(5, 3)
+    got = []
+    for inline in (True, False):
+        if not inline:
+            monkeypatch.setattr(R, "_reports", general)
+        with gradflow.trace() as t:
+            loss = step(x)
+        got.append(t.explain(loss, params=model))
+    fast, slow = got
+    assert fast.to_dict() == slow.to_dict()
+    for a, b in zip(fast.params, slow.params):
+        assert (a.name, a.status, a.reason, a.grad_norm, a.serial, a.aliases) == \
+            (b.name, b.status, b.reason, b.grad_norm, b.serial, b.aliases)
+        assert [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in a.routes] == \
+            [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in b.routes]
+        assert all(r.flow is a.grad for r in a.routes if r.share == 1.0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    want = dict(zip([n for n, p in model.named_parameters() if p.requires_grad],
+                    torch.autograd.grad(step(x), params, allow_unused=True)))
+    for p in fast.params:
+        if p.name in want and want[p.name] is not None:
+            assert p.grad_norm == float(torch.linalg.vector_norm(want[p.name]))
+    assert fast.param("zero").status == "zero" and fast.param("zero").grad_norm == 0.0
+    assert fast.param("seq.0.weight").status == "live" and fast.param("seq.0.weight").routes[0].share == 1.0
+    assert [r.op for r in fast.param("twice.weight").routes] == ["linear", "linear"]
+    assert abs(sum(r.share for r in fast.param("twice.weight").routes) - 1.0) < 1e-5
+    assert fast.param("frozen.weight").status == "frozen" and fast.param("unused.weight").status == "unused"
+
+
+def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
+    """Serials by id(tensor), checked against a weak reference kept per serial: a new tensor at a dead one's
+    address (Python reuses them at once) is a new tensor on the general path (ops outside modules), the fast path
+    (ops inside a module) and the leaf-module path; the dead one's reference is let go; seen() and known() answer
+    for the live ones only."""
+    class Body(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.GELU()
+
+        def forward(self, x):
+            return self.act(x) * 2.0  # a leaf-module call, then an op on the fast path
+
+    body = Body()
+    addresses, kept = [], []
+    with gradflow.trace() as t:
+        for i in range(20):
+            y = torch.ones(2, 3) + i  # outside any module: the general path
+            addresses.append(id(y))
+            z = body(y)
+            addresses.append(id(z))
+            if i % 5 == 0:
+                kept.append(z)
+            del y, z
+    assert [r.name for r in t.ops[:4]] == ["ones", "add", "gelu", "mul"] and len(t.ops) == 4 * 20
+    outs = [s for r in t.ops for s in r.outs]
+    assert len(addresses) > len(set(addresses))  # addresses were reused ...
+    assert len(outs) == len(set(outs))  # ... and every result got its own serial
+    ids, refs = t._ids, t._refs
+    assert all(refs[s] is not None for s in ids.values())
+    assert sum(r is not None for r in refs) == len(ids)  # the dead ones' references let go
+    assert {id(x) for x in t.seen()} == {id(x) for x in kept}
+    assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
