@@ -31,7 +31,8 @@ every pending task; neither says which record was in flight. Both also pickle on
 chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`).
 
 The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
-first-record work done once, then gc.freeze() so no worker copies torch's objects page by page).
+first-record work done once, then gc.freeze() so no worker copies torch's objects page by page), with the
+collector off until then (batch_cold).
 
 `jobs <= 1` runs in this process, exactly as run_batch does (torch imported here, no threads, no workers).
 """
@@ -50,8 +51,9 @@ from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
-# then the encoder's module, then batch_warm
-_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.studies.batch_worker", "gradflow.engine.explain"]
+# batch_cold first (the collector off), then the encoder's module, then batch_warm (frozen, the collector on)
+_PRELOAD = ["gradflow.studies.batch_cold", "torch", "gradflow.studies.batch", "gradflow.studies.batch_worker",
+            "gradflow.engine.explain"]
 
 
 def usable_cores() -> int:

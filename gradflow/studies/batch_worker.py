@@ -27,6 +27,7 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle: it kills the workers
+    gc.enable()  # batch_warm did (the fork server preloads with the collector off): also if it failed to load
     import torch
 
     torch.set_num_threads(1)  # see the module's docstring

@@ -1,0 +1,11 @@
+"""Imported first by the fork server of `batch --jobs N` (batch_pool.py), before torch: the collector is off
+while the preload imports build their ~10^6 long-lived objects (torch's), as the command's own start-up does
+(cli/startup.py). With it on, `import torch` ran ~0.1-0.2 s longer (full collections over what it had built so
+far) and the first gradflow module imported after it paid one more (~0.1 s). batch_warm, the last module
+preloaded, freezes them all and turns the collector back on, so the workers forked after it collect as usual.
+"""
+from __future__ import annotations
+
+import gc
+
+gc.disable()
