@@ -46,6 +46,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from gradflow.errors import ExitCode, GradflowError
+from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, compile_ahead
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
@@ -87,13 +88,14 @@ def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Cal
 class _Slot:
     """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
 
-    __slots__ = ("first", "lines", "out", "done", "given")
+    __slots__ = ("first", "lines", "out", "done", "given", "ahead")
 
     def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
         self.first, self.lines = first, lines
         self.out: list[Out] = out or []
         self.done = out is not None
         self.given = 0  # records already yielded
+        self.ahead: list | None = None  # its lines' programs, compiled by the command (batch_ahead.py)
 
 
 class _Worker:
@@ -119,6 +121,8 @@ class _Pool:
     def __init__(self, jobs: int, encode: Callable[[dict], str], options: dict):
         import multiprocessing
 
+        from gradflow.limits import as_limits
+
         if not _AT_FORK:
             os.register_at_fork(after_in_child=forget_forkserver)
             _AT_FORK.append(True)
@@ -133,6 +137,14 @@ class _Pool:
         self.reader: threading.Thread | None = None
         self.stopping = threading.Event()
         self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
+        os.set_blocking(self.wake_w, False)  # a full pipe already says "wake up": the reader never waits on it
+        # the first worker is started by a thread (its fork server imports torch first): meanwhile this one
+        # compiles the programs of the lines read (batch_ahead.py)
+        self.starter: threading.Thread | None = None
+        self.started: queue.SimpleQueue = queue.SimpleQueue()  # the first worker, or the error that stopped it
+        self.handover = threading.Lock()  # the first worker goes into `started` or is killed, never both or neither
+        self.ahead_bytes = self.ahead_lines = 0
+        self.limits = as_limits(options.get("limits"))
 
     # -- reading (a thread) --
     def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
@@ -153,10 +165,7 @@ class _Pool:
                 break
             except queue.Full:
                 continue
-        try:
-            os.write(self.wake_w, b"\0")
-        except OSError:  # closed: the command is done
-            pass
+        self._wake()
 
     @property
     def reader_alive(self) -> bool:
@@ -164,7 +173,7 @@ class _Pool:
         return self.reader is not None and self.reader.is_alive()
 
     # -- workers --
-    def _start_worker(self) -> _Worker:
+    def _launch(self) -> _Worker:
         here, there = self.ctx.Pipe(duplex=True)
         current = self.ctx.RawValue("q", 0)
         proc = self.ctx.Process(target=work, args=(there, current, self.encode, self.options), daemon=True,
@@ -172,14 +181,50 @@ class _Pool:
         with main_not_rerun():
             proc.start()
         there.close()
-        worker = _Worker(proc, here, current)
+        return _Worker(proc, here, current)
+
+    def _start_worker(self) -> _Worker:
+        worker = self._launch()
         self.workers.append(worker)
         return worker
+
+    def _start_first(self) -> None:
+        """The starter thread: the first worker, ready once the fork server has preloaded (~1-1.5 s)."""
+        try:
+            got: _Worker | BaseException = self._launch()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
+            got = exc
+        with self.handover:
+            if self.stopping.is_set() and isinstance(got, _Worker):
+                _kill([got])  # the batch ended meanwhile
+            else:
+                self.started.put(got)
+        self._wake()
+
+    def _first_ready(self) -> bool:
+        """Has the starter thread handed over the first worker? (Raises the error that stopped it.)"""
+        try:
+            got = self.started.get_nowait()
+        except queue.Empty:
+            return False
+        self.starter = None
+        if isinstance(got, BaseException):
+            raise got
+        self.workers.append(got)
+        return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"\0")
+        except OSError:  # full (a wake-up is pending anyway), or closed: the command is done
+            pass
 
     def _give(self, worker: _Worker, slot: _Slot) -> None:
         worker.slot = slot
         try:
-            worker.conn.send((slot.first, slot.lines))  # the worker waits in recv(): this never blocks for long
+            # the worker waits in recv(): this never blocks for long
+            worker.conn.send((slot.first, slot.lines, slot.ahead))
+            slot.ahead = None
         except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
             pass
 
@@ -235,11 +280,26 @@ class _Pool:
         self.reader.start()
         slots: deque[_Slot] = deque()  # every slot not yet yielded, in input order
         todo: deque[_Slot] = deque()  # slots no worker has yet
+        uncompiled: deque[_Slot] = deque()  # slots made before the first worker started, in order
         building: list[str] = []  # lines read, not yet in a slot
         build_first = first
         ended, end_error = False, None
-        window = WINDOW_PER_JOB * self.jobs
+        early = True  # no worker has started yet: lines are read ahead, their programs compiled here
+
+        def chunk(first: int, lines: list[str]) -> None:
+            slot = _Slot(first, lines)
+            slots.append(slot)
+            todo.append(slot)
+            if early:
+                uncompiled.append(slot)
+                self.ahead_lines += len(lines)
+                self.ahead_bytes += sum(map(len, lines))
         while True:
+            if self.starter is not None and self._first_ready():
+                early = False
+                uncompiled.clear()
+            ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes < AHEAD_BYTES
+            window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             # 1. what the reader has read, into slots (up to the window)
             while not ended and len(slots) < window:
                 try:
@@ -250,9 +310,7 @@ class _Pool:
                     ended, end_error = True, item
                 elif isinstance(item, GradflowError):  # a line that cannot be read: its record is made here
                     if building:
-                        slot = _Slot(build_first, building)
-                        slots.append(slot)
-                        todo.append(slot)
+                        chunk(build_first, building)
                         building = []
                     slots.append(_Slot(number, [], [self._error_out(number, item)]))
                     build_first = number + 1
@@ -261,19 +319,21 @@ class _Pool:
                         build_first = number
                     building.append(item)
                     if len(building) == CHUNK:
-                        slot = _Slot(build_first, building)
-                        slots.append(slot)
-                        todo.append(slot)
+                        chunk(build_first, building)
                         building = []
             idle = [w for w in self.workers if w.slot is None]
             if building and not todo and (ended or idle or len(self.workers) < self.jobs):
-                slot = _Slot(build_first, building)  # somebody would wait: do not wait for a full chunk
-                slots.append(slot)
-                todo.append(slot)
+                chunk(build_first, building)  # somebody would wait: do not wait for a full chunk
                 building = []
-            # 2. work to the workers (starting them as there is work for them)
+            # 2. work to the workers (starting them as there is work for them: the first one by a thread)
             while todo:
                 if not idle and len(self.workers) < self.jobs:
+                    if early:
+                        if self.starter is None:
+                            self.starter = threading.Thread(target=self._start_first, daemon=True,
+                                                            name="gradflow-batch-starter")
+                            self.starter.start()
+                        break
                     idle.append(self._start_worker())
                 if not idle:
                     break
@@ -291,7 +351,11 @@ class _Pool:
                 if end_error is not None:
                     raise end_error
                 return
-            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
+            # 4. while the first worker starts, compile what has been read (a chunk at a time, then look again)
+            if ahead and uncompiled:
+                self._compile_ahead(uncompiled.popleft())
+                continue
+            # 5. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
             if not ended and len(slots) < window and not self.lines.empty():
                 continue
             waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
@@ -312,6 +376,11 @@ class _Pool:
                             slots.insert(at, piece)
                             if not piece.done:
                                 todo.appendleft(piece)
+
+    def _compile_ahead(self, slot: _Slot) -> None:
+        """Compile a slot's programs for its worker (batch_ahead.py)."""
+        slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits)
+        self.ahead_bytes += size
 
     def _hear(self, worker: _Worker) -> list[_Slot]:
         """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
@@ -341,14 +410,12 @@ class _Pool:
         still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
         so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
-        for worker in self.workers:
-            try:
-                worker.proc.kill()
-            except (OSError, ValueError):
-                pass
-        for worker in self.workers:
-            worker.proc.join(5)
-            worker.conn.close()
+        with self.handover:  # a first worker handed over but not yet taken (the starter kills a later one)
+            while not self.started.empty():
+                got = self.started.get()
+                if isinstance(got, _Worker):
+                    self.workers.append(got)
+        _kill(self.workers)
         self.workers.clear()
         for fd in (self.wake_r, self.wake_w):
             try:
@@ -361,6 +428,17 @@ class _Pool:
             _HARD_EXIT.append(True)
             util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
             forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
+
+
+def _kill(workers: list[_Worker]) -> None:
+    for worker in workers:
+        try:
+            worker.proc.kill()
+        except (OSError, ValueError):
+            pass
+    for worker in workers:
+        worker.proc.join(5)
+        worker.conn.close()
 
 
 _HARD_EXIT: list[bool] = []

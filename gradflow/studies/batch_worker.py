@@ -31,8 +31,11 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
     import torch
 
     torch.set_num_threads(1)  # see the module's docstring
+    from gradflow.limits import as_limits
     from gradflow.studies.batch import run_batch
+    from gradflow.studies.batch_ahead import learn
 
+    limits = as_limits(options.get("limits"))
     frozen = False
     while True:
         try:
@@ -41,7 +44,9 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
             return
         if msg is None:
             return
-        first, lines = msg
+        first, lines, ahead = msg
+        if ahead:  # the programs the command compiled (batch_ahead.py): found in the cache, not parsed again
+            learn(ahead, limits)
 
         def numbered(first: int = first, lines: list[str] = lines) -> Iterator[str]:
             for i, line in enumerate(lines):
