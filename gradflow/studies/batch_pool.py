@@ -19,6 +19,11 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   per core would have N x N threads competing for N cores. The fork server, not the command, forks: the
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
+- **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. A thread waits
+  for the first worker meanwhile, and the main thread reads ahead (up to AHEAD_LINES lines) and compiles the
+  programs of what it has read, one chunk at a time (batch_ahead.py): each chunk then goes to its worker with
+  them, and the worker finds them in its compile cache. Once the first worker is there, the others start as
+  there is work for them, and later chunks go as they are (the cores are the workers' then).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -45,8 +50,9 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
-from gradflow.errors import ExitCode, GradflowError
+from gradflow.errors import GradflowError
 from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, compile_ahead
+from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
@@ -83,38 +89,9 @@ def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Cal
         pool.close()
 
 
-# ---- the command side --------------------------------------------------------------------------------------
-
-class _Slot:
-    """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
-
-    __slots__ = ("first", "lines", "out", "done", "given", "ahead")
-
-    def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
-        self.first, self.lines = first, lines
-        self.out: list[Out] = out or []
-        self.done = out is not None
-        self.given = 0  # records already yielded
-        self.ahead: list | None = None  # its lines' programs, compiled by the command (batch_ahead.py)
-
-
-class _Worker:
-    __slots__ = ("proc", "conn", "current", "slot")
-
-    def __init__(self, proc: Any, conn: Any, current: Any) -> None:
-        self.proc, self.conn, self.current = proc, conn, current
-        self.slot: _Slot | None = None
-
-
-class WorkerBug(RuntimeError):
-    """A worker's exception under --debug: carries its traceback."""
-
-
-
+# ---- the command side (its bookkeeping: batch_slots.py) ---------------------------------------------------
 
 _AT_FORK: list[bool] = []
-
-
 
 
 class _Pool:
@@ -131,7 +108,7 @@ class _Pool:
         self.ctx = multiprocessing.get_context("forkserver")
         module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
         self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []) + ["gradflow.studies.batch_warm"])
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.wake_r, self.wake_w = os.pipe()
         self.lines: queue.Queue = queue.Queue(QUEUE_LINES)
         self.reader: threading.Thread | None = None
@@ -173,7 +150,7 @@ class _Pool:
         return self.reader is not None and self.reader.is_alive()
 
     # -- workers --
-    def _launch(self) -> _Worker:
+    def _launch(self) -> Worker:
         here, there = self.ctx.Pipe(duplex=True)
         current = self.ctx.RawValue("q", 0)
         proc = self.ctx.Process(target=work, args=(there, current, self.encode, self.options), daemon=True,
@@ -181,9 +158,9 @@ class _Pool:
         with main_not_rerun():
             proc.start()
         there.close()
-        return _Worker(proc, here, current)
+        return Worker(proc, here, current)
 
-    def _start_worker(self) -> _Worker:
+    def _start_worker(self) -> Worker:
         worker = self._launch()
         self.workers.append(worker)
         return worker
@@ -191,12 +168,12 @@ class _Pool:
     def _start_first(self) -> None:
         """The starter thread: the first worker, ready once the fork server has preloaded (~1-1.5 s)."""
         try:
-            got: _Worker | BaseException = self._launch()
+            got: Worker | BaseException = self._launch()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
             got = exc
         with self.handover:
-            if self.stopping.is_set() and isinstance(got, _Worker):
-                _kill([got])  # the batch ended meanwhile
+            if self.stopping.is_set() and isinstance(got, Worker):
+                kill([got])  # the batch ended meanwhile
             else:
                 self.started.put(got)
         self._wake()
@@ -219,7 +196,7 @@ class _Pool:
         except OSError:  # full (a wake-up is pending anyway), or closed: the command is done
             pass
 
-    def _give(self, worker: _Worker, slot: _Slot) -> None:
+    def _give(self, worker: Worker, slot: Slot) -> None:
         worker.slot = slot
         try:
             # the worker waits in recv(): this never blocks for long
@@ -228,7 +205,7 @@ class _Pool:
         except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
             pass
 
-    def _crashed(self, worker: _Worker) -> list[_Slot]:
+    def _crashed(self, worker: Worker) -> list[Slot]:
         """A worker died: what its chunk becomes (lines to run again, and the error record of the one in flight)."""
         slot, worker.slot = worker.slot, None
         self.workers.remove(worker)
@@ -236,37 +213,8 @@ class _Pool:
         worker.conn.close()
         if slot is None:
             return []
-        lines = slot.lines
-        covered = slot.out[-1][0] - slot.first + 1 if slot.out else 0  # lines whose records came (and blanks)
-        at = worker.current.value - slot.first
-        if not covered <= at < len(lines):  # it died between records: run the rest of the chunk again
-            at = len(lines)
-        pieces = []
-        if covered:  # the slot keeps the records that came (and what of them is yielded already)
-            slot.lines, slot.done = slot.lines[:covered], True
-            pieces.append(slot)
-        if covered < at:
-            pieces.append(_Slot(slot.first + covered, lines[covered:at]))
-        if at < len(lines):
-            pieces.append(_Slot(slot.first + at, [], [self._crash_record(slot.first + at, lines[at],
-                                                                          worker.proc.exitcode)]))
-        if at + 1 < len(lines):
-            pieces.append(_Slot(slot.first + at + 1, lines[at + 1:]))
-        return pieces
-
-    def _crash_record(self, number: int, line: str, exitcode: int | None) -> Out:
-        import signal
-
-        from gradflow.studies.batch import crashed_record
-
-        if exitcode is not None and exitcode < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-exitcode).name}"
-            except ValueError:
-                how = f"was killed by signal {-exitcode}"
-        else:
-            how = f"exited with code {exitcode}"
-        return out(crashed_record(number, line, self.options.get("text", False), how), self.encode)
+        return split(slot, worker.current.value, lambda number, line: crash_out(
+            number, line, worker.proc.exitcode, self.options.get("text", False), self.encode))
 
     def _error_out(self, number: int, error: GradflowError) -> Out:
         from gradflow.studies.batch import error_record
@@ -278,16 +226,16 @@ class _Pool:
         self.reader = threading.Thread(target=self._read, args=(lines, first), name="gradflow-batch-reader",
                                        daemon=True)
         self.reader.start()
-        slots: deque[_Slot] = deque()  # every slot not yet yielded, in input order
-        todo: deque[_Slot] = deque()  # slots no worker has yet
-        uncompiled: deque[_Slot] = deque()  # slots made before the first worker started, in order
+        slots: deque[Slot] = deque()  # every slot not yet yielded, in input order
+        todo: deque[Slot] = deque()  # slots no worker has yet
+        uncompiled: deque[Slot] = deque()  # slots made before the first worker started, in order
         building: list[str] = []  # lines read, not yet in a slot
         build_first = first
         ended, end_error = False, None
         early = True  # no worker has started yet: lines are read ahead, their programs compiled here
 
         def chunk(first: int, lines: list[str]) -> None:
-            slot = _Slot(first, lines)
+            slot = Slot(first, lines)
             slots.append(slot)
             todo.append(slot)
             if early:
@@ -312,7 +260,7 @@ class _Pool:
                     if building:
                         chunk(build_first, building)
                         building = []
-                    slots.append(_Slot(number, [], [self._error_out(number, item)]))
+                    slots.append(Slot(number, [], [self._error_out(number, item)]))
                     build_first = number + 1
                 else:
                     if not building:
@@ -322,7 +270,7 @@ class _Pool:
                         chunk(build_first, building)
                         building = []
             idle = [w for w in self.workers if w.slot is None]
-            if building and not todo and (ended or idle or len(self.workers) < self.jobs):
+            if building and (ended or not todo and (idle or len(self.workers) < self.jobs)):
                 chunk(build_first, building)  # somebody would wait: do not wait for a full chunk
                 building = []
             # 2. work to the workers (starting them as there is work for them: the first one by a thread)
@@ -370,19 +318,19 @@ class _Pool:
                     dead = worker.slot
                     pieces = self._hear(worker)
                     if pieces:
-                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: _Slot has no __eq__
+                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: Slot has no __eq__
                         del slots[at]
                         for piece in reversed(pieces):
                             slots.insert(at, piece)
                             if not piece.done:
                                 todo.appendleft(piece)
 
-    def _compile_ahead(self, slot: _Slot) -> None:
+    def _compile_ahead(self, slot: Slot) -> None:
         """Compile a slot's programs for its worker (batch_ahead.py)."""
         slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits)
         self.ahead_bytes += size
 
-    def _hear(self, worker: _Worker) -> list[_Slot]:
+    def _hear(self, worker: Worker) -> list[Slot]:
         """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
         try:
             while worker.conn.poll():
@@ -413,9 +361,9 @@ class _Pool:
         with self.handover:  # a first worker handed over but not yet taken (the starter kills a later one)
             while not self.started.empty():
                 got = self.started.get()
-                if isinstance(got, _Worker):
+                if isinstance(got, Worker):
                     self.workers.append(got)
-        _kill(self.workers)
+        kill(self.workers)
         self.workers.clear()
         for fd in (self.wake_r, self.wake_w):
             try:
@@ -430,17 +378,6 @@ class _Pool:
             forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
 
 
-def _kill(workers: list[_Worker]) -> None:
-    for worker in workers:
-        try:
-            worker.proc.kill()
-        except (OSError, ValueError):
-            pass
-    for worker in workers:
-        worker.proc.join(5)
-        worker.conn.close()
-
-
 _HARD_EXIT: list[bool] = []
 
 
@@ -449,12 +386,3 @@ def needs_hard_exit() -> bool:
     pipe still open): the interpreter's normal exit would wait on it or die on stdin's lock (daemon threads at
     shutdown); the command should end with os._exit once its output is flushed."""
     return bool(_HARD_EXIT)
-
-
-def startup_failed(jobs: int) -> GradflowError:
-    """Workers die before making any record, again and again: not a batch that can be run so."""
-    error = GradflowError("internal", f"the worker processes of --jobs {jobs} keep dying before they make a record",
-                          hint="run the batch with --jobs 1 (in this process); if that works, report this with "
-                               "--debug output")
-    error.exit_code = ExitCode.INTERNAL
-    return error
