@@ -13,6 +13,7 @@ workers' then).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from gradflow.limits import Limits
@@ -37,10 +38,12 @@ def _program(line: str, text: bool) -> str | None:
     return expr if isinstance(expr, str) else None
 
 
-def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits) -> tuple[list[Any], int]:
+def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits,
+                  stop: Callable[[], bool] = lambda: False) -> tuple[list[Any], int]:
     """For each line (numbered from `first`), its program compiled and packed, or None; and their size in bytes
     (compile.graph_bytes's estimate of the graphs). A line whose program does not compile gets None: its
-    worker compiles it again and makes its error record as before."""
+    worker compiles it again and makes its error record as before. Once `stop()` (the first worker is ready:
+    big programs can take long to compile), the rest get None."""
     from gradflow.language.compile import compile_uncached, graph_bytes
     from gradflow.language.packed import pack
 
@@ -48,6 +51,8 @@ def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits) -> t
     size = 0
     seen: dict[str, Any] = {}
     for number, line in enumerate(lines, first):
+        if stop():
+            return packed + [None] * (len(lines) - len(packed)), size
         if number == 1:
             line = line.removeprefix("\ufeff")  # as run_batch reads line 1
         source = _program(line, text) if line.strip() else None

@@ -327,7 +327,8 @@ class _Pool:
 
     def _compile_ahead(self, slot: Slot) -> None:
         """Compile a slot's programs for its worker (batch_ahead.py)."""
-        slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits)
+        slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits,
+                                         stop=lambda: not self.started.empty())
         self.ahead_bytes += size
 
     def _hear(self, worker: Worker) -> list[Slot]:

@@ -77,6 +77,17 @@ def test_a_learned_program_is_found_not_parsed(fresh_cache):
     assert compile_program("sin(x)*x", as_limits({"elements": 999})) is not graph  # other limits: compiled again
 
 
+def test_compiling_stops_when_told_and_leaves_the_rest_to_the_worker():
+    asked = []
+
+    def stop():
+        asked.append(True)
+        return len(asked) > 2
+
+    packed, _ = compile_ahead([json.dumps(f"x*{k}") for k in range(5)], 1, False, OPTIONS["limits"], stop)
+    assert [p and p[0] for p in packed] == ["x*0", "x*1", None, None, None]
+
+
 def test_text_mode_and_a_shard_numbered_from_line_5(fresh_cache):
     lines = ["\ufeffx*y", "  2*x  ", "x^", ""]  # line 5 first: its byte-order mark is not skipped
     plain = records(lines, first=5, text=True)
@@ -111,7 +122,7 @@ def test_a_pool_sends_its_workers_the_programs_it_compiled_while_they_started(mo
 
     compiled: list[int] = []
 
-    def spy(lines, first, text, limits):
+    def spy(lines, first, text, limits, stop):
         got = compile_ahead(lines, first, text, limits)
         compiled.extend(number for number, p in enumerate(got[0], first) if p is not None)
         return got
