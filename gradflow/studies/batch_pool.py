@@ -19,6 +19,11 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   per core would have N x N threads competing for N cores. The fork server, not the command, forks: the
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
+- **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. A thread waits
+  for the first worker meanwhile, and the main thread reads ahead (up to AHEAD_LINES lines) and compiles the
+  programs of what it has read, one chunk at a time (batch_ahead.py): each chunk then goes to its worker with
+  them, and the worker finds them in its compile cache. Once the first worker is there, the others start as
+  there is work for them, and later chunks go as they are (the cores are the workers' then).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -31,7 +36,8 @@ every pending task; neither says which record was in flight. Both also pickle on
 chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`).
 
 The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
-first-record work done once, then gc.freeze() so no worker copies torch's objects page by page).
+first-record work done once, then gc.freeze() so no worker copies torch's objects page by page), with the
+collector off until then (batch_cold).
 
 `jobs <= 1` runs in this process, exactly as run_batch does (torch imported here, no threads, no workers).
 """
@@ -44,14 +50,17 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
-from gradflow.errors import ExitCode, GradflowError
+from gradflow.errors import GradflowError
+from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, compile_ahead
+from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
-# then the encoder's module, then batch_warm
-_PRELOAD = ["torch", "gradflow.studies.batch", "gradflow.studies.batch_worker", "gradflow.engine.explain"]
+# batch_cold first (the collector off), then the encoder's module, then batch_warm (frozen, the collector on)
+_PRELOAD = ["gradflow.studies.batch_cold", "torch", "gradflow.studies.batch", "gradflow.studies.batch_worker",
+            "gradflow.engine.explain"]
 
 
 def usable_cores() -> int:
@@ -80,42 +89,16 @@ def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Cal
         pool.close()
 
 
-# ---- the command side --------------------------------------------------------------------------------------
-
-class _Slot:
-    """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
-
-    __slots__ = ("first", "lines", "out", "done", "given")
-
-    def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
-        self.first, self.lines = first, lines
-        self.out: list[Out] = out or []
-        self.done = out is not None
-        self.given = 0  # records already yielded
-
-
-class _Worker:
-    __slots__ = ("proc", "conn", "current", "slot")
-
-    def __init__(self, proc: Any, conn: Any, current: Any) -> None:
-        self.proc, self.conn, self.current = proc, conn, current
-        self.slot: _Slot | None = None
-
-
-class WorkerBug(RuntimeError):
-    """A worker's exception under --debug: carries its traceback."""
-
-
-
+# ---- the command side (its bookkeeping: batch_slots.py) ---------------------------------------------------
 
 _AT_FORK: list[bool] = []
-
-
 
 
 class _Pool:
     def __init__(self, jobs: int, encode: Callable[[dict], str], options: dict):
         import multiprocessing
+
+        from gradflow.limits import as_limits
 
         if not _AT_FORK:
             os.register_at_fork(after_in_child=forget_forkserver)
@@ -125,12 +108,20 @@ class _Pool:
         self.ctx = multiprocessing.get_context("forkserver")
         module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
         self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []) + ["gradflow.studies.batch_warm"])
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.wake_r, self.wake_w = os.pipe()
         self.lines: queue.Queue = queue.Queue(QUEUE_LINES)
         self.reader: threading.Thread | None = None
         self.stopping = threading.Event()
         self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
+        os.set_blocking(self.wake_w, False)  # a full pipe already says "wake up": the reader never waits on it
+        # the first worker is started by a thread (its fork server imports torch first): meanwhile this one
+        # compiles the programs of the lines read (batch_ahead.py)
+        self.starter: threading.Thread | None = None
+        self.started: queue.SimpleQueue = queue.SimpleQueue()  # the first worker, or the error that stopped it
+        self.handover = threading.Lock()  # the first worker goes into `started` or is killed, never both or neither
+        self.ahead_bytes = self.ahead_lines = 0
+        self.limits = as_limits(options.get("limits"))
 
     # -- reading (a thread) --
     def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
@@ -151,10 +142,7 @@ class _Pool:
                 break
             except queue.Full:
                 continue
-        try:
-            os.write(self.wake_w, b"\0")
-        except OSError:  # closed: the command is done
-            pass
+        self._wake()
 
     @property
     def reader_alive(self) -> bool:
@@ -162,7 +150,7 @@ class _Pool:
         return self.reader is not None and self.reader.is_alive()
 
     # -- workers --
-    def _start_worker(self) -> _Worker:
+    def _launch(self) -> Worker:
         here, there = self.ctx.Pipe(duplex=True)
         current = self.ctx.RawValue("q", 0)
         proc = self.ctx.Process(target=work, args=(there, current, self.encode, self.options), daemon=True,
@@ -170,18 +158,54 @@ class _Pool:
         with main_not_rerun():
             proc.start()
         there.close()
-        worker = _Worker(proc, here, current)
+        return Worker(proc, here, current)
+
+    def _start_worker(self) -> Worker:
+        worker = self._launch()
         self.workers.append(worker)
         return worker
 
-    def _give(self, worker: _Worker, slot: _Slot) -> None:
+    def _start_first(self) -> None:
+        """The starter thread: the first worker, ready once the fork server has preloaded (~1-1.5 s)."""
+        try:
+            got: Worker | BaseException = self._launch()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
+            got = exc
+        with self.handover:
+            if self.stopping.is_set() and isinstance(got, Worker):
+                kill([got])  # the batch ended meanwhile
+            else:
+                self.started.put(got)
+        self._wake()
+
+    def _first_ready(self) -> bool:
+        """Has the starter thread handed over the first worker? (Raises the error that stopped it.)"""
+        try:
+            got = self.started.get_nowait()
+        except queue.Empty:
+            return False
+        self.starter = None
+        if isinstance(got, BaseException):
+            raise got
+        self.workers.append(got)
+        return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"\0")
+        except OSError:  # full (a wake-up is pending anyway), or closed: the command is done
+            pass
+
+    def _give(self, worker: Worker, slot: Slot) -> None:
         worker.slot = slot
         try:
-            worker.conn.send((slot.first, slot.lines))  # the worker waits in recv(): this never blocks for long
+            # the worker waits in recv(): this never blocks for long
+            worker.conn.send((slot.first, slot.lines, slot.ahead))
+            slot.ahead = None
         except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
             pass
 
-    def _crashed(self, worker: _Worker) -> list[_Slot]:
+    def _crashed(self, worker: Worker) -> list[Slot]:
         """A worker died: what its chunk becomes (lines to run again, and the error record of the one in flight)."""
         slot, worker.slot = worker.slot, None
         self.workers.remove(worker)
@@ -189,37 +213,8 @@ class _Pool:
         worker.conn.close()
         if slot is None:
             return []
-        lines = slot.lines
-        covered = slot.out[-1][0] - slot.first + 1 if slot.out else 0  # lines whose records came (and blanks)
-        at = worker.current.value - slot.first
-        if not covered <= at < len(lines):  # it died between records: run the rest of the chunk again
-            at = len(lines)
-        pieces = []
-        if covered:  # the slot keeps the records that came (and what of them is yielded already)
-            slot.lines, slot.done = slot.lines[:covered], True
-            pieces.append(slot)
-        if covered < at:
-            pieces.append(_Slot(slot.first + covered, lines[covered:at]))
-        if at < len(lines):
-            pieces.append(_Slot(slot.first + at, [], [self._crash_record(slot.first + at, lines[at],
-                                                                          worker.proc.exitcode)]))
-        if at + 1 < len(lines):
-            pieces.append(_Slot(slot.first + at + 1, lines[at + 1:]))
-        return pieces
-
-    def _crash_record(self, number: int, line: str, exitcode: int | None) -> Out:
-        import signal
-
-        from gradflow.studies.batch import crashed_record
-
-        if exitcode is not None and exitcode < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-exitcode).name}"
-            except ValueError:
-                how = f"was killed by signal {-exitcode}"
-        else:
-            how = f"exited with code {exitcode}"
-        return out(crashed_record(number, line, self.options.get("text", False), how), self.encode)
+        return split(slot, worker.current.value, lambda number, line: crash_out(
+            number, line, worker.proc.exitcode, self.options.get("text", False), self.encode))
 
     def _error_out(self, number: int, error: GradflowError) -> Out:
         from gradflow.studies.batch import error_record
@@ -231,13 +226,28 @@ class _Pool:
         self.reader = threading.Thread(target=self._read, args=(lines, first), name="gradflow-batch-reader",
                                        daemon=True)
         self.reader.start()
-        slots: deque[_Slot] = deque()  # every slot not yet yielded, in input order
-        todo: deque[_Slot] = deque()  # slots no worker has yet
+        slots: deque[Slot] = deque()  # every slot not yet yielded, in input order
+        todo: deque[Slot] = deque()  # slots no worker has yet
+        uncompiled: deque[Slot] = deque()  # slots made before the first worker started, in order
         building: list[str] = []  # lines read, not yet in a slot
         build_first = first
         ended, end_error = False, None
-        window = WINDOW_PER_JOB * self.jobs
+        early = True  # no worker has started yet: lines are read ahead, their programs compiled here
+
+        def chunk(first: int, lines: list[str]) -> None:
+            slot = Slot(first, lines)
+            slots.append(slot)
+            todo.append(slot)
+            if early:
+                uncompiled.append(slot)
+                self.ahead_lines += len(lines)
+                self.ahead_bytes += sum(map(len, lines))
         while True:
+            if self.starter is not None and self._first_ready():
+                early = False
+                uncompiled.clear()
+            ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes < AHEAD_BYTES
+            window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             # 1. what the reader has read, into slots (up to the window)
             while not ended and len(slots) < window:
                 try:
@@ -248,30 +258,30 @@ class _Pool:
                     ended, end_error = True, item
                 elif isinstance(item, GradflowError):  # a line that cannot be read: its record is made here
                     if building:
-                        slot = _Slot(build_first, building)
-                        slots.append(slot)
-                        todo.append(slot)
+                        chunk(build_first, building)
                         building = []
-                    slots.append(_Slot(number, [], [self._error_out(number, item)]))
+                    slots.append(Slot(number, [], [self._error_out(number, item)]))
                     build_first = number + 1
                 else:
                     if not building:
                         build_first = number
                     building.append(item)
                     if len(building) == CHUNK:
-                        slot = _Slot(build_first, building)
-                        slots.append(slot)
-                        todo.append(slot)
+                        chunk(build_first, building)
                         building = []
             idle = [w for w in self.workers if w.slot is None]
-            if building and not todo and (ended or idle or len(self.workers) < self.jobs):
-                slot = _Slot(build_first, building)  # somebody would wait: do not wait for a full chunk
-                slots.append(slot)
-                todo.append(slot)
+            if building and (ended or not todo and (idle or len(self.workers) < self.jobs)):
+                chunk(build_first, building)  # somebody would wait: do not wait for a full chunk
                 building = []
-            # 2. work to the workers (starting them as there is work for them)
+            # 2. work to the workers (starting them as there is work for them: the first one by a thread)
             while todo:
                 if not idle and len(self.workers) < self.jobs:
+                    if early:
+                        if self.starter is None:
+                            self.starter = threading.Thread(target=self._start_first, daemon=True,
+                                                            name="gradflow-batch-starter")
+                            self.starter.start()
+                        break
                     idle.append(self._start_worker())
                 if not idle:
                     break
@@ -289,7 +299,11 @@ class _Pool:
                 if end_error is not None:
                     raise end_error
                 return
-            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
+            # 4. while the first worker starts, compile what has been read (a chunk at a time, then look again)
+            if ahead and uncompiled:
+                self._compile_ahead(uncompiled.popleft())
+                continue
+            # 5. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
             if not ended and len(slots) < window and not self.lines.empty():
                 continue
             waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
@@ -304,14 +318,20 @@ class _Pool:
                     dead = worker.slot
                     pieces = self._hear(worker)
                     if pieces:
-                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: _Slot has no __eq__
+                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: Slot has no __eq__
                         del slots[at]
                         for piece in reversed(pieces):
                             slots.insert(at, piece)
                             if not piece.done:
                                 todo.appendleft(piece)
 
-    def _hear(self, worker: _Worker) -> list[_Slot]:
+    def _compile_ahead(self, slot: Slot) -> None:
+        """Compile a slot's programs for its worker (batch_ahead.py)."""
+        slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits,
+                                         stop=lambda: not self.started.empty())
+        self.ahead_bytes += size
+
+    def _hear(self, worker: Worker) -> list[Slot]:
         """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
         try:
             while worker.conn.poll():
@@ -339,14 +359,12 @@ class _Pool:
         still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
         so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
-        for worker in self.workers:
-            try:
-                worker.proc.kill()
-            except (OSError, ValueError):
-                pass
-        for worker in self.workers:
-            worker.proc.join(5)
-            worker.conn.close()
+        with self.handover:  # a first worker handed over but not yet taken (the starter kills a later one)
+            while not self.started.empty():
+                got = self.started.get()
+                if isinstance(got, Worker):
+                    self.workers.append(got)
+        kill(self.workers)
         self.workers.clear()
         for fd in (self.wake_r, self.wake_w):
             try:
@@ -369,12 +387,3 @@ def needs_hard_exit() -> bool:
     pipe still open): the interpreter's normal exit would wait on it or die on stdin's lock (daemon threads at
     shutdown); the command should end with os._exit once its output is flushed."""
     return bool(_HARD_EXIT)
-
-
-def startup_failed(jobs: int) -> GradflowError:
-    """Workers die before making any record, again and again: not a batch that can be run so."""
-    error = GradflowError("internal", f"the worker processes of --jobs {jobs} keep dying before they make a record",
-                          hint="run the batch with --jobs 1 (in this process); if that works, report this with "
-                               "--debug output")
-    error.exit_code = ExitCode.INTERNAL
-    return error

@@ -27,11 +27,15 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle: it kills the workers
+    gc.enable()  # batch_warm did (the fork server preloads with the collector off): also if it failed to load
     import torch
 
     torch.set_num_threads(1)  # see the module's docstring
+    from gradflow.limits import as_limits
     from gradflow.studies.batch import run_batch
+    from gradflow.studies.batch_ahead import learn
 
+    limits = as_limits(options.get("limits"))
     frozen = False
     while True:
         try:
@@ -40,7 +44,9 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
             return
         if msg is None:
             return
-        first, lines = msg
+        first, lines, ahead = msg
+        if ahead:  # the programs the command compiled (batch_ahead.py): found in the cache, not parsed again
+            learn(ahead, limits)
 
         def numbered(first: int = first, lines: list[str] = lines) -> Iterator[str]:
             for i, line in enumerate(lines):

@@ -234,6 +234,45 @@ def test_ctrl_c_stops_every_worker_and_leaves_whole_records(tmp_path):
     assert all(gone(w) for w in workers)
 
 
+def fork_server_of(pid: int, timeout: float = 60) -> int:
+    """The fork server of a `gradflow batch --jobs N`: its child running multiprocessing.forkserver."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for kid in _children().get(pid, []):
+            try:
+                if b"forkserver" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                    return kid
+            except OSError:
+                continue
+        time.sleep(0.01)
+    pytest.fail(f"no fork server under {pid} after {timeout} s", pytrace=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the fork server through /proc")
+def test_ctrl_c_while_the_fork_server_still_imports_torch_is_quiet(tmp_path):
+    """In the first second the command compiles ahead while its fork server imports torch; a terminal's Ctrl-C
+    reaches both. Before, the fork server died in its import with a KeyboardInterrupt traceback on stderr."""
+    (tmp_path / "jobs.jsonl").write_text("".join(json.dumps(linear(i)[0]) + "\n" for i in range(5000)))
+    with child(GRADFLOW + ["batch", str(tmp_path / "jobs.jsonl"), "--jobs", "2"], timeout=110,
+               start_new_session=True) as proc:
+        server = fork_server_of(proc.pid)
+        deadline = time.monotonic() + 60
+        while b"libtorch" not in Path(f"/proc/{server}/maps").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # its import of torch has begun (its shared libraries are loaded)
+        assert not _children().get(server)  # no worker yet: it is still preloading (torch takes ~1 s)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.stdout.read(), proc.stderr.read()
+        assert proc.wait(timeout=60) == 130
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err
+    records = [json.loads(line) for line in out.splitlines()]  # whole ones, if any
+    assert [r["id"] for r in records] == list(range(len(records)))
+    deadline = time.monotonic() + 30
+    while not gone(server) and time.monotonic() < deadline:  # it ends once its preload is done
+        time.sleep(0.05)
+    assert gone(server)
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_stdin_is_still_open_ends_at_once_and_quietly():
     """The reader thread is blocked on a pipe nobody closes: the command must not wait for it at exit, nor die

@@ -1,11 +1,13 @@
-"""What a dead worker's chunk becomes (batch_pool._Pool._crashed), without processes: the records that came
-stay, the lines it made but did not send run again, the line in flight gets a `crashed` record, the rest run
-again. The real thing (a worker SIGKILLed mid-record) is tests/cli/test_batch_jobs.py."""
+"""What a dead worker's chunk becomes (batch_pool._Pool._crashed, batch_slots.split), without processes: the
+records that came stay, the lines it made but did not send run again, the line in flight gets a `crashed` record,
+the rest run again. The real thing (a worker SIGKILLed mid-record) is tests/cli/test_batch_jobs.py."""
 import json
 
 import pytest
 
-from gradflow.studies.batch_pool import _Pool, _Slot, _Worker
+from gradflow.studies.batch_pool import _Pool
+from gradflow.studies.batch_slots import Slot as _Slot
+from gradflow.studies.batch_slots import Worker as _Worker
 
 
 class Dead:

@@ -1,0 +1,85 @@
+"""`batch --jobs N`: programs compiled by the command for its workers while their fork server starts.
+
+The fork server imports torch (~1-1.5 s) before it can fork the first worker, and the command, which never
+imports torch, would only wait for it meanwhile, one core idle. Instead it reads the lines that have arrived
+and compiles their programs (parse and lower: ~100 us of the ~600 us a small record costs), and each chunk
+goes to its worker with them, as plain tuples (language/packed.py: ~20 us to send and rebuild against ~100 to
+compile). The worker puts them in its compile cache and runs its chunk exactly as before (run_batch): the same
+code makes every record, a compiled program is only found in the cache instead of parsed. Whatever the command
+could not read or compile goes without one (the worker's own path then makes its record, an error record
+word for word as before), and so do the lines read once the first worker has started (the cores are the
+workers' then).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gradflow.limits import Limits
+
+# While no worker has started, the command reads ahead (and compiles) at most this many lines, holding at most
+# this many bytes of their text and compiled graphs (language/compile.py's estimate); then it waits as before.
+AHEAD_LINES = 32_768
+AHEAD_BYTES = 64 << 20
+
+
+def _program(line: str, text: bool) -> str | None:
+    """The program of a line, as run_batch's read_job finds it (None: not a line it reads)."""
+    if text:
+        return line.strip()
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(obj, str):
+        return obj
+    expr = obj.get("expr") if isinstance(obj, dict) else None
+    return expr if isinstance(expr, str) else None
+
+
+def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits,
+                  stop: Callable[[], bool] = lambda: False) -> tuple[list[Any], int]:
+    """For each line (numbered from `first`), its program compiled and packed, or None; and their size in bytes
+    (compile.graph_bytes's estimate of the graphs). A line whose program does not compile gets None: its
+    worker compiles it again and makes its error record as before. Once `stop()` (the first worker is ready:
+    big programs can take long to compile), the rest get None."""
+    from gradflow.language.compile import compile_uncached, graph_bytes
+    from gradflow.language.packed import pack
+
+    packed: list[Any] = []
+    size = 0
+    seen: dict[str, Any] = {}
+    for number, line in enumerate(lines, first):
+        if stop():
+            return packed + [None] * (len(lines) - len(packed)), size
+        if number == 1:
+            line = line.removeprefix("\ufeff")  # as run_batch reads line 1
+        source = _program(line, text) if line.strip() else None
+        data = None
+        if source is not None:
+            if source in seen:
+                data = seen[source]
+            else:
+                try:
+                    graph = compile_uncached(source, limits)
+                except Exception:  # noqa: BLE001 - the worker compiles it again: its record says what is wrong
+                    graph = None
+                if graph is not None and graph.source == source:
+                    data = seen[source] = pack(graph)
+                    size += graph_bytes(graph)
+        packed.append(data)
+    return packed, size
+
+
+def learn(packed: list[Any], limits: Limits) -> None:
+    """In a worker: the command's compiled programs into the compile cache (those not in it already)."""
+    from gradflow.language.compile import known, remember
+    from gradflow.language.packed import unpack
+
+    for data in packed:
+        if data is not None and not known(data[0], limits):
+            try:
+                remember(unpack(data), limits)
+            except Exception:  # noqa: BLE001 - not fatal: the worker compiles that program itself
+                pass

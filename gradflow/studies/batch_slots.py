@@ -1,0 +1,95 @@
+"""`batch --jobs N`, the command's bookkeeping (batch_pool.py runs the loop): the chunks of lines (slots) in input
+order, the workers, and what a dead worker's chunk becomes."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gradflow.errors import ExitCode, GradflowError
+from gradflow.studies.batch_worker import Out, out
+
+
+class Slot:
+    """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
+
+    __slots__ = ("first", "lines", "out", "done", "given", "ahead")
+
+    def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
+        self.first, self.lines = first, lines
+        self.out: list[Out] = out or []
+        self.done = out is not None
+        self.given = 0  # records already yielded
+        self.ahead: list | None = None  # its lines' programs, compiled by the command (batch_ahead.py)
+
+
+class Worker:
+    """A worker process, its end of the pipe, the line it is on (shared memory) and its chunk."""
+
+    __slots__ = ("proc", "conn", "current", "slot")
+
+    def __init__(self, proc: Any, conn: Any, current: Any) -> None:
+        self.proc, self.conn, self.current = proc, conn, current
+        self.slot: Slot | None = None
+
+
+class WorkerBug(RuntimeError):
+    """A worker's exception under --debug: carries its traceback."""
+
+
+def split(slot: Slot, current: int, crashed: Callable[[int, str], Out]) -> list[Slot]:
+    """A worker died on `slot`, on line `current` (0: between records): what the slot becomes. The records that
+    came stay, the lines it made but did not send run again, the line in flight gets `crashed(number, line)`,
+    the rest run again."""
+    lines = slot.lines
+    covered = slot.out[-1][0] - slot.first + 1 if slot.out else 0  # lines whose records came (and blanks)
+    at = current - slot.first
+    if not covered <= at < len(lines):  # it died between records: run the rest of the chunk again
+        at = len(lines)
+    pieces = []
+    if covered:  # the slot keeps the records that came (and what of them is yielded already)
+        slot.lines, slot.done = slot.lines[:covered], True
+        pieces.append(slot)
+    if covered < at:
+        pieces.append(Slot(slot.first + covered, lines[covered:at]))
+    if at < len(lines):
+        pieces.append(Slot(slot.first + at, [], [crashed(slot.first + at, lines[at])]))
+    if at + 1 < len(lines):
+        pieces.append(Slot(slot.first + at + 1, lines[at + 1:]))
+    return pieces
+
+
+def crash_out(number: int, line: str, exitcode: int | None, text: bool, encode: Callable[[dict], str]) -> Out:
+    """The `crashed` record of the line a worker died on, by how it ended."""
+    import signal
+
+    from gradflow.studies.batch import crashed_record
+
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+    else:
+        how = f"exited with code {exitcode}"
+    return out(crashed_record(number, line, text, how), encode)
+
+
+def kill(workers: list[Worker]) -> None:
+    """Kill and reap workers (they hold no state worth saving)."""
+    for worker in workers:
+        try:
+            worker.proc.kill()
+        except (OSError, ValueError):
+            pass
+    for worker in workers:
+        worker.proc.join(5)
+        worker.conn.close()
+
+
+def startup_failed(jobs: int) -> GradflowError:
+    """Workers die before making any record, again and again: not a batch that can be run so."""
+    error = GradflowError("internal", f"the worker processes of --jobs {jobs} keep dying before they make a record",
+                          hint="run the batch with --jobs 1 (in this process); if that works, report this with "
+                               "--debug output")
+    error.exit_code = ExitCode.INTERNAL
+    return error
