@@ -612,3 +612,42 @@ def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
     assert sum(r is not None for r in refs) == len(ids)  # the dead ones' references let go
     assert {id(x) for x in t.seen()} == {id(x) for x in kept}
     assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
+
+
+def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_containers_call():
+    """A container's call (inlined in _module_call) notes modules in training mode that carry running statistics,
+    in their buffers, their __dict__ or as a class attribute (asked once per class, the class told by identity: a
+    new class at a dead one's id is asked again). Oracle: getattr on the module."""
+    from gradflow.inspect.trace_mode import _CLASS_RUNNING_MEAN, running_mean
+
+    nn = torch.nn
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class OnClass(Wrapped):
+        running_mean = property(lambda self: torch.zeros(3))
+
+    class InDict(Wrapped):
+        def __init__(self):
+            super().__init__()
+            self.running_mean = None  # on the instance, None: no statistics
+
+    _CLASS_RUNNING_MEAN[id(OnClass)] = (weakref.ref(Wrapped), False)  # a dead class's entry at its id
+    mods = [OnClass(), Wrapped(), InDict(), Wrapped()]
+    mods[3].register_buffer("running_mean", torch.zeros(3))
+    assert [running_mean(m) is not None for m in mods] == [True, False, False, True]
+    assert [getattr(m, "running_mean", None) is not None for m in mods] == [True, False, False, True]
+    m = nn.Sequential(*mods)
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert list(t.state.stats_updated) == [id(mods[0]), id(mods[3])]
+    m.eval()
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert t.state.stats_updated == {}
