@@ -298,16 +298,19 @@ class Trace:
                 (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
             return self._leaf_general(name, x, params, out, stop)
         ids, refs = self._ids, self._refs
+        ops = self.state.ops
+        index = len(ops)
         serials = []
-        leaves = None  # [(input, serial)] of the leaves that require grad
+        uses = None  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check
+        #              below sends the op to _leaf_general)
         for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
             s = ids.get(id(a))
             if s is not None and refs[s]() is a:  # seen: x, usually
                 if a.requires_grad and a.is_leaf:
-                    if leaves is None:
-                        leaves = [(a, s)]
+                    if uses is None:
+                        uses = {id(a): Use(s, index)}
                     else:
-                        leaves.append((a, s))
+                        uses[id(a)] = Use(s, index)
             elif a is out:
                 return self._leaf_general(name, x, params, out, stop)
             elif a.requires_grad:  # a parameter seen the first time, usually
@@ -317,10 +320,10 @@ class Trace:
                     refs[s] = None
                 ids[id(a)] = s = len(refs)
                 refs.append(_ref(a))
-                if leaves is None:
-                    leaves = [(a, s)]
+                if uses is None:
+                    uses = {id(a): Use(s, index)}
                 else:
-                    leaves.append((a, s))
+                    uses[id(a)] = Use(s, index)
             else:
                 if s is not None:
                     refs[s] = None
@@ -334,19 +337,12 @@ class Trace:
             refs[s] = None
         ids[id(out)] = s = len(refs)
         refs.append(_ref(out))
-        st = self.state
-        ops = st.ops
-        index = len(ops)
         rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
         ops.append(rec)
         if not index % _GC_EVERY and index:
             self._collect(index)
-        if leaves is not None:
-            uses = {}  # {id(leaf): Use}, in a loop (a comprehension is a call of its own)
-            add = st.uses.append
-            for a, k in leaves:
-                uses[id(a)] = use = Use(k, index)
-                add(use)
+        if uses is not None:
+            self.state.uses.extend(uses.values())
             rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             node = out.grad_fn
             if node is not None:

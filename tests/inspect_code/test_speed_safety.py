@@ -651,3 +651,31 @@ def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_container
     with gradflow.trace() as t:
         m(torch.ones(2, 3)).sum()
     assert t.state.stats_updated == {}
+
+
+def test_the_tensors_retaining_grad_are_found_in_one_pass_over_the_references():
+    """truth._retaining walks the trace's weak references once: the live non-leaf tensors that retain grad, as
+    trace.seen() filtered gives them (oracle: the tensors the user called retain_grad() on), with dead tensors and
+    reused addresses in between, a leaf whose retain_grad() is a no-op, and a followed Python value's serial."""
+    from gradflow.inspect.truth import _retaining
+
+    lin = torch.nn.Linear(3, 3)
+    w = torch.ones(3, requires_grad=True)
+    w.retain_grad()  # a leaf: retains_grad stays False
+    kept = []
+    with gradflow.trace() as t:
+        h = lin(torch.ones(2, 3)) * w
+        for i in range(10):
+            y = h + i
+            if i % 3 == 0:
+                y.retain_grad()
+                kept.append(y)
+            del y  # its address is taken by the next one
+        scale = float(h.sum().detach())  # a Python value followed: a serial without a tensor
+        loss = (sum(kept) * scale).sum()
+    assert None in t._refs
+    found = _retaining(t)
+    assert [id(a) for a in found] == [id(a) for a in kept]
+    assert {id(a) for a in found} == {id(a) for a in t.seen() if not a.is_leaf and a.retains_grad}
+    t.explain(loss, params=lin)
+    assert all(a.grad is None for a in kept) and w.grad is None  # explain leaves .grad as it was
