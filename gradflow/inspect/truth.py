@@ -37,7 +37,10 @@ class _Refused(Exception):
 
 
 def hidden_serials(trace, serials: set[int]) -> set[int]:
-    """The parameters used inside a custom Function that was not given them."""
+    """The parameters used inside a custom Function that was not given them (only a custom Function's forward
+    makes such a use: none without one, and no walk of the uses)."""
+    if not trace.state.functions:
+        return set()
     return {u.serial for u in trace.state.uses if u.hidden and u.serial in serials}
 
 

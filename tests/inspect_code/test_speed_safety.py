@@ -679,3 +679,30 @@ def test_the_tensors_retaining_grad_are_found_in_one_pass_over_the_references():
     assert {id(a) for a in found} == {id(a) for a in t.seen() if not a.is_leaf and a.retains_grad}
     t.explain(loss, params=lin)
     assert all(a.grad is None for a in kept) and w.grad is None  # explain leaves .grad as it was
+
+
+def test_hidden_uses_are_found_only_where_a_custom_function_ran_and_there_as_before():
+    """truth.hidden_serials answers at once when no custom autograd.Function's forward ran (only there is a use
+    hidden); with one, the parameters it used without being given them (oracle: the Function's closure's) are found,
+    and on every trace the answer is the walk of all uses."""
+    from gradflow.inspect.truth import hidden_serials
+
+    class Closure(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, lin):
+            return lin(x) * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, None
+
+    first, inner = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    for custom in (False, True):
+        with gradflow.trace() as t:
+            h = first(torch.ones(2, 3))
+            (Closure.apply(h, inner) if custom else inner(h)).sum()
+        every = set(range(t._next))
+        walked = {u.serial for u in t.state.uses if u.hidden}
+        assert hidden_serials(t, every) == walked
+        assert walked == ({t.known(inner.weight), t.known(inner.bias)} if custom else set())
+        assert bool(t.state.functions) == custom
