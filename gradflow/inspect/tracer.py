@@ -301,16 +301,13 @@ class Trace:
         ops = self.state.ops
         index = len(ops)
         serials = []
-        uses = None  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check
-        #              below sends the op to _leaf_general)
+        uses = {}  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check below
+        #            sends the op to _leaf_general)
         for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
             s = ids.get(id(a))
             if s is not None and refs[s]() is a:  # seen: x, usually
                 if a.requires_grad and a.is_leaf:
-                    if uses is None:
-                        uses = {id(a): Use(s, index)}
-                    else:
-                        uses[id(a)] = Use(s, index)
+                    uses[id(a)] = Use(s, index)
             elif a is out:
                 return self._leaf_general(name, x, params, out, stop)
             elif a.requires_grad:  # a parameter seen the first time, usually
@@ -320,10 +317,7 @@ class Trace:
                     refs[s] = None
                 ids[id(a)] = s = len(refs)
                 refs.append(_ref(a))
-                if uses is None:
-                    uses = {id(a): Use(s, index)}
-                else:
-                    uses[id(a)] = Use(s, index)
+                uses[id(a)] = Use(s, index)
             else:
                 if s is not None:
                     refs[s] = None
@@ -341,7 +335,7 @@ class Trace:
         ops.append(rec)
         if not index % _GC_EVERY and index:
             self._collect(index)
-        if uses is not None:
+        if uses:
             self.state.uses.extend(uses.values())
             rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             node = out.grad_fn
