@@ -130,11 +130,22 @@ def _module_call(module, *args, **kwargs):
             params = leaf(module)
             if params is not None and _bare(module, t):
                 return _leaf_call(t, module, args[0], params)
-        t._enter_module(module, args)
+        st = t.state  # t._enter_module(module, args), inline (a container's call: every Sequential)
+        stack = st.stack
+        key = id(module)
+        if not stack and key not in st.modules:
+            st.roots.append(module)
+        st.modules[key] = module
+        stack.append(module)
+        if module.training and running_mean(module) is not None:
+            st.stats_updated[key] = module
         try:
             return plain(module, *args, **kwargs)
         finally:
-            t._leave_module(module)
+            if stack and stack[-1] is module:  # t._leave_module(module), its common case inline
+                stack.pop()
+            else:
+                t._leave_module(module)
             if _SITES:
                 _SITES.pop(id(_getframe(0)), None)
     seen = _TRACES[:]
@@ -200,13 +211,17 @@ def running_mean(module):
     if "running_mean" in d:
         return d["running_mean"]
     cls = type(module)
-    on_class = _CLASS_RUNNING_MEAN.get(cls)
-    if on_class is None:  # hasattr on a class that has none raises and catches AttributeError: once per class
-        on_class = _CLASS_RUNNING_MEAN[cls] = hasattr(cls, "running_mean")
-    return getattr(module, "running_mean", None) if on_class else None
+    got = _CLASS_RUNNING_MEAN.get(id(cls))
+    if got is None or got[0]() is not cls:  # hasattr on a class that has none raises and catches AttributeError:
+        if len(_CLASS_RUNNING_MEAN) > 4096:  # (classes made and dropped by the thousand: never a leak)
+            _CLASS_RUNNING_MEAN.clear()
+        got = _CLASS_RUNNING_MEAN[id(cls)] = (weakref.ref(cls), hasattr(cls, "running_mean"))  # once per class
+    return getattr(module, "running_mean", None) if got[1] else None
 
 
-_CLASS_RUNNING_MEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module class -> has running_mean
+# id(module class) -> (a weak reference to it, has running_mean): the class told by identity (an id reused by a
+# new class is not a match), without a WeakKeyDictionary's Python-level get per module call
+_CLASS_RUNNING_MEAN: dict[int, tuple] = {}
 
 
 # ---- torch's own leaf modules, recorded whole --------------------------------------------------------------------

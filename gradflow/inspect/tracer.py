@@ -67,7 +67,7 @@ _DETACH = DETACH  # (tests/language/test_op_table.py)
 _Mode = Mode  # (inspect/script_trace.py subclasses it)
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "gc_deferred", "op_name", "tensors_in", "trace"]
-_ref, _Tensor = weakref.ref, torch.Tensor
+_ref, _Tensor, _F32 = weakref.ref, torch.Tensor, torch.float32
 _GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
@@ -293,47 +293,51 @@ class Trace:
         """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
         tensors, one result, each input's flags read once; what is not that plain (a cut, half precision, a tensor
         from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general)."""
-        if type(out) is not _Tensor or out.dtype in LOW or x.dtype in LOW or (not out.requires_grad and (
-                x.requires_grad or any(p.requires_grad for p in params))):
+        if type(out) is not _Tensor or ((d := out.dtype) is not _F32 and d in LOW) or \
+                ((d := x.dtype) is not _F32 and d in LOW) or \
+                (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
             return self._leaf_general(name, x, params, out, stop)
         ids, refs = self._ids, self._refs
+        ops = self.state.ops
+        index = len(ops)
         serials = []
-        leaves = None  # [(input, serial)] of the leaves that require grad
-        for a in (x, *params):
+        uses = {}  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check below
+        #            sends the op to _leaf_general)
+        for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
             s = ids.get(id(a))
-            rg = a.requires_grad
-            if s is not None and refs[s]() is a:
-                pass
-            elif a is out or (rg and not a.is_leaf):
+            if s is not None and refs[s]() is a:  # seen: x, usually
+                if a.requires_grad and a.is_leaf:
+                    uses[id(a)] = Use(s, index)
+            elif a is out:
                 return self._leaf_general(name, x, params, out, stop)
-            else:  # (self.serial(a), inline)
+            elif a.requires_grad:  # a parameter seen the first time, usually
+                if not a.is_leaf:  # computed outside the trace
+                    return self._leaf_general(name, x, params, out, stop)
+                if s is not None:  # (self.serial(a), inline)
+                    refs[s] = None
+                ids[id(a)] = s = len(refs)
+                refs.append(_ref(a))
+                uses[id(a)] = Use(s, index)
+            else:
                 if s is not None:
                     refs[s] = None
                 ids[id(a)] = s = len(refs)
                 refs.append(_ref(a))
             serials.append(s)
-            if rg and a.is_leaf:
-                if leaves is None:
-                    leaves = [(a, s)]
-                else:
-                    leaves.append((a, s))
         s = ids.get(id(out))
-        if s is not None and refs[s]() is out:
-            return self._leaf_general(name, x, params, out, stop)
         if s is not None:
+            if refs[s]() is out:
+                return self._leaf_general(name, x, params, out, stop)
             refs[s] = None
         ids[id(out)] = s = len(refs)
         refs.append(_ref(out))
-        ops = self.state.ops
-        index = len(ops)
         rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
         ops.append(rec)
         if not index % _GC_EVERY and index:
             self._collect(index)
-        if leaves is not None:
-            uses = {id(a): Use(k, index) for a, k in leaves}
-            rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
+        if uses:
             self.state.uses.extend(uses.values())
+            rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
             node = out.grad_fn
             if node is not None:
                 self._found.append((node, stop, uses))  # (one node: no list, arm() tells)

@@ -37,7 +37,10 @@ class _Refused(Exception):
 
 
 def hidden_serials(trace, serials: set[int]) -> set[int]:
-    """The parameters used inside a custom Function that was not given them."""
+    """The parameters used inside a custom Function that was not given them (only a custom Function's forward
+    makes such a use: none without one, and no walk of the uses)."""
+    if not trace.state.functions:
+        return set()
     return {u.serial for u in trace.state.uses if u.hidden and u.serial in serials}
 
 
@@ -102,9 +105,8 @@ def _leaves(trace, tensors: list) -> list:
 
 def _retaining(trace) -> list:
     """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
-    refs = trace._refs
-    return [t for s in list(trace._ids.values()) if (t := refs[s]()) is not None and not t.is_leaf and
-            t.retains_grad]  # (trace.seen(), filtered in the same pass)
+    return [t for r in trace._refs if r is not None and (t := r()) is not None and t.retains_grad]  # (each live
+    #  tensor the trace saw, in one pass over its references: no dict walk; retains_grad is False on a leaf)
 
 
 class _grads_put_back:

@@ -612,3 +612,97 @@ def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
     assert sum(r is not None for r in refs) == len(ids)  # the dead ones' references let go
     assert {id(x) for x in t.seen()} == {id(x) for x in kept}
     assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
+
+
+def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_containers_call():
+    """A container's call (inlined in _module_call) notes modules in training mode that carry running statistics,
+    in their buffers, their __dict__ or as a class attribute (asked once per class, the class told by identity: a
+    new class at a dead one's id is asked again). Oracle: getattr on the module."""
+    from gradflow.inspect.trace_mode import _CLASS_RUNNING_MEAN, running_mean
+
+    nn = torch.nn
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class OnClass(Wrapped):
+        running_mean = property(lambda self: torch.zeros(3))
+
+    class InDict(Wrapped):
+        def __init__(self):
+            super().__init__()
+            self.running_mean = None  # on the instance, None: no statistics
+
+    _CLASS_RUNNING_MEAN[id(OnClass)] = (weakref.ref(Wrapped), False)  # a dead class's entry at its id
+    mods = [OnClass(), Wrapped(), InDict(), Wrapped()]
+    mods[3].register_buffer("running_mean", torch.zeros(3))
+    assert [running_mean(m) is not None for m in mods] == [True, False, False, True]
+    assert [getattr(m, "running_mean", None) is not None for m in mods] == [True, False, False, True]
+    m = nn.Sequential(*mods)
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert list(t.state.stats_updated) == [id(mods[0]), id(mods[3])]
+    m.eval()
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert t.state.stats_updated == {}
+
+
+def test_the_tensors_retaining_grad_are_found_in_one_pass_over_the_references():
+    """truth._retaining walks the trace's weak references once: the live non-leaf tensors that retain grad, as
+    trace.seen() filtered gives them (oracle: the tensors the user called retain_grad() on), with dead tensors and
+    reused addresses in between, a leaf whose retain_grad() is a no-op, and a followed Python value's serial."""
+    from gradflow.inspect.truth import _retaining
+
+    lin = torch.nn.Linear(3, 3)
+    w = torch.ones(3, requires_grad=True)
+    w.retain_grad()  # a leaf: retains_grad stays False
+    kept = []
+    with gradflow.trace() as t:
+        h = lin(torch.ones(2, 3)) * w
+        for i in range(10):
+            y = h + i
+            if i % 3 == 0:
+                y.retain_grad()
+                kept.append(y)
+            del y  # its address is taken by the next one
+        scale = float(h.sum().detach())  # a Python value followed: a serial without a tensor
+        loss = (sum(kept) * scale).sum()
+    assert None in t._refs
+    found = _retaining(t)
+    assert [id(a) for a in found] == [id(a) for a in kept]
+    assert {id(a) for a in found} == {id(a) for a in t.seen() if not a.is_leaf and a.retains_grad}
+    t.explain(loss, params=lin)
+    assert all(a.grad is None for a in kept) and w.grad is None  # explain leaves .grad as it was
+
+
+def test_hidden_uses_are_found_only_where_a_custom_function_ran_and_there_as_before():
+    """truth.hidden_serials answers at once when no custom autograd.Function's forward ran (only there is a use
+    hidden); with one, the parameters it used without being given them (oracle: the Function's closure's) are found,
+    and on every trace the answer is the walk of all uses."""
+    from gradflow.inspect.truth import hidden_serials
+
+    class Closure(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, lin):
+            return lin(x) * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, None
+
+    first, inner = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    for custom in (False, True):
+        with gradflow.trace() as t:
+            h = first(torch.ones(2, 3))
+            (Closure.apply(h, inner) if custom else inner(h)).sum()
+        every = set(range(t._next))
+        walked = {u.serial for u in t.state.uses if u.hidden}
+        assert hidden_serials(t, every) == walked
+        assert walked == ({t.known(inner.weight), t.known(inner.bias)} if custom else set())
+        assert bool(t.state.functions) == custom
