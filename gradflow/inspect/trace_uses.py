@@ -37,11 +37,19 @@ def arm(t: Trace) -> None:
     other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
     pending = list(t._found)
     t._found.clear()
-    counts = Counter(map(_serial, t.state.uses))
-    for use in t.state.uses:  # a trace entered again: an earlier only use is one no longer
+    all_uses = t.state.uses
+    counts = Counter(map(_serial, all_uses))
+    everything = bool(t.state.outside)
+    if len(counts) == len(all_uses) and not everything:  # each leaf used once (the common model): no search
+        for _, _, uses in pending:
+            for use in uses.values():
+                use.whole = True
+        while pending:
+            pending.pop()
+        return
+    for use in all_uses:  # a trace entered again: an earlier only use is one no longer
         if use.whole and counts[use.serial] > 1:
             use.whole = False
-    everything = bool(t.state.outside)
     for nodes, stop, uses in pending:
         if not everything:
             for use in uses.values():

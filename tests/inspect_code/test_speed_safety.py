@@ -706,3 +706,34 @@ def test_hidden_uses_are_found_only_where_a_custom_function_ran_and_there_as_bef
         assert hidden_serials(t, every) == walked
         assert walked == ({t.known(inner.weight), t.known(inner.bias)} if custom else set())
         assert bool(t.state.functions) == custom
+
+
+def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_searched():
+    """arm()'s shortcut when no leaf is used twice (no search, no hook: each use is its leaf's whole grad), and its
+    general path when a trace entered again makes the first forward's uses no longer the only ones. Oracle: plain
+    torch's grads of the same model, and zero for the first forward's uses (they do not reach the second loss)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    params = dict(model.named_parameters())
+    plain_x = torch.autograd.grad(model(x).pow(2).sum(), list(params.values()))
+    plain_y = torch.autograd.grad(model(y).pow(2).sum(), list(params.values()))
+
+    t = gradflow.trace()
+    with t:
+        loss = model(x).pow(2).sum()
+    report = t.explain(loss, params=model)
+    assert [u.whole for u in t.state.uses] == [True] * len(params)
+    for (name, p), g in zip(params.items(), plain_x):
+        (route,) = report.param(name).routes
+        assert route.share == 1.0 and torch.allclose(route.flow, g)
+        assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
+
+    with t:  # the same trace again: each parameter now has two uses, the second forward's reaching its loss
+        loss = model(y).pow(2).sum()
+    report = t.explain(loss, params=model)
+    assert [u.whole for u in t.state.uses] == [False] * (2 * len(params))
+    for (name, p), g in zip(params.items(), plain_y):
+        routes = report.param(name).routes
+        assert len(routes) == 1 and torch.allclose(routes[0].flow, g) and routes[0].share == pytest.approx(1.0)
+        assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
