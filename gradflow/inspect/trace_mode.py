@@ -129,7 +129,9 @@ def _module_call(module, *args, **kwargs):
         if leaf is not None and t._plain and len(args) == 1 and not kwargs and type(args[0]) is _Tensor:
             params = leaf(module)
             if params is not None and _bare(module, t):
-                return _leaf_call(t, module, args[0], params)
+                out = _leaf_call(t, module, args[0], params)
+                if out is not _NOT_BARE:
+                    return out
         st = t.state  # t._enter_module(module, args), inline (a container's call: every Sequential)
         stack = st.stack
         key = id(module)
@@ -305,19 +307,19 @@ _FORWARDS = {cls: cls.forward for cls in LEAVES}  # as torch defines them: one p
 
 
 def _bare(module, t: Trace) -> bool:
-    """No hooks of any kind, its forward torch's own, and this trace's mode the innermost one on."""
+    """No hooks of any kind, its forward torch's own, and a torch function mode on (_leaf_call checks it is this
+    trace's, as it takes it off the stack)."""
     h = _hooks
     return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or
                 module._backward_pre_hooks or h._global_forward_hooks or h._global_forward_pre_hooks or
                 h._global_backward_hooks or h._global_backward_pre_hooks) and \
         "forward" not in module.__dict__ and type(module).forward is _FORWARDS[type(module)] and \
-        _grad_on() and not _inference_on() and _mode_on() and not _jit_tracing() and \
-        _stack_at(_stack_len() - 1) is t._mode
+        _grad_on() and not _inference_on() and _mode_on() and not _jit_tracing()
 
 
 _mode_on, _jit_tracing = torch._C._is_torch_function_mode_enabled, torch._C._get_tracing_state
-_stack_len, _stack_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
 _pop, _push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+_NOT_BARE = object()  # _leaf_call's answer when another mode than the trace's is the innermost one: not recorded
 
 
 def _leaf_call(t: Trace, module, x, leaf):
@@ -325,8 +327,13 @@ def _leaf_call(t: Trace, module, x, leaf):
     the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
     (Trace._enter_module, _leave_module: nothing runs inside it). Its inputs' flags are read after it ran (none of
     LEAVES works in place: they are as before it), except the sequence number where the search for its uses stops
-    (see trace_uses), read before, and kept only if it used a leaf."""
+    (see trace_uses), read before, and kept only if it used a leaf. When the innermost mode is not this trace's
+    (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then. (Popping
+    tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack has one.)"""
     mode = _pop()
+    if mode is not t._mode:
+        _push(mode)
+        return _NOT_BARE
     try:
         name, params, run = leaf
         stop = _next_node() if _next_node is not None else _input_nodes([x, *params])

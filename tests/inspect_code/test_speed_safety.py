@@ -737,3 +737,48 @@ def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_sea
         routes = report.param(name).routes
         assert len(routes) == 1 and torch.allclose(routes[0].flow, g) and routes[0].share == pytest.approx(1.0)
         assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
+
+
+def test_a_leaf_module_under_a_users_own_mode_goes_through_that_mode(monkeypatch):
+    """A torch leaf module is recorded whole only when the trace's mode is the innermost one: under a user's own
+    TorchFunctionMode entered inside the block, that mode still sees the module's op (oracle: the functional
+    calls a counting mode sees without any trace), the trace records what the general path records (LEAVES
+    emptied), the result is plain torch's, and the mode stack is left as found."""
+    from torch.overrides import TorchFunctionMode
+
+    from gradflow.inspect import trace_mode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    def run(leaves: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2), torch.nn.GELU())
+        x = torch.randn(4, 3)
+        expected = model(x)
+        with Seen() as alone:
+            model(x)
+        if not leaves:
+            monkeypatch.setattr(trace_mode, "LEAVES", {})
+        depth = torch._C._len_torch_function_stack()
+        with gradflow.trace() as t:
+            with Seen() as seen:
+                out = model(x)
+            loss = out.sum()
+            assert torch._C._len_torch_function_stack() == depth + 1
+        monkeypatch.undo()
+        assert torch._C._len_torch_function_stack() == depth
+        assert torch.equal(out, expected)
+        assert [n for n in seen.names if n in ("linear", "layer_norm", "gelu")] == ["linear", "layer_norm", "gelu"]
+        assert seen.names == alone.names
+        report = t.explain(loss, params=model)
+        ops = [(r.name, r.ins, r.outs, r.line) for r in t.ops]
+        return ops, [(u.serial, u.op, u.whole) for u in t.state.uses], report.to_dict()
+
+    assert run(True) == run(False)
