@@ -132,27 +132,16 @@ def _module_call(module, *args, **kwargs):
                 out = _leaf_call(t, module, args[0], params)
                 if out is not _NOT_BARE:
                     return out
-        st = t.state  # t._enter_module(module, args), inline (a container's call: every Sequential)
-        stack = st.stack
-        key = id(module)
-        if not stack and key not in st.modules:
-            st.roots.append(module)
-        st.modules[key] = module
-        stack.append(module)
-        if module.training and running_mean(module) is not None:
-            st.stats_updated[key] = module
+        t._enter_module(module)
         try:
             return plain(module, *args, **kwargs)
         finally:
-            if stack and stack[-1] is module:  # t._leave_module(module), its common case inline
-                stack.pop()
-            else:
-                t._leave_module(module)
+            t._leave_module(module)
             if _SITES:
                 _SITES.pop(id(_getframe(0)), None)
     seen = _TRACES[:]
     for t in seen:
-        t._enter_module(module, args)
+        t._enter_module(module)
     try:
         return plain(module, *args, **kwargs)
     finally:
@@ -337,16 +326,7 @@ def _leaf_call(t: Trace, module, x, leaf):
     try:
         name, params, run = leaf
         stop = _next_node() if _next_node is not None else _input_nodes([x, *params])
-        st = t.state
-        stack = st.stack
-        key = id(module)
-        if not stack and key not in st.modules:
-            st.roots.append(module)
-        st.modules[key] = module
-        stack.append(module)
-        if module.training and ("running_mean" in module._buffers or "running_mean" in module.__dict__) and \
-                running_mean(module) is not None:  # (none of LEAVES has one on its class)
-            st.stats_updated[key] = module
+        t._enter_module(module)
         try:
             try:
                 out = run(module, x)
@@ -355,10 +335,7 @@ def _leaf_call(t: Trace, module, x, leaf):
                 raise
             t._leaf_op(name, x, params, out, stop, module)
         finally:
-            if stack and stack[-1] is module:
-                stack.pop()
-            else:
-                t._leave_module(module)
+            t._leave_module(module)
     finally:
         _push(mode)
     return out

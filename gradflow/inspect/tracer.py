@@ -129,7 +129,7 @@ class Trace:
             exc = exc.__cause__ or exc.__context__
         return None
 
-    def _enter_module(self, module, args):
+    def _enter_module(self, module):
         st = self.state
         stack = st.stack
         if not stack and id(module) not in st.modules:
