@@ -12,11 +12,11 @@ workers' then).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from gradflow.limits import Limits
+from gradflow.studies.batch import _peek
 
 # While no worker has started, the command reads ahead (and compiles) at most this many lines, holding at most
 # this many bytes of their text and compiled graphs (language/compile.py's estimate); then it waits as before.
@@ -24,18 +24,10 @@ AHEAD_LINES = 32_768
 AHEAD_BYTES = 64 << 20
 
 
-def _program(line: str, text: bool) -> str | None:
-    """The program of a line, as run_batch's read_job finds it (None: not a line it reads)."""
-    if text:
-        return line.strip()
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(obj, str):
-        return obj
-    expr = obj.get("expr") if isinstance(obj, dict) else None
-    return expr if isinstance(expr, str) else None
+def _program(number: int, line: str, text: bool) -> str | None:
+    """The program of a line, as run_batch finds it, also in a line it then refuses (batch._peek, whose "expr"
+    is that record's `source`); None: no program can be read from it."""
+    return _peek(number, line, text).expr
 
 
 def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits,
@@ -55,7 +47,7 @@ def compile_ahead(lines: list[str], first: int, text: bool, limits: Limits,
             return packed + [None] * (len(lines) - len(packed)), size
         if number == 1:
             line = line.removeprefix("\ufeff")  # as run_batch reads line 1
-        source = _program(line, text) if line.strip() else None
+        source = _program(number, line, text) if line.strip() else None
         data = None
         if source is not None:
             if source in seen:
