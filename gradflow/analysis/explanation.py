@@ -248,11 +248,20 @@ def _edge_dicts(edges: list[EdgeResult], nodes: list[NodeResult], full: bool, gr
     return out
 
 
+BRIEF_LEAVES_OUT = ("nodes", "edges", "contributions")  # the keys of a full document that a brief one has not
+
+
+def brief_document(doc: dict) -> dict:
+    """A document (a record) less the keys a brief one leaves out."""
+    return {k: v for k, v in doc.items() if k not in BRIEF_LEAVES_OUT}
+
+
 def error_document(error: GradflowError, source: str | None = None, wrt: list[str] | None = None,
                    dtype: str | None = None, device: str | None = None, brief: bool = False) -> dict:
     """What `--json` prints when nothing could be evaluated: the keys of `Explanation.to_dict()`, with what is
     known of the request (the program text even when it does not parse; `wrt`: see `engine.prepare.asked_leaves`).
     `brief`: the keys of a brief document (no "nodes", "edges", "contributions")."""
-    graph: dict[str, Any] = {} if brief else {"nodes": [], "edges": [], "contributions": {}}
-    return {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, **graph,
-            "warnings": [], "wrt": wrt, "dtype": dtype, "device": device, "error": error.to_dict()}
+    doc = {"schema": SCHEMA_VERSION, "source": source, "output": None, "grads": {}, "why": {}, "nodes": [],
+           "edges": [], "contributions": {}, "warnings": [], "wrt": wrt, "dtype": dtype, "device": device,
+           "error": error.to_dict()}
+    return brief_document(doc) if brief else doc

@@ -125,7 +125,9 @@ def _dumps(rec: dict, debug: bool, brief: bool = False) -> str:
     from gradflow.values.jsonable import dumps
 
     if brief and "nodes" in rec:
-        rec = {k: v for k, v in rec.items() if k not in ("nodes", "edges", "contributions")}
+        from gradflow.analysis.explanation import brief_document
+
+        rec = brief_document(rec)
     try:
         return dumps(rec)
     except Exception as exc:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import Explanation, Warning
-from gradflow.errors import ExitCode, GradflowError, counts_as_failure
+from gradflow.errors import ExitCode, GradflowError, counts_as_failure, is_no_gradient
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
 
@@ -29,7 +29,7 @@ class Row:
     @property
     def no_gradient(self) -> bool:
         """The program ran, and its answer is that no gradient reaches the leaves (not a failure)."""
-        return self.error is not None and not counts_as_failure(self.error.kind)
+        return self.error is not None and is_no_gradient(self.error.kind)
 
     def fill(self, result: Explanation):
         self.output, self.error = result.output.value, result.error
