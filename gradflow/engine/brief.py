@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gradflow.analysis.explanation import Explanation, NodeResult
-from gradflow.engine.forward import REGIONS, Run
+from gradflow.engine.forward import Run
 from gradflow.engine.nonfinite import HALF_NAMES, all_finite, bad
-from gradflow.values.jsonable import PLAIN_MAX, plain
+from gradflow.engine.results import node_result
+from gradflow.values.jsonable import PLAIN_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -55,11 +56,6 @@ def _finite(*groups) -> bool:
 
 
 def _output(run: Run, t: torch.Tensor) -> NodeResult:
-    """The output's NodeResult, as results.node_results makes it."""
-    node = run.g.nodes[run.g.output]
-    fn = t.grad_fn
-    grad = None if node.op in REGIONS else run.grads.get(node.id)
-    dims = () if t.dim() == 0 else tuple(t.shape)
-    return NodeResult(node.id, node.label, node.text, node.op, t.detach(), True, fn is None,
-                      None if fn is None else type(fn).__name__, grad, "live", None, node.args,
-                      (node.span.start, node.span.end), node.abbreviated, dims, t.tolist(), plain(grad))
+    """The output's NodeResult, as results.node_results makes it, "live" as the analysis would say (the brief
+    answer is given only for an output that requires grad)."""
+    return node_result(run.g.nodes[run.g.output], t, run.grads, "live")

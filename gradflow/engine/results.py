@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from gradflow.analysis.explanation import EdgeResult, NodeResult
+from gradflow.analysis.explanation import EdgeResult, NodeResult, Status
 from gradflow.engine.forward import REGIONS, Run
 from gradflow.errors import EvalError, GradflowError, NoGradientError
 from gradflow.language.ops import is_region
@@ -78,21 +78,8 @@ def backward(out: torch.Tensor, run: Run) -> GradflowError | None:
 
 def node_results(run: Run) -> list[NodeResult]:
     """A NodeResult per node and every edge's flow, each tensor's numbers read once (values/jsonable.py `plain`)."""
-    nodes = []
     tensors, grads = run.t, run.grads
-    for node in run.g.nodes:
-        t = tensors[node.id]
-        needs = t.requires_grad
-        fn = t.grad_fn if needs else None  # (a tensor that does not require grad has none)
-        value = t.detach() if needs else t  # (one that does not is detached already)
-        dims = () if t.dim() == 0 else tuple(t.shape)
-        small = math.prod(dims) <= PLAIN_MAX
-        grad = None if node.op in REGIONS else grads.get(node.id)
-        nodes.append(NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
-                                None if fn is None else type(fn).__name__, grad, "off", None, node.args,
-                                (node.span.start, node.span.end), node.abbreviated, dims,
-                                t.tolist() if small else UNCONVERTED,
-                                UNCONVERTED if not small else None if grad is None else grad.tolist()))
+    nodes = [node_result(node, tensors[node.id], grads) for node in run.g.nodes]
     aliases, same = run.aliases, run.same_as_src
     for i, e in enumerate(run.edges):
         if i in aliases:
@@ -121,6 +108,22 @@ def node_results(run: Run) -> list[NodeResult]:
             if e.flow is None and not e.cut:
                 e.flow, e.flow_py = n.grad, n.grad_py
     return nodes
+
+
+def node_result(node, t: torch.Tensor, grads: dict, status: Status = "off") -> NodeResult:
+    """A node's NodeResult from its tensor and the run's grads (a region wrapper's grad is set later, from its
+    out-flows); `status` as the analysis will say it ("off" until then)."""
+    needs = t.requires_grad
+    fn = t.grad_fn if needs else None  # (a tensor that does not require grad has none)
+    value = t.detach() if needs else t  # (one that does not is detached already)
+    dims = () if t.dim() == 0 else tuple(t.shape)
+    small = math.prod(dims) <= PLAIN_MAX
+    grad = None if node.op in REGIONS else grads.get(node.id)
+    return NodeResult(node.id, node.label, node.text, node.op, value, needs, fn is None,  # torch's is_leaf
+                      None if fn is None else type(fn).__name__, grad, status, None, node.args,
+                      (node.span.start, node.span.end), node.abbreviated, dims,
+                      t.tolist() if small else UNCONVERTED,
+                      UNCONVERTED if not small else None if grad is None else grad.tolist())
 
 
 def _sum(flows):
