@@ -31,7 +31,7 @@ def pack(graph: Graph) -> tuple:
         if n.inner is not None:
             row[10] = tuple(n.inner)
         rows.append(tuple(row))
-    if graph.steps is graph.nodes or len(graph.steps) == len(graph.nodes):
+    if len(graph.steps) == len(graph.nodes):
         steps: Any = None  # no flag steps: the steps are the nodes, in order
     else:
         steps = tuple(s.id if isinstance(s, Node) else
