@@ -1,7 +1,6 @@
 """`gradflow batch`: many programs in one process, JSON Lines out (see gradflow.studies.batch)."""
 from __future__ import annotations
 
-import gc
 import os
 import stat
 import sys
@@ -32,6 +31,7 @@ from gradflow.cli.common import (
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
+from gradflow.studies.batch_freeze import Freezer
 
 if TYPE_CHECKING:
     from gradflow.studies.batch import DefaultsUse
@@ -200,13 +200,13 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
     # streams.run_safely flushes stdout on the way out.
     streaming = regular is None  # stdin, a pipe or a FIFO
+    freezer = Freezer()
     for _, out, kind, source in _progress(records, regular, first_line):
         if not _write(out, streaming):
             return int(ExitCode.OK)
         done, failed = done + 1, failed + counts_as_failure(kind)
         uses.see({"source": source})
-        if done == 1:
-            gc.freeze()  # torch's many objects are long-lived: keep them out of every collection
+        freezer.record_done()  # torch and the cached graphs live as long as the batch: studies/batch_freeze.py
     if failed:
         consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
     if strict:

@@ -34,9 +34,10 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
     from gradflow.limits import as_limits
     from gradflow.studies.batch import run_batch
     from gradflow.studies.batch_ahead import learn
+    from gradflow.studies.batch_freeze import Freezer
 
     limits = as_limits(options.get("limits"))
-    frozen = False
+    freezer = Freezer()
     while True:
         try:
             msg = conn.recv()
@@ -58,6 +59,7 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
         try:
             for rec in run_batch(numbered(), first_line=first, **options):
                 made.append(out(rec, encode))
+                freezer.record_done()  # as the command does in one process (batch_freeze.py)
                 if time.monotonic() - sent > SEND_AFTER:  # slow records: each goes out soon, not with its chunk
                     conn.send(("part", made))
                     made, sent = [], time.monotonic()
@@ -72,9 +74,6 @@ def work(conn, current, encode: Callable[[dict], str], options: dict) -> None:
             conn.send(("done", made))
         except (BrokenPipeError, OSError):
             return
-        if not frozen:  # as the command does in one process: torch's objects live as long as the process
-            gc.freeze()
-            frozen = True
 
 
 def forget_forkserver() -> None:
