@@ -95,6 +95,7 @@ FAST_FROM = 2000  # characters
 
 
 _FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ from what it expects
+_CLIMB: list = []  # [climb.Climb], or [None] when grammar.lark's rules or lark's insides differ from its own
 
 
 def _fast():
@@ -108,16 +109,31 @@ def _fast():
     return _FAST[0]
 
 
+def _climb():
+    if not _CLIMB:
+        from gradflow.language.climb import Climb
+
+        try:
+            _CLIMB.append(Climb(_lark()))
+        except (AttributeError, KeyError, TypeError, ValueError):  # another grammar or lark: fastparse alone
+            _CLIMB.append(None)
+    return _CLIMB[0]
+
+
 def parse(source: str) -> Program:
-    """Parse program text into typed statements. Raises ParseError."""
+    """Parse program text into typed statements. Raises ParseError.
+
+    Three paths, each taking over where the one before gives up: climb.py (one-line programs of the common
+    constructs, by precedence climbing), fastparse.py (lark's LALR tables in a loop of our own, any text that
+    parses), and the parse tree (`_tree_parse`), which reports every error. The first two never report one:
+    on any error they give up, and the text is parsed again by the next path. All three give the same nodes."""
     if len(source) >= FAST_FROM or "gradflow.language.build" in sys.modules:
-        fast = _fast()
-        if fast is not None:
-            try:
-                stmts = fast.parse(source)
-            except Exception:  # noqa: BLE001  # any error: the tree path below reports it, exactly as always
-                pass
-            else:
+        for path in (_climb(), _fast()):
+            if path is not None:
+                try:
+                    stmts = path.parse(source)
+                except Exception:  # noqa: BLE001  # any error: the next path, and last the tree path, reports it
+                    continue
                 from gradflow.language.syntax import Program
 
                 return Program(source, stmts)
