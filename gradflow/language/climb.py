@@ -9,14 +9,17 @@ parser.parse tries three paths in turn, each giving up where the next one takes 
 2. fastparse.Fast: lark's LALR tables in a loop of our own, for every text that parses;
 3. the parse tree (parser._tree_parse): every error is reported from there, exactly as always.
 
-It gives the same nodes as the other two because it builds them the same way: lark's own callbacks for the
-grammar's rules (its child filters and placeholders, then Build's methods), each called with the whole
-expansion of the rule the LALR parser reduces by, tokens included, and the same tokens (fastparse's lexer
-over every terminal at once, with lark's positions). The grammar is LALR(1), so a text has one derivation: a
-derivation built here from the grammar's own rules is the one lark finds. The `?rule: other` rules lark expands
-to their only child are skipped, as fastparse skips them. `_RULES` is what the code below assumes of
-grammar.lark: every alternative of every rule it walks, checked when it is built (any difference, and parser.py
-keeps to fastparse: tests/language/test_climb.py fails loudly).
+It gives the same nodes as the other two because it builds them the same way, from the same tokens:
+- the derivation: the grammar is LALR(1), so a text has one; a derivation built here from the grammar's own
+  rules is the one lark finds. `_RULES` is what the code below assumes of grammar.lark: every alternative of
+  every rule it walks, checked when it is built (any difference, and parser.py keeps to fastparse;
+  tests/language/test_climb.py then fails loudly);
+- the nodes: for each rule it reduces by, Build's method gets the children lark's callback would give it for
+  that rule's whole expansion (its child filters drop `"+"`, `","`, `"."`, `"="`; an absent `[args]` is None;
+  the `?rule: other` rules are lark's single child, as in fastparse). `_DIRECT` lists them, and `_probe` checks
+  them against lark's own callbacks when the climber is built (they depend on the rule, never on the values);
+- the tokens: lark's Tokens with fastparse's types and positions, from lark's root lexer's regular expression
+  (`_pattern`), on a text of one line; the contextual lexer's wherever the text parses (fastparse's argument).
 
 Why: a one-line program (~34 characters, ~20 tokens) took ~64 shift/reduce steps of fastparse's loop, each a
 few table look-ups; here each token is looked at about once, and the operators' levels are in the code.
@@ -29,7 +32,8 @@ from typing import Any
 
 from gradflow.language.build import Build
 from gradflow.language.larklib import ExpandSingleChild, Lark, Token
-from gradflow.language.lexing import at_end
+
+_END = Token("_NL", "")
 
 
 class GiveUp(Exception):
@@ -130,8 +134,19 @@ def _pattern(scanner):
 
 
 class Climb(threading.local):
-    """Per thread (Build keeps the source it reports errors against): the climber, calling one Build's
-    methods as lark's callbacks would (`_probe` checks how)."""
+    """Per thread (Build keeps the source it reports errors against), a `_Climber`: it is a plain object, as
+    each attribute of a thread-local one costs a look-up of the thread's own."""
+
+    def __init__(self, lark: Lark):
+        self.climber = _Climber(lark)
+
+    def parse(self, source: str) -> list:
+        """The statements, as the other paths give them; GiveUp (or Build's error) where they must decide."""
+        return self.climber.parse(source)
+
+
+class _Climber:
+    """The climber, calling one Build's methods as lark's callbacks would (`_probe` checks how)."""
 
     def __init__(self, lark: Lark):
         self.build = build = Build("")
@@ -163,7 +178,6 @@ class Climb(threading.local):
         self.slicing = {e: by_rule[rule] for (o, e), rule in rules.items() if o == "subscript" and "COLON" in e}
 
     def parse(self, source: str) -> list:
-        """The statements, as the other paths give them; GiveUp (or Build's error) where they must decide."""
         if "\n" in source:
             raise GiveUp
         self.build.source = source
@@ -173,8 +187,8 @@ class Climb(threading.local):
             self.build.source = ""  # no text kept alive by the thread's parser
 
     def _lex(self, text: str) -> list:
-        """fastparse's tokens for a text of one line (lark's root lexer, lark's positions), then the final
-        new line the postlexer adds (lexing.py; fastparse's `_tokens` too)."""
+        """fastparse's tokens for a text of one line (lark's root lexer, lark's positions), then `_END` where
+        the postlexer adds the final new line (lexing.py; fastparse's `_tokens` too). Build never sees it."""
         toks: list = []
         append, new, token, space, keywords, kinds = toks.append, str.__new__, Token, self.space, self.keywords, \
             self.tokens
@@ -194,7 +208,7 @@ class Climb(threading.local):
                 raise GiveUp
         if stop != len(text) or not toks:
             raise GiveUp  # a character no terminal matches, or no token at all
-        append(Token("_NL", "", *at_end(toks[-1])))
+        append(_END)
         return toks
 
     def _program(self, toks: list) -> list:

@@ -2,6 +2,12 @@
 
 Errors become `ParseError`s carrying a span, so the CLI can underline the bad
 token. Nothing is ever handed to Python's eval.
+
+Three paths give the same nodes (`parse`): climb.py, precedence climbing over one-line programs of the common
+constructs (the batch's programs), gives up on anything else and on any error; fastparse.py, lark's LALR
+tables in a loop of our own, parses every text that parses and gives up on any error; the parse tree
+(`_tree_parse`, lark's parser then Build over its tree) reports every error, as it always has. Each of the
+first two checks when it is built that grammar.lark and lark are what it reads (else parse keeps to the rest).
 """
 from __future__ import annotations
 
@@ -87,7 +93,7 @@ def _where(source: str, pos: int) -> str:
     return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
-# The fast path (fastparse.py: lark's LALR parser calls Build's methods as it reduces, no parse tree) is taken
+# The fast paths (climb.py, then fastparse.py: no parse tree, Build's methods called as the text is read) are taken
 # once the node classes are loaded (a previous program parsed: batch, sweeps, tests) or for a text long enough
 # that loading them (~20 ms) is small next to parsing it: a short program with a syntax error, the common early
 # exit, still loads none of them. Any error there, and the tree path reports it, exactly as it always has.
