@@ -301,9 +301,14 @@ class _Climber:
     def _called(self, toks: list, i: int, head: list, method):
         """NAME LPAR [args] RPAR at toks[i], after `head` (Build's children so far, the NAME included)."""
         lpar = toks[i + 1]
-        if toks[i + 2].type == "RPAR":
+        kind = toks[i + 2].type
+        if kind == "RPAR":
             return method([*head, lpar, None, toks[i + 2]]), i + 3
-        args, j = self.args.parse(toks, i + 2, self._arg, "RPAR")
+        if kind == "NAME" and toks[i + 3].type == "EQUAL":
+            first, j = self._arg(toks, i + 2)
+        else:
+            first, j = self._expr(toks, i + 2)  # arg: value: expr, each lark's single child
+        args, j = self.args.rest(toks, j, first, self._arg, "RPAR")
         return method([*head, lpar, args, toks[j]]), j + 1
 
     def _arg(self, toks: list, i: int):
@@ -348,8 +353,14 @@ class _Sequence:
 
     def parse(self, toks: list, i: int, item, close: str):
         """The value and the index of the closing token (`close`), from the first item at toks[i]."""
-        value, i = item(toks, i)
-        items = [value]
+        first, i = item(toks, i)
+        return self.rest(toks, i, first, item, close)
+
+    def rest(self, toks: list, i: int, first, item, close: str):
+        """The same, once the first item is read (`first`, up to toks[i])."""
+        if toks[i].type == close:  # one item, the common case
+            return self.method([first]), i
+        items = [first]
         while toks[i].type == "COMMA":
             if toks[i + 1].type == close:
                 i += 1
