@@ -31,7 +31,7 @@ import threading
 from typing import Any
 
 from gradflow.language.build import Build
-from gradflow.language.larklib import ExpandSingleChild, Lark, Token
+from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
 
 _END = Token("_NL", "")
 
@@ -40,8 +40,8 @@ class GiveUp(Exception):
     """Outside the subset, or not a program at all: the next path parses (and reports) it."""
 
 
-# Every alternative of the rules the climber walks, as lark lists them (`[x]` expanded to with and without x),
-# and those of `?rule: other` that it skips (lark returns the only child). The climber assumes exactly these.
+# Every alternative of the rules the climber walks, as lark lists them (`[x]` expanded to with and without x):
+# the climber assumes exactly these. `_SKIPPED`: the `?rule: other` it never calls (lark gives the only child).
 _RULES: dict[str, set[tuple[str, ...]]] = {
     "start": {("__start_star_0",), ()},
     "__start_star_0": {("_line",), ("__start_star_0", "_line")},
@@ -178,8 +178,11 @@ class _Climber:
         self.scanner: Any = pattern.scanner  # re's (undocumented): matches, each where the one before ended
         if set(root.ignore_types) != {space, "COMMENT"}:
             raise TypeError(f"lark ignores {sorted(root.ignore_types)}")
-        self.keywords = frozenset(t.pattern.value for unless in root.callback.values()
-                                  for t in unless.scanner.terminals)  # `with`, `requires_grad`
+        # lark's `unless` callbacks: a NAME spelled as a keyword (`with`, `requires_grad`) is that keyword
+        if set(root.callback) != {"NAME"} or type(root.callback["NAME"]) is not UnlessCallback or \
+                any(t.pattern.flags for t in root.callback["NAME"].scanner.terminals):
+            raise TypeError("lark's lexer turns other words into keywords than climb.py expects")
+        self.keywords = frozenset(t.pattern.value for t in root.callback["NAME"].scanner.terminals)
         missing = _TOKENS - {t.name for t in root.terminals}
         if missing:
             raise TypeError(f"no terminal {sorted(missing)}")
