@@ -187,10 +187,14 @@ class _Climber:
         if missing:
             raise TypeError(f"no terminal {sorted(missing)}")
         self.tokens = frozenset(_TOKENS)
-        self.binary = {op: (level, getattr(build, name)) for op, (level, name) in _BINARY.items()}
-        self.compare = {op: getattr(build, name) for op, name in _COMPARE.items()}
+        # Build's methods by `_BINARY`'s and `_COMPARE`'s names (the operators' are set on Build from _binary)
+        self.binary: dict[str, tuple[int, Any]] = {"PLUS": (1, build.add), "MINUS": (1, build.sub),
+                                                   "STAR": (2, build.mul), "SLASH": (2, build.div),
+                                                   "AT": (2, build.matmul)}
+        self.compare: dict[str, Any] = {"LT": build.lt, "GT": build.gt, "LE": build.le, "GE": build.ge,
+                                        "EQ": build.eq, "NE": build.ne}
         self.neg, self.number, self.var = build.neg, build.number, build.var
-        self.pow: Any = build.pow  # set on Build from _binary, as the other operators
+        self.pow: Any = build.pow
         self.call, self.paren, self.method, self.attr, self.index = \
             build.call, build.paren, build.method, build.attr, build.index
         self.kwarg, self.assign, self.start = build.kwarg, build.assign, build.start
@@ -404,9 +408,17 @@ class _Probe:
     as for Build)."""
 
     def __getattr__(self, name: str):
-        if name.startswith("_") or not callable(getattr(Build, name, None)):
+        if name.startswith("_") or not _is_method(name):
             raise AttributeError(name)
         return lambda children: (name, list(children))
+
+
+def _is_method(name: str) -> bool:
+    """Has Build a method of this name (its own, or a base class's)?"""
+    for klass in Build.__mro__:
+        if name in vars(klass):
+            return callable(vars(klass)[name])
+    return False
 
 
 def _probe(lark: Lark, rules: dict) -> None:

@@ -268,6 +268,14 @@ def test_a_grammar_it_does_not_expect_turns_it_off(old, new):
         climb.Climb(_lark_for(text.replace(old, new)))
 
 
+def test_its_operators_are_build_s_by_the_names_it_checks():
+    """`_probe` checks lark's callbacks by Build's method names (`_BINARY`, `_COMPARE`): the climber calls those."""
+    climber = parser._climb().climber
+    assert {op: (level, getattr(climber.build, name)) for op, (level, name) in climb._BINARY.items()} == \
+        climber.binary
+    assert {op: getattr(climber.build, name) for op, name in climb._COMPARE.items()} == climber.compare
+
+
 def test_lark_callbacks_it_does_not_expect_turn_it_off(monkeypatch):
     """What the climber assumes of lark's child filters is checked against lark itself when it is built."""
     key = ("sum", ("sum", "PLUS", "product"))
