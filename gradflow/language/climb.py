@@ -217,9 +217,8 @@ class _Climber:
         the postlexer adds the final new line (lexing.py; fastparse's `_tokens` too). Build never sees it."""
         toks: list = []
         append, new, token, keywords, kinds = toks.append, str.__new__, Token, self.keywords, self.tokens
-        end = len(text.rstrip(SPACES))  # the spaces at the end: no token follows them
         stop = 0
-        for m in iter(self.scanner(text, 0, end).match, None):
+        for m in iter(self.scanner(text).match, None):  # the spaces at the end, and no token: no match
             kind = m.lastgroup
             if kind not in kinds:
                 raise GiveUp
@@ -237,7 +236,7 @@ class _Climber:
             tok.end_line = 1
             tok.end_column = stop + 1
             append(tok)
-        if stop != end or not toks:
+        if stop != len(text.rstrip(SPACES)) or not toks:
             raise GiveUp  # a character no terminal matches, or no token at all
         append(_END)
         return toks
