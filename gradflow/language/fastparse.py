@@ -1,7 +1,9 @@
 """Parsing without a parse tree: an LALR loop over lark's tables calls Build's methods as it reduces, fed by a
-lexer that matches every terminal at once. Used by parser.parse for texts that parse; any error, and parser.py
-parses the text again the usual way (lark's contextual lexer, the parse tree, then Build over it), which reports
-it exactly as before: a syntax error anywhere wins over an unknown function before it, as it always has.
+lexer that matches every terminal at once. The second of parser.parse's three paths: climb.py (precedence
+climbing, one-line programs of the common constructs) tries first and gives up on anything else; this module
+parses every text that parses; any error, and parser.py parses the text again the usual way (lark's contextual
+lexer, the parse tree, then Build over it), which reports it exactly as before: a syntax error anywhere wins
+over an unknown function before it, as it always has.
 
 lark stays the parser generator (the tables come from it), the grammar's reader and the error reporter; only the
 hot loop is ours (`Fast._parse`): lark's `ParserState.feed_token` is one Python call per token with its look-ups
