@@ -1,6 +1,7 @@
 """What the tracer's speed work must not change: Python's garbage collector is left as it was found, and cyclic
 garbage made inside a long traced block is still collected."""
 import copy
+import dataclasses
 import gc
 import pickle
 import weakref
@@ -574,6 +575,8 @@ def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
         kept = copy.copy(p)
         assert type(kept) is R.ParamReport and kept == p and p == kept and repr(kept) == repr(p)
         assert pickle.loads(pickle.dumps(p)).to_dict() == p.to_dict()
+        other = dataclasses.replace(p, status="frozen")
+        assert type(other) is R.ParamReport and other.status == "frozen" and other.routes == p.routes != []
         p.cuts.append("x")
         assert p.cuts == ["x"]
         p.cuts.clear()
