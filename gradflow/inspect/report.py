@@ -112,24 +112,31 @@ class _LiveOnce(ParamReport):
     def __getattr__(self, field: str):  # only while a lazy field's slot is unset
         if field == "shape":
             self.shape = list(self.grad.shape)  # autograd gives the grad the parameter's shape
-        elif field == "numel":
+            return self.shape
+        if field == "numel":
             self.numel = self.grad.numel()
-        elif field == "routes":
+            return self.numel
+        if field == "routes":
             norm = self.grad_norm
             self.routes = [Route(self._op, self._line, self._module_name(self._module), self.grad, norm,
                                  1.0 if norm is not None and norm > 0 else None, self._cut)]
-        elif field in ("aliases", "cuts"):
-            setattr(self, field, [])
-        else:
-            raise AttributeError(f"'ParamReport' object has no attribute {field!r}")
-        return getattr(self, field)
+            return self.routes
+        if field == "aliases":
+            self.aliases = []
+            return self.aliases
+        if field == "cuts":
+            self.cuts = []
+            return self.cuts
+        raise AttributeError(f"'ParamReport' object has no attribute {field!r}")
 
     @property  # type: ignore[misc]
     def __class__(self):  # a ParamReport as the dataclass's __eq__, __repr__ and dataclasses.replace see it
         return ParamReport
 
     def __reduce__(self):  # copied and pickled as the ParamReport it equals
-        return ParamReport, tuple(getattr(self, f) for f in ParamReport.__slots__)
+        return ParamReport, (self.name, self.shape, self.numel, self.requires_grad, self.status, self.reason,
+                             self.grad, self.grad_norm, self.aliases, self.routes, self.cuts, self.serial,
+                             self.in_optimizer, self.optimizer_group, self.library_lines)
 
 
 @dataclass
