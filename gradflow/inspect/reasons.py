@@ -84,14 +84,34 @@ class FlowGraph:
 
     def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int]):
         self.ops = list(trace.ops)  # as they are now: the trace may record more later
-        self.uses: dict[int, list[Use]] = defaultdict(list)  # parameter serial -> its uses, in order
-        for use in trace.state.uses:
-            self.uses[use.serial].append(use)
+        self._uses = list(trace.state.uses)  # likewise
         self.loss = loss_serial
         self.leaves = leaf_serials
         self._outside = list(trace.state.outside)
         # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
         # each used once, needs none of it.
+
+    @cached_property
+    def uses(self) -> dict[int, list[Use]]:
+        """Parameter serial -> its uses, in order."""
+        uses: dict[int, list[Use]] = defaultdict(list)
+        for use in self._uses:
+            uses[use.serial].append(use)
+        return uses
+
+    def once(self) -> dict[int, Use]:
+        """Parameter serial -> its use, for the parameters used once: what `uses` says of them, without a list per
+        parameter (explain asks it of every parameter; most are used once)."""
+        once: dict[int, Use] = {}
+        more = set()
+        for use in self._uses:
+            if use.serial in once:
+                more.add(use.serial)
+            else:
+                once[use.serial] = use
+        for s in more:
+            del once[s]
+        return once
 
     @cached_property
     def consumers(self) -> dict[int, list[int]]:
