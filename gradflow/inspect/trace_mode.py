@@ -314,12 +314,11 @@ _NOT_BARE = object()  # _leaf_call's answer when another mode than the trace's i
 def _leaf_call(t: Trace, module, x, leaf):
     """The module's forward and its record, all with the mode off (under it, even `a.requires_grad` is a call to
     the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
-    (Trace._enter_module, _leave_module, inline: nothing runs inside it). Its inputs' flags are read after it ran
-    (none of LEAVES works in place: they are as before it), except the sequence number where the search for its
-    uses stops (see trace_uses), read before, and kept only if it used a leaf. When the innermost mode is not this
-    trace's (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then.
-    (Popping tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack
-    has one.)"""
+    (Trace._enter_module, _leave_module: nothing runs inside it). Its inputs' flags are read after it ran (none of
+    LEAVES works in place: they are as before it), except the sequence number where the search for its uses stops
+    (see trace_uses), read before, and kept only if it used a leaf. When the innermost mode is not this trace's
+    (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then. (Popping
+    tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack has one.)"""
     mode = _pop()
     if mode is not t._mode:
         _push(mode)
@@ -327,19 +326,7 @@ def _leaf_call(t: Trace, module, x, leaf):
     try:
         name, params, run = leaf
         stop = _next_node() if _next_node is not None else _input_nodes([x, *params])
-        st = t.state  # the module entered (Trace._enter_module, inline: a leaf keeps running statistics, if any, on
-        stack = st.stack  # the instance, never on its class)
-        if not stack and id(module) not in st.modules:
-            st.roots.append(module)
-        st.modules[id(module)] = module
-        stack.append(module)
-        if module.training:
-            d = module.__dict__
-            buffers = d.get("_buffers")
-            stats = buffers["running_mean"] if buffers is not None and "running_mean" in buffers else \
-                d.get("running_mean")
-            if stats is not None:
-                st.stats_updated[id(module)] = module
+        t._enter_module(module)
         try:
             try:
                 out = run(module, x)
@@ -348,9 +335,7 @@ def _leaf_call(t: Trace, module, x, leaf):
                 raise
             t._leaf_op(name, x, params, out, stop, module)
         finally:
-            while stack:  # ... and left (Trace._leave_module, inline)
-                if stack.pop() is module:
-                    break
+            t._leave_module(module)
     finally:
         _push(mode)
     return out
