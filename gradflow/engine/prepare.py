@@ -5,6 +5,7 @@ and file values as tensors (seeded, in program order), so every later run sees t
 """
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gradflow.errors import ValueInputError
@@ -13,6 +14,15 @@ from gradflow.limits import Limits, current, using
 
 if TYPE_CHECKING:
     from gradflow.language.graph import Graph
+
+
+_SAME = contextlib.nullcontext()  # reusable: entering it does nothing
+
+
+def within(limits: Limits) -> contextlib.AbstractContextManager:
+    """`limits.using(limits)`, or nothing to enter when they are the limits in force already (every record of a
+    batch: its prepare, evaluate and record each entered them again, ~1.5 us each)."""
+    return _SAME if limits is current() else using(limits)
 
 
 class Prepared(NamedTuple):
@@ -38,7 +48,7 @@ def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
     ready = checked(program, values, wrt, limits, strict)
     from gradflow.values.tensors import materialize  # torch from here on
 
-    with using(limits):
+    with within(limits):
         return ready._replace(values=materialize(ready.values, dtype, seed))  # program order: seeded draws
 
 

@@ -182,11 +182,8 @@ class Defaults:
     brief: bool = False  # records without "nodes", "edges" and "contributions" (--brief; explain(brief=True))
 
 
-def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
-    """The line's own vars, plus those defaults whose names the program uses."""
-    from gradflow.language.compile import compile_program
-
-    inputs = compile_program(job.expr, defaults.limits).inputs
+def _values(job: Job, defaults: Defaults, inputs: dict[str, int]) -> dict[str, Any]:
+    """The line's own vars, plus those defaults whose names the program uses (`inputs`: its variables)."""
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
     for name in inputs:
         if name in defaults.options and name not in shared and name not in job.vars:  # `--seed 3` seeds
@@ -198,14 +195,19 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
-    from gradflow.engine.explain import explain
-    from gradflow.limits import using
+    from gradflow.engine.explain import check_arguments, explain_checked
+    from gradflow.engine.prepare import within
+    from gradflow.language.compile import compile_program
     from gradflow.values.jsonable import document
 
-    result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
-                     dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
-                     limits=defaults.limits, seed=defaults.seed, strict=defaults.strict, brief=defaults.brief)
-    with using(as_limits(defaults.limits)), document(defaults.summary):  # over the json limit: an error record
+    limits = as_limits(defaults.limits)
+    graph = compile_program(job.expr, limits)  # once: explain_checked takes the graph
+    values = _values(job, defaults, graph.inputs)
+    wrt, dtype = job.wrt if job.wrt is not None else defaults.wrt, job.dtype or defaults.dtype
+    check_arguments(job.expr, wrt, dtype, defaults.device, values)  # as explain() would
+    result = explain_checked(graph, values, wrt, dtype, defaults.device, defaults.seed, True, limits,
+                             defaults.strict, defaults.brief)
+    with within(limits), document(defaults.summary):  # over the json limit: an error record
         return {"id": job.id, "line": number, **result.to_dict()}
 
 
