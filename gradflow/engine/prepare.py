@@ -150,18 +150,20 @@ def refuse_unused(names: list[str] | dict[str, Any], used: list[str] | dict[str,
 def check_values(graph: Graph, values: dict[str, Any], strict: bool = False) -> dict[str, Any]:
     """Every input has a value; text values are parsed. A value for a name the program does not use is
     dropped (`unused_values` words the warning), or with `strict` an error."""
-    names = list(graph.inputs)
+    inputs = graph.inputs
     if strict:
-        refuse_unused(values, names)
-    unused = [k for k in values if k not in graph.inputs]
-    values = {k: v for k, v in values.items() if k in graph.inputs}
-    for name in names:
-        if name not in values:
-            near = _near(name, unused) or (unused[0] if len(unused) == 1 else None)
-            typo = f"; the value given for '{near}' is not used: a typo?" if near else ""
-            raise ValueInputError("missing_value", f"no value for variable '{name}'",
-                                  hint=f"pass --{name} VALUE (or --var {name}=VALUE; "
-                                       f"in Python: {name}=VALUE){typo}")
-    from gradflow.values.text import parse_value
+        refuse_unused(values, list(inputs))
+    kept = {k: v for k, v in values.items() if k in inputs}
+    if len(kept) < len(inputs):  # some input has no value
+        unused = [k for k in values if k not in inputs]
+        name = next(name for name in inputs if name not in kept)
+        near = _near(name, unused) or (unused[0] if len(unused) == 1 else None)
+        typo = f"; the value given for '{near}' is not used: a typo?" if near else ""
+        raise ValueInputError("missing_value", f"no value for variable '{name}'",
+                              hint=f"pass --{name} VALUE (or --var {name}=VALUE; in Python: {name}=VALUE){typo}")
+    texts = [k for k, v in kept.items() if isinstance(v, str)]
+    if texts:  # (numbers and lists, most values, need no parser)
+        from gradflow.values.text import parse_value
 
-    return {k: parse_value(k, v) if isinstance(v, str) else v for k, v in values.items()}
+        kept.update((k, parse_value(k, kept[k])) for k in texts)  # each in its place
+    return kept
