@@ -36,8 +36,7 @@ def checked(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
     """The program compiled (text) or as given (Graph), its values parsed and checked, the leaves chosen.
     A value the program does not use is dropped (`unused_values` says which), or with `strict` an error."""
     graph = compile_program(program, limits) if isinstance(program, str) else program
-    vals = check_values(graph, values, strict)
-    return Prepared(graph, {n: vals[n] for n in graph.inputs}, resolve_wrt(graph, wrt))
+    return Prepared(graph, check_values(graph, values, strict), resolve_wrt(graph, wrt))
 
 
 def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] | None, *, dtype: str = "float32",
@@ -49,7 +48,8 @@ def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
     from gradflow.values.tensors import materialize  # torch from here on
 
     with within(limits):
-        return ready._replace(values=materialize(ready.values, dtype, seed))  # program order: seeded draws
+        built = materialize(ready.values, dtype, seed)  # program order: seeded draws
+    return ready if built is ready.values else ready._replace(values=built)
 
 
 def merge_values(values: dict[str, Any] | None, kw_values: dict[str, Any]) -> dict[str, Any]:
@@ -148,12 +148,12 @@ def refuse_unused(names: list[str] | dict[str, Any], used: list[str] | dict[str,
 
 
 def check_values(graph: Graph, values: dict[str, Any], strict: bool = False) -> dict[str, Any]:
-    """Every input has a value; text values are parsed. A value for a name the program does not use is
-    dropped (`unused_values` words the warning), or with `strict` an error."""
+    """Every input has a value, in program order; text values are parsed. A value for a name the program does
+    not use is dropped (`unused_values` words the warning), or with `strict` an error."""
     inputs = graph.inputs
     if strict:
         refuse_unused(values, list(inputs))
-    kept = {k: v for k, v in values.items() if k in inputs}
+    kept = {k: values[k] for k in inputs if k in values}  # in program order
     if len(kept) < len(inputs):  # some input has no value
         unused = [k for k in values if k not in inputs]
         name = next(name for name in inputs if name not in kept)
@@ -161,7 +161,7 @@ def check_values(graph: Graph, values: dict[str, Any], strict: bool = False) -> 
         typo = f"; the value given for '{near}' is not used: a typo?" if near else ""
         raise ValueInputError("missing_value", f"no value for variable '{name}'",
                               hint=f"pass --{name} VALUE (or --var {name}=VALUE; in Python: {name}=VALUE){typo}")
-    texts = [k for k, v in kept.items() if isinstance(v, str)]
+    texts = [k for k, v in values.items() if k in inputs and isinstance(v, str)]  # parsed in the order given
     if texts:  # (numbers and lists, most values, need no parser)
         from gradflow.values.text import parse_value
 
