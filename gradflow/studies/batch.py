@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,7 +183,7 @@ class Defaults:
     brief: bool = False  # records without "nodes", "edges" and "contributions" (--brief; explain(brief=True))
 
 
-def _values(job: Job, defaults: Defaults, inputs: dict[str, int]) -> dict[str, Any]:
+def _values(job: Job, defaults: Defaults, inputs: Mapping[str, int]) -> dict[str, Any]:
     """The line's own vars, plus those defaults whose names the program uses (`inputs`: its variables)."""
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
     for name in inputs:

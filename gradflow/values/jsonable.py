@@ -46,7 +46,8 @@ class document:  # noqa: N801 - used as a function: `with document(summary):`
     __slots__ = ("summary", "token")
 
     def __init__(self, summary: bool = False):
-        self.summary, self.token = summary, None
+        self.summary = summary
+        self.token: contextvars.Token[_Document | None] | None = None
 
     def __enter__(self) -> None:
         if _DOCUMENT.get() is None:
