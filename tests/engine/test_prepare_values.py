@@ -59,3 +59,30 @@ def test_a_value_list_in_any_order_comes_back_in_program_order():
     graph = compile_program("c*b + a")
     for order in itertools.permutations("abc"):
         assert list(check_values(graph, {n: 1 for n in order})) == ["c", "b", "a"]
+
+
+def test_unused_warnings_shortcut_equals_the_general_path():
+    """Every value used: [] at once; otherwise the warnings unused_values words, in the order given."""
+    from gradflow.engine.explain import unused_warnings
+    from gradflow.engine.prepare import UNUSED_KIND, unused_values
+
+    rng = random.Random(2)
+    names = ["x", "y", "y1", "y2", "w"]
+    for _ in range(200):
+        given = dict.fromkeys(rng.sample(names, rng.randint(0, 5)), 1)
+        used = {n: i for i, n in enumerate(rng.sample(names, rng.randint(0, 5)))}
+        got = [(w.kind, w.node, w.message) for w in unused_warnings(given, used)]
+        assert got == [(UNUSED_KIND, None, m) for _, m in unused_values(given, list(used))]
+
+
+def test_within_enters_the_limits_only_where_they_change():
+    from gradflow.engine.prepare import within
+    from gradflow.limits import DEFAULT, as_limits, current, using
+
+    other = as_limits({"depth": 77})
+    for outer in (DEFAULT, other):
+        with using(outer):
+            for limits in (DEFAULT, other, as_limits({"depth": 77})):
+                with within(limits):
+                    assert current() == limits
+                assert current() is outer
