@@ -31,11 +31,11 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     with `seed`) or files ("@x.npy", "@x.pt"); see values/specs.py.
     """
     check_arguments(source, wrt, dtype, device, values)
-    return explain_checked(source, merge_values(values, kw_values), wrt, dtype, device, seed, measure_edges,
-                           as_limits(limits), strict, brief)
+    return explain_checked(source, merge_values(values, kw_values), wrt=wrt, dtype=dtype, device=device, seed=seed,
+                           measure_edges=measure_edges, limits=as_limits(limits), strict=strict, brief=brief)
 
 
-def explain_checked(program: str | Graph, given: dict[str, Any], wrt: str | list[str] | None, dtype: str,
+def explain_checked(program: str | Graph, given: dict[str, Any], *, wrt: str | list[str] | None, dtype: str,
                     device: str, seed: int, measure_edges: bool, limits: Limits, strict: bool, brief: bool):
     """explain() once its arguments are checked (`check_arguments`), its values merged and its limits read;
     `program` may be compiled already (a batch line's: compile_program's cache was asked for it once)."""

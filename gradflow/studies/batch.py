@@ -205,8 +205,8 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     values = _values(job, defaults, graph.inputs)
     wrt, dtype = job.wrt if job.wrt is not None else defaults.wrt, job.dtype or defaults.dtype
     check_arguments(job.expr, wrt, dtype, defaults.device, values)  # as explain() would
-    result = explain_checked(graph, values, wrt, dtype, defaults.device, defaults.seed, True, limits,
-                             defaults.strict, defaults.brief)
+    result = explain_checked(graph, values, wrt=wrt, dtype=dtype, device=defaults.device, seed=defaults.seed,
+                             measure_edges=True, limits=limits, strict=defaults.strict, brief=defaults.brief)
     with within(limits), document(defaults.summary):  # over the json limit: an error record
         return {"id": job.id, "line": number, **result.to_dict()}
 
