@@ -121,7 +121,6 @@ def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iter
 def _dumps(rec: dict, debug: bool, brief: bool = False) -> str:
     """A record as one JSON line; if even that fails (a bug), the line's error record instead. `brief`: every
     record without the keys a brief record leaves out, also those made outside run_batch (a worker that died)."""
-    from gradflow.studies.batch import error_record, internal_error
     from gradflow.values.jsonable import dumps
 
     if brief and "nodes" in rec:
@@ -133,6 +132,8 @@ def _dumps(rec: dict, debug: bool, brief: bool = False) -> str:
     except Exception as exc:
         if debug:
             raise
+        from gradflow.studies.batch import error_record, internal_error
+
         return _dumps(error_record(rec.get("id"), rec.get("line", 0), rec.get("source"), internal_error(exc)), True,
                       brief)
 

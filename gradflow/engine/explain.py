@@ -5,10 +5,10 @@ from typing import TYPE_CHECKING, Any
 
 from gradflow.engine.prepare import UNUSED_KIND, merge_values, prepare, unused_values
 from gradflow.errors import ValueInputError
-from gradflow.limits import as_limits
+from gradflow.limits import Limits, as_limits
 
 if TYPE_CHECKING:  # program/values/difflib load on first use: a syntax error needs none of them
-    pass
+    from gradflow.language.graph import Graph
 
 
 def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = "float32",
@@ -31,9 +31,15 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
     with `seed`) or files ("@x.npy", "@x.pt"); see values/specs.py.
     """
     check_arguments(source, wrt, dtype, device, values)
-    limits = as_limits(limits)
-    given = merge_values(values, kw_values)
-    graph, vals, leaves = prepare(source, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
+    return explain_checked(source, merge_values(values, kw_values), wrt=wrt, dtype=dtype, device=device, seed=seed,
+                           measure_edges=measure_edges, limits=as_limits(limits), strict=strict, brief=brief)
+
+
+def explain_checked(program: str | Graph, given: dict[str, Any], *, wrt: str | list[str] | None, dtype: str,
+                    device: str, seed: int, measure_edges: bool, limits: Limits, strict: bool, brief: bool):
+    """explain() once its arguments are checked (`check_arguments`), its values merged and its limits read;
+    `program` may be compiled already (a batch line's: compile_program's cache was asked for it once)."""
+    graph, vals, leaves = prepare(program, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
     from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
 
     result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits,
@@ -44,6 +50,8 @@ def explain(source: str, /, *, wrt: str | list[str] | None = None, dtype: str = 
 
 def unused_warnings(given, used, who: str = "the program does not use") -> list:
     """The "unused_value" warnings for the values given that the program does not use."""
+    if all(name in used for name in given):
+        return []  # every value used (most calls): no list of names to build, no Warning class to import
     from gradflow.analysis.explanation import Warning
 
     return [Warning(UNUSED_KIND, None, message) for _, message in unused_values(given, used, who)]

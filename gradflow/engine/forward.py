@@ -164,7 +164,7 @@ class Run:
             precheck(node, args, self.g.source)
         said = self.said
         before = len(said)
-        fn, modes = OPS[op].fn, self.modes(node)
+        fn, modes = OPS[op].fn, self.modes(node) if node.modes else ()
         try:
             if modes:
                 with _context(modes):

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.errors import GradflowError, ValueInputError
 from gradflow.limits import MAX_JSON_DEPTH, MAX_VALUE_DIMS, Limits, as_limits
+from gradflow.values.jsonable import document
 
 FIELDS = ("id", "expr", "vars", "wrt", "dtype")
 _HINT = 'a line is "EXPR" or {"id": 1, "expr": "x*y", "vars": {"x": 1, "y": 2}, "wrt": "x", "dtype": "float64"}'
@@ -96,15 +97,15 @@ def _loads(line: str) -> Any:
 
 def _check_value(name: str, value: Any) -> Any:
     """Numbers pass through; lists and strings go through the shared value parser."""
-    from gradflow.values.text import parse_value
-
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
+    if isinstance(value, list) and all(type(v) in (int, float) for v in value):  # a flat list of numbers: valid
+        return value
+    from gradflow.values.text import parse_value  # (not for numbers: an import statement costs ~0.7 us a call)
+
     if isinstance(value, str):
         return parse_value(name, value)
     if isinstance(value, list):
-        if all(type(v) in (int, float) for v in value):  # a flat list of numbers is always valid
-            return value
         return parse_value(name, json.dumps(value))
     raise _bad(f"the value of '{name}' must be a number, a list or a string, not {json.dumps(value)}")
 
@@ -182,11 +183,8 @@ class Defaults:
     brief: bool = False  # records without "nodes", "edges" and "contributions" (--brief; explain(brief=True))
 
 
-def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
-    """The line's own vars, plus those defaults whose names the program uses."""
-    from gradflow.language.compile import compile_program
-
-    inputs = compile_program(job.expr, defaults.limits).inputs
+def _values(job: Job, defaults: Defaults, inputs: Mapping[str, int]) -> dict[str, Any]:
+    """The line's own vars, plus those defaults whose names the program uses (`inputs`: its variables)."""
     shared = {k: v for k, v in defaults.values.items() if k in inputs and k not in job.vars}
     for name in inputs:
         if name in defaults.options and name not in shared and name not in job.vars:  # `--seed 3` seeds
@@ -198,14 +196,18 @@ def _values(job: Job, defaults: Defaults) -> dict[str, Any]:
 
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
-    from gradflow.engine.explain import explain
-    from gradflow.limits import using
-    from gradflow.values.jsonable import document
+    from gradflow.engine.explain import check_arguments, explain_checked
+    from gradflow.engine.prepare import within
+    from gradflow.language.compile import compile_program
 
-    result = explain(job.expr, wrt=job.wrt if job.wrt is not None else defaults.wrt,
-                     dtype=job.dtype or defaults.dtype, device=defaults.device, values=_values(job, defaults),
-                     limits=defaults.limits, seed=defaults.seed, strict=defaults.strict, brief=defaults.brief)
-    with using(as_limits(defaults.limits)), document(defaults.summary):  # over the json limit: an error record
+    limits = as_limits(defaults.limits)
+    graph = compile_program(job.expr, limits)  # once: explain_checked takes the graph
+    values = _values(job, defaults, graph.inputs)
+    wrt, dtype = job.wrt if job.wrt is not None else defaults.wrt, job.dtype or defaults.dtype
+    check_arguments(job.expr, wrt, dtype, defaults.device, values)  # as explain() would
+    result = explain_checked(graph, values, wrt=wrt, dtype=dtype, device=defaults.device, seed=defaults.seed,
+                             measure_edges=True, limits=limits, strict=defaults.strict, brief=defaults.brief)
+    with within(limits), document(defaults.summary):  # over the json limit: an error record
         return {"id": job.id, "line": number, **result.to_dict()}
 
 

@@ -8,7 +8,6 @@ silent summary. Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import json
@@ -39,18 +38,25 @@ class _Document:
 _DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gradflow_json_document", default=None)
 
 
-@contextlib.contextmanager
-def document(summary: bool = False):
+class document:  # noqa: N801 - used as a function: `with document(summary):`
     """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
-    (limits.using). Nested: the outermost document counts and decides."""
-    if _DOCUMENT.get() is not None:
-        yield
-        return
-    token = _DOCUMENT.set(_Document(summary, current().json))
-    try:
-        yield
-    finally:
-        _DOCUMENT.reset(token)
+    (limits.using). Nested: the outermost document counts and decides. A class, not a generator: every record
+    of a batch enters one (a generator-based context manager costs ~2 us, this ~0.5 us)."""
+
+    __slots__ = ("summary", "token")
+
+    def __init__(self, summary: bool = False):
+        self.summary = summary
+        self.token: contextvars.Token[_Document | None] | None = None
+
+    def __enter__(self) -> None:
+        if _DOCUMENT.get() is None:
+            self.token = _DOCUMENT.set(_Document(self.summary, current().json))
+
+    def __exit__(self, *exc) -> None:
+        if self.token is not None:
+            _DOCUMENT.reset(self.token)
+            self.token = None
 
 
 def spend(count: int) -> None:
@@ -64,6 +70,8 @@ def one_document(to_dict):
     """A to_dict method builds one document (unless it is part of a bigger one already)."""
     @functools.wraps(to_dict)
     def wrapper(*args, **kwargs):
+        if _DOCUMENT.get() is not None:  # part of a bigger one (a batch record): nothing to enter
+            return to_dict(*args, **kwargs)
         with document():
             return to_dict(*args, **kwargs)
     return wrapper

@@ -56,14 +56,14 @@ def scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tens
 
 def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
-    check_value(name, value)
-    if isinstance(value, torch.Tensor):
-        _check_dense(name, "a tensor", value)
-    if type(value) in (int, float):
+    if type(value) in (int, float):  # a Python number (most values) is never complex, never a sparse tensor
         try:
             return scalar(float(value), dtype, device)  # an int through float64 first: torch refuses ints > 2**63
         except OverflowError:
             pass  # an int too big for a C double: as_tensor below says so in torch's words
+    check_value(name, value)
+    if isinstance(value, torch.Tensor):
+        _check_dense(name, "a tensor", value)
     try:
         t = torch.as_tensor(value, dtype=dtype, device=device)
     except TORCH_ERRORS as err:

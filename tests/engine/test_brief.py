@@ -139,3 +139,28 @@ def test_the_fast_path_answers_plain_programs_alone(monkeypatch):
     assert r.brief and r.output.requires_grad and len(r.grads["x"]) == 2
     with pytest.raises(AssertionError, match="full evaluation"):
         explain("detach(x)*y", x=1, y=2, wrt="x", brief=True)  # no gradient: `why` needs the full evaluation
+
+
+def test_the_finite_check_says_what_testing_each_tensor_says():
+    """brief._finite (one flat sum of many tensors' numbers) == no tensor is bad() (nonfinite.py, tensor by
+    tensor), for numbers, vectors, matrices, big tensors, ints and bools, nan, inf, -inf, inf + -inf and finite
+    numbers whose sum overflows (float64's largest twice)."""
+    import torch
+
+    from gradflow.engine.brief import _finite
+    from gradflow.engine.nonfinite import bad
+
+    big = 1.7e308
+    pool = [None, torch.tensor(1.5), torch.tensor(-2.0, dtype=torch.float64), torch.tensor([1.0, -3.0]),
+            torch.ones(2, 3), torch.arange(100.0), torch.tensor(3), torch.tensor([1, 2]), torch.tensor(True),
+            torch.tensor([True, False]), torch.tensor(big, dtype=torch.float64),
+            torch.tensor([big, big], dtype=torch.float64)]
+    for x in (math.nan, math.inf, -math.inf):
+        pool += [torch.tensor(x), torch.tensor([1.0, x]), torch.tensor([[0.0], [x]]),
+                 torch.cat([torch.arange(99.0), torch.tensor([x])])]
+    rng = random.Random(5)
+    for _ in range(400):
+        groups = [rng.sample(pool, rng.randint(0, 4)) for _ in range(3)]
+        assert _finite(*groups) == (not any(bad(t) for g in groups for t in g)), groups
+    assert _finite([torch.tensor(math.inf)], [torch.tensor(-math.inf)]) is False  # their sum is nan
+    assert _finite([torch.tensor(big, dtype=torch.float64)] * 2) is True  # their sum overflows; each is finite
