@@ -61,6 +61,24 @@ def resume_collector() -> None:
         gc.enable()
 
 
+_NOT_PLAIN = object()
+
+
+def _plain(annotation, value, info):
+    """What Typer's coercion gives for a plain value: a str, bool, int or float of the annotation's type as it
+    is, and a whole number written in digits (`--jobs 2`) within the option's min and max as that int. Anything
+    else (a bad number, one out of range, other types): _NOT_PLAIN, and Typer's own coercion says what is wrong."""
+    kind = type(value)
+    if kind is annotation and kind in (str, bool, int, float):
+        return value
+    if annotation is int and kind is str and value.isascii() and value.isdigit():
+        number = int(value)
+        low, high = getattr(info, "min", None), getattr(info, "max", None)
+        if (low is None or number >= low) and (high is None or number <= high):
+            return number
+    return _NOT_PLAIN
+
+
 def _lazy_typer_coercion() -> bool:
     """Patch Typer's coercion factory once; False when this Typer has no such internals."""
     try:
@@ -75,8 +93,9 @@ def _lazy_typer_coercion() -> bool:
 
     class LazyRuntimeParam(base):  # type: ignore[valid-type,misc]  # Typer's own class, found at run time
         def _coerce_value(self, value, param, ctx):
-            if self.annotation in (str, bool, int, float) and type(value) is self.annotation:
-                return value
+            plain = _plain(self.annotation, value, self.parameter_info)
+            if plain is not _NOT_PLAIN:
+                return plain
             real = original(resolve(self.annotation, self.parameter_info))
             return real._coerce_value(value, param=param, ctx=ctx)
 

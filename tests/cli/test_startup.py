@@ -18,7 +18,8 @@ def _imported(stderr: str) -> set[str]:
 @pytest.mark.parametrize("args", [["--help"], ["eval", "x +", "--x", "1"], ["eval", "x*y", "--x", "1"],
                                   ["eval", "x.sigmod()", "--x", "1"], ["eval", "F.softmax(x, dims=0)", "--x", "1"],
                                   ["eval", "with torch.no_grad():\n    c = x\n  c", "--x", "1"], ["ops"],
-                                  ["eval", "x^2", "--x", "1", "--brief", "--flows"]])
+                                  ["eval", "x^2", "--x", "1", "--brief", "--flows"],
+                                  ["batch", "-", "--text", "--jobs", "2", "--first-line", "3", "--x", "1"]])
 def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
     res = _run(*args)
     assert res.returncode in (0, 2)
@@ -67,6 +68,30 @@ def test_options_still_coerced(cli, tmp_path):
               "--json")
     assert res.exit_code == 0, res.stderr
     assert '"grads": {"x": 5.0, "y": 2.0}' in res.stdout and '"dtype": "float64"' in res.stdout
+
+
+@pytest.mark.parametrize("low,high", [(None, None), (1, None), (0, 10), (2, 3)])
+def test_a_whole_number_is_what_typers_coercion_makes_of_it(low, high):
+    """`--jobs 2`, `--first-line 3`: the shortcut gives Typer's int, or leaves the value to Typer's coercion,
+    which then words the error (never a different answer)."""
+    import typer
+    from typer import _coercion
+
+    info = typer.Option("--n", min=low, max=high)
+    typers = _coercion.build_runtime_param(_coercion.resolve_type_descriptor(int, info))
+    taken = 0
+    for value in ["0", "1", "2", "3", "02", "007", "10", "11", "-1", "+3", " 3", "3 ", "1.5", "x", "", "٣", "1e3",
+                  "99999999999999999999"]:
+        got = startup._plain(int, value, info)
+        try:
+            want = typers._coerce_value(value, param=None, ctx=None)
+        except typer.BadParameter:
+            assert got is startup._NOT_PLAIN, value
+            continue
+        assert got is startup._NOT_PLAIN or (got == want and type(got) is int), value
+        taken += got is not startup._NOT_PLAIN
+    assert taken >= 3  # digits within the range are taken: no pydantic for them
+    assert startup._plain(str, "x", info) == "x" and startup._plain(float, "1.5", info) is startup._NOT_PLAIN
 
 
 def test_install_is_idempotent():
