@@ -8,7 +8,6 @@ import importlib.util
 import json
 import pathlib
 import re
-import threading
 
 import pytest
 from hypothesis import given, settings
@@ -305,19 +304,3 @@ def test_its_tokens_are_lark_s():
         assert theirs[-1].type == mine[-1].type == "_NL"
         lexed += 1
     assert lexed > 1000
-
-
-def test_threads_parse_their_own_texts():
-    texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
-    want = [parser._tree_parse(t).stmts for t in texts]
-    got: dict[int, list] = {}
-
-    def work(i):
-        got[i] = [parser._climb().parse(texts[i]) for _ in range(30)]
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(runs == [want[i]] * 30 for i, runs in got.items()) and len(got) == len(texts)

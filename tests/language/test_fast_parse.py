@@ -97,13 +97,17 @@ def test_a_build_error_before_a_syntax_error_is_still_the_syntax_error():
     assert err.value.kind == "syntax"
 
 
-def test_threads_parse_their_own_texts():
+@pytest.mark.parametrize("path", ["climb", "fast"])
+def test_threads_parse_their_own_texts(path):
+    """Each thread has its own parser state (Build keeps the text it reports against): climb.py's and
+    fastparse's."""
     texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
     want = [parser._tree_parse(t).stmts for t in texts]
     got: dict[int, list] = {}
 
     def work(i):
-        got[i] = [parser.parse(texts[i]).stmts for _ in range(30)]
+        parse = parser._climb().parse if path == "climb" else parser._fast().parse
+        got[i] = [parse(texts[i]) for _ in range(30)]
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
     for t in threads:
