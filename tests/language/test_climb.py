@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gradflow import ParseError
 from gradflow.errors import Span
-from gradflow.language import climb, parser
+from gradflow.language import climb, climb_rules, parser
 from gradflow.language.larklib import Token
 from gradflow.language.tables import OPTIONS, grammar_text
 
@@ -242,7 +242,7 @@ def test_parse_takes_the_climber_for_the_common_programs(monkeypatch):
 
 def test_the_climber_is_built_with_this_grammar_and_lark():
     """If grammar.lark or lark changes what climb.py relies on, parser.py quietly keeps to fastparse: this test
-    is what says so. Update climb.py (`_RULES`, `_DIRECT` and the code that walks them) with the grammar."""
+    is what says so. Update climb_rules.py (`RULES`, `DIRECT`) and the code in climb.py that walks them with the grammar."""
     assert parser._climb() is not None
     climb.Climb(parser._lark())  # and it says why, if not
 
@@ -268,17 +268,17 @@ def test_a_grammar_it_does_not_expect_turns_it_off(old, new):
 
 
 def test_its_operators_are_build_s_by_the_names_it_checks():
-    """`_probe` checks lark's callbacks by Build's method names (`_BINARY`, `_COMPARE`): the climber calls those."""
+    """`probe` checks lark's callbacks by Build's method names (`BINARY`, `COMPARE`): the climber calls those."""
     climber = parser._climb().climber
-    assert {op: (level, getattr(climber.build, name)) for op, (level, name) in climb._BINARY.items()} == \
+    assert {op: (level, getattr(climber.build, name)) for op, (level, name) in climb_rules.BINARY.items()} == \
         climber.binary
-    assert {op: getattr(climber.build, name) for op, name in climb._COMPARE.items()} == climber.compare
+    assert {op: getattr(climber.build, name) for op, name in climb_rules.COMPARE.items()} == climber.compare
 
 
 def test_lark_callbacks_it_does_not_expect_turn_it_off(monkeypatch):
     """What the climber assumes of lark's child filters is checked against lark itself when it is built."""
     key = ("sum", ("sum", "PLUS", "product"))
-    monkeypatch.setitem(climb._DIRECT, key, ("add", (0, 1, 2)))
+    monkeypatch.setitem(climb_rules.DIRECT, key, ("add", (0, 1, 2)))
     with pytest.raises(TypeError, match="lark's callback"):
         climb.Climb(parser._lark())
 
