@@ -92,8 +92,14 @@ def current() -> Limits:
     return _CURRENT.get()
 
 
+def using(limits: Limits) -> contextlib.AbstractContextManager[Limits]:
+    """These limits in force inside the block (it gives them back); nothing to enter when they are in force
+    already (every record of a batch: its prepare, evaluate and record each asked again, ~1.5 us a time)."""
+    return contextlib.nullcontext(limits) if limits is _CURRENT.get() else _entered(limits)
+
+
 @contextlib.contextmanager
-def using(limits: Limits):
+def _entered(limits: Limits):
     token = _CURRENT.set(limits)
     try:
         yield limits

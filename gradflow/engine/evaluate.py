@@ -14,10 +14,9 @@ from gradflow.analysis.status import annotate
 from gradflow.engine.brief import answer
 from gradflow.engine.forward import Run, leaf_maker
 from gradflow.engine.nonfinite import find_nonfinite
-from gradflow.engine.prepare import within
 from gradflow.engine.results import backward, check_output, node_results
 from gradflow.language.graph import Graph
-from gradflow.limits import Limits, current
+from gradflow.limits import Limits, current, using
 from gradflow.values.tensors import resolve_device, resolve_dtype
 
 
@@ -31,7 +30,7 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     run = Run(graph, leaf_maker(values, wrt, torch_dtype, torch_device, warnings), torch_dtype, torch_device,
               measure_edges=measure_edges)
     run.warnings = warnings
-    with within(limits or current()):
+    with using(limits or current()):
         run.run()
     out = check_output(run)
     error = backward(out, run)

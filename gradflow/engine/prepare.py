@@ -5,7 +5,6 @@ and file values as tensors (seeded, in program order), so every later run sees t
 """
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gradflow.errors import ValueInputError
@@ -14,15 +13,6 @@ from gradflow.limits import Limits, current, using
 
 if TYPE_CHECKING:
     from gradflow.language.graph import Graph
-
-
-_SAME = contextlib.nullcontext()  # reusable: entering it does nothing
-
-
-def within(limits: Limits) -> contextlib.AbstractContextManager:
-    """`limits.using(limits)`, or nothing to enter when they are the limits in force already (every record of a
-    batch: its prepare, evaluate and record each entered them again, ~1.5 us each)."""
-    return _SAME if limits is current() else using(limits)
 
 
 class Prepared(NamedTuple):
@@ -47,7 +37,7 @@ def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
     ready = checked(program, values, wrt, limits, strict)
     from gradflow.values.tensors import materialize  # torch from here on
 
-    with within(limits):
+    with using(limits):
         built = materialize(ready.values, dtype, seed)  # program order: seeded draws
     return ready if built is ready.values else ready._replace(values=built)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.errors import GradflowError, ValueInputError
-from gradflow.limits import MAX_JSON_DEPTH, MAX_VALUE_DIMS, Limits, as_limits
+from gradflow.limits import MAX_JSON_DEPTH, MAX_VALUE_DIMS, Limits, as_limits, using
 from gradflow.values.jsonable import document
 
 FIELDS = ("id", "expr", "vars", "wrt", "dtype")
@@ -197,7 +197,6 @@ def _values(job: Job, defaults: Defaults, inputs: Mapping[str, int]) -> dict[str
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
     from gradflow.engine.explain import check_arguments, explain_checked
-    from gradflow.engine.prepare import within
     from gradflow.language.compile import compile_program
 
     limits = as_limits(defaults.limits)
@@ -207,7 +206,7 @@ def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     check_arguments(job.expr, wrt, dtype, defaults.device, values)  # as explain() would
     result = explain_checked(graph, values, wrt=wrt, dtype=dtype, device=defaults.device, seed=defaults.seed,
                              measure_edges=True, limits=limits, strict=defaults.strict, brief=defaults.brief)
-    with within(limits), document(defaults.summary):  # over the json limit: an error record
+    with using(limits), document(defaults.summary):  # over the json limit: an error record
         return {"id": job.id, "line": number, **result.to_dict()}
 
 

@@ -75,14 +75,13 @@ def test_unused_warnings_shortcut_equals_the_general_path():
         assert got == [(UNUSED_KIND, None, m) for _, m in unused_values(given, list(used))]
 
 
-def test_within_enters_the_limits_only_where_they_change():
-    from gradflow.engine.prepare import within
+def test_using_enters_the_limits_only_where_they_change():
     from gradflow.limits import DEFAULT, as_limits, current, using
 
     other = as_limits({"depth": 77})
     for outer in (DEFAULT, other):
         with using(outer):
             for limits in (DEFAULT, other, as_limits({"depth": 77})):
-                with within(limits):
-                    assert current() == limits
+                with using(limits) as given:
+                    assert current() == limits and given is limits
                 assert current() is outer
