@@ -104,14 +104,20 @@ _FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ 
 _CLIMB: list = []  # [climb.Climb], or [None] when grammar.lark's rules or lark's insides differ from its own
 
 
+def _build(slot: list, path) -> None:
+    """A fast path over this lark (`path(lark)`) into `slot`, or None there when grammar.lark's rules or lark's
+    insides differ from what it reads: parse then keeps to the paths after it."""
+    try:
+        slot.append(path(_lark()))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        slot.append(None)
+
+
 def _fast():
     if not _FAST:
         from gradflow.language.fastparse import Fast
 
-        try:
-            _FAST.append(Fast(_lark()))
-        except (AttributeError, KeyError, TypeError, ValueError):  # a lark whose insides differ: the tree path
-            _FAST.append(None)
+        _build(_FAST, Fast)
     return _FAST[0]
 
 
@@ -119,10 +125,7 @@ def _climb():
     if not _CLIMB:
         from gradflow.language.climb import Climb
 
-        try:
-            _CLIMB.append(Climb(_lark()))
-        except (AttributeError, KeyError, TypeError, ValueError):  # another grammar or lark: fastparse alone
-            _CLIMB.append(None)
+        _build(_CLIMB, Climb)
     return _CLIMB[0]
 
 
