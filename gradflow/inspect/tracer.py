@@ -20,23 +20,23 @@ they are given to), and the ops inside each reentrant checkpoint, whose forward 
 maps its recomputation in backward onto them (`replaying`).
 
 Its rooms: trace_mode.py (the TorchFunctionMode and the module calls it sees), trace_records.py (what is
-recorded), trace_uses.py (the per-use gradient hooks), trace_replay.py (grad on/off contexts, reentrant
-checkpoints), trace_values.py (values that leave torch); this file is the Trace that ties them together.
+recorded), trace_ops.py (how one op is recorded: the general path and its shortcuts), trace_uses.py (the per-use
+gradient hooks), trace_replay.py (grad on/off contexts, reentrant checkpoints), trace_values.py (values that leave
+torch); this file is the Trace that ties them together.
 """
 from __future__ import annotations
 
-import gc
 import weakref
 from typing import Any
 
 import torch
 
-from gradflow.inspect.source import custom_function, lines
-from gradflow.inspect.trace_mode import Mode, calls_seen_by, leaf_lines, running_mean
+from gradflow.inspect.source import lines
+from gradflow.inspect.trace_mode import Mode, calls_seen_by, running_mean
+from gradflow.inspect.trace_ops import append, collect, fast_op, leaf_general, leaf_op, record
 from gradflow.inspect.trace_records import (
     DETACH,
     FLAGS,
-    LOW,
     METADATA_ONLY,
     FlagEvent,
     OpRecord,
@@ -67,8 +67,6 @@ _DETACH = DETACH  # (tests/language/test_op_table.py)
 _Mode = Mode  # (inspect/script_trace.py subclasses it)
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "gc_deferred", "op_name", "tensors_in", "trace"]
-_ref, _Tensor, _F32 = weakref.ref, torch.Tensor, torch.float32
-_GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
 class Trace:
@@ -181,184 +179,9 @@ class Trace:
 
     _cut_kind = staticmethod(cut_kind)
 
-    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,
-                extra: tuple[int, ...] = ()):
-        if name == "__setitem__":  # x[i] = y writes into x
-            outs = ins[:1]
-        elif isinstance(out, torch.Tensor):
-            outs = [out]
-        else:
-            outs = tensors_in(out, [])
-        if not outs:
-            return
-        if in_leaf is None:
-            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
-        st = self.state
-        grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        first = self._next  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        ids, refs, serial = self._ids, self._refs, self.serial
-        serials = []
-        for a in ins:
-            s = ids.get(id(a))
-            serials.append(s if s is not None and refs[s]() is a else serial(a))
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
-            if self._next > first else ()  # here came from outside the trace
-        out_serials = []
-        for o in outs:
-            s = ids.get(id(o))
-            out_serials.append(s if s is not None and refs[s]() is o else serial(o))
-        stack = st.stack
-        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(out_serials), grad_on, inference,
-                       id(stack[-1]) if stack else None)
-        given: set[int] | None = None  # inside a custom Function's forward: the tensors it was applied to
-        if True in in_rg and not any(o.requires_grad for o in outs):
-            rec.cut = self._cut_kind(name, grad_on, inference)
-            dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
-            if dead:
-                rec.cut, rec.how = self._dead  # type: ignore[misc]
-            function = custom_function() if rec.cut == "no_grad" and not dead else None
-            if function is not None:
-                rec.cut, rec.inside = None, function[0]  # the Function's own backward carries the gradient
-                st.functions.add(function[0])
-                given = {id(a) for a in tensors_in(function[1], [])}
-            elif rec.cut == "no_grad" and not dead:
-                rec.how = self._grad_off()
-        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)] \
-            if True in in_leaf else ()
-        if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
-            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
-        if came_in and len(st.outside) < 100:
-            st.outside += [(rec.index, s) for s in came_in]
-        self._append(rec)
-        dtype = outs[0].dtype
-        low = dtype if dtype in LOW else ins[0].dtype if ins and ins[0].dtype in LOW else None
-        if low is not None and outs[0].grad_fn is not None:  # half precision: where a gradient under/overflows
-            st.low_nodes[id(outs[0].grad_fn)] = (outs[0].grad_fn, rec.index, low)
-            if rec.line is None:
-                rec.line, rec.library_line = lines()
-        if leaves:
-            self._uses(rec, leaves, outs, stop, given)
-
-    def _fast_op(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop):
-        """_record for the common op (inside a module, gradients on, no checkpoint, nothing followed): the same
-        record, with less asked per op. Anything else it meets (a cut, a tensor from outside the trace, half
-        precision) goes to _record."""
-        outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out, [])
-        if not outs:
-            return
-        if (in_leaf is not None and not any(o.requires_grad for o in outs)) or outs[0].dtype in LOW or \
-                (ins and ins[0].dtype in LOW):
-            return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
-        ids, refs = self._ids, self._refs
-        serials = []
-        for a in ins:
-            s = ids.get(id(a))
-            if s is not None and refs[s]() is a:
-                serials.append(s)
-            elif a.requires_grad and not a.is_leaf:  # computed outside the trace: _record tells
-                return self._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
-            else:  # (self.serial(a), inline)
-                if s is not None:
-                    refs[s] = None
-                ids[id(a)] = s = len(refs)
-                refs.append(_ref(a))
-                serials.append(s)
-        out_serials = []
-        for o in outs:
-            s = ids.get(id(o))
-            if s is not None and refs[s]() is o:
-                out_serials.append(s)
-            else:
-                if s is not None:
-                    refs[s] = None
-                ids[id(o)] = s = len(refs)
-                refs.append(_ref(o))
-                out_serials.append(s)
-        st = self.state
-        rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
-        uses = None
-        if in_leaf is not None and True in in_leaf:
-            uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
-                    if leaf and not any(a is o for o in outs)}
-            if uses:
-                rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
-        st.ops.append(rec)
-        if not rec.index % _GC_EVERY and rec.index:
-            self._collect(rec.index)
-        if uses:
-            st.uses.extend(uses.values())
-            self._listen(outs, uses, stop)
-
-    def _leaf_op(self, name: str, x, params: list, out, stop, module):
-        """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
-        tensors, one result, each input's flags read once; what is not that plain (a cut, half precision, a tensor
-        from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general)."""
-        if type(out) is not _Tensor or ((d := out.dtype) is not _F32 and d in LOW) or \
-                ((d := x.dtype) is not _F32 and d in LOW) or \
-                (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
-            return self._leaf_general(name, x, params, out, stop)
-        ids, refs = self._ids, self._refs
-        ops = self.state.ops
-        index = len(ops)
-        serials = []
-        uses = {}  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check below
-        #            sends the op to _leaf_general)
-        for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
-            s = ids.get(id(a))
-            if s is not None and refs[s]() is a:  # seen: x, usually
-                if a.requires_grad and a.is_leaf:
-                    uses[id(a)] = Use(s, index)
-            elif a is out:
-                return self._leaf_general(name, x, params, out, stop)
-            elif a.requires_grad:  # a parameter seen the first time, usually
-                if not a.is_leaf:  # computed outside the trace
-                    return self._leaf_general(name, x, params, out, stop)
-                if s is not None:  # (self.serial(a), inline)
-                    refs[s] = None
-                ids[id(a)] = s = len(refs)
-                refs.append(_ref(a))
-                uses[id(a)] = Use(s, index)
-            else:
-                if s is not None:
-                    refs[s] = None
-                ids[id(a)] = s = len(refs)
-                refs.append(_ref(a))
-            serials.append(s)
-        s = ids.get(id(out))
-        if s is not None:
-            if refs[s]() is out:
-                return self._leaf_general(name, x, params, out, stop)
-            refs[s] = None
-        ids[id(out)] = s = len(refs)
-        refs.append(_ref(out))
-        rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
-        ops.append(rec)
-        if not index % _GC_EVERY and index:
-            self._collect(index)
-        if uses:
-            self.state.uses.extend(uses.values())
-            rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
-            node = out.grad_fn
-            if node is not None:
-                self._found.append((node, stop, uses))  # (one node: no list, arm() tells)
-
-    def _leaf_general(self, name: str, x, params: list, out, stop):
-        """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""
-        ins = [x, *params]
-        in_rg = [a.requires_grad for a in ins]
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
-        return self._fast_op(name, ins, in_rg, in_leaf, out, stop if in_leaf and True in in_leaf else None)
-
-    def _collect(self, index: int) -> None:
-        if self._gc.was_on:  # a long block: its young garbage, and all of it now and then
-            gc.collect(1 if index % (8 * _GC_EVERY) else 2)
-
-    def _append(self, rec: OpRecord):
-        self.state.ops.append(rec)
-        if not rec.index % _GC_EVERY and rec.index:
-            self._collect(rec.index)
-        if self._checkpoint is not None:
-            self.checkpoint_ops[self._checkpoint].append(rec.index)
+    # how an op is recorded (trace_ops.py), as methods
+    _record, _fast_op, _leaf_op, _leaf_general = record, fast_op, leaf_op, leaf_general
+    _collect, _append = collect, append
 
     def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
         uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)

@@ -31,9 +31,9 @@ def test_gc_state_is_restored_after_trace_and_explain(enabled):
 
 
 def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
-    from gradflow.inspect import tracer
+    from gradflow.inspect import trace_ops
 
-    monkeypatch.setattr(tracer, "_GC_EVERY", 64)
+    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
 
     class Cycle:
         pass
@@ -121,9 +121,9 @@ def test_parameter_and_module_names_from_one_walk_are_torchs():
 
 def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
     """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
-    from gradflow.inspect import tracer
+    from gradflow.inspect import trace_ops
 
-    monkeypatch.setattr(tracer, "_GC_EVERY", 64)
+    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
 
     class Cycle:
         pass
