@@ -20,10 +20,11 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
 - **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. A thread waits
-  for the first worker meanwhile, and the main thread reads ahead (up to AHEAD_LINES lines) and compiles the
-  programs of what it has read, one chunk at a time (batch_ahead.py): each chunk then goes to its worker with
-  them, and the worker finds them in its compile cache. Once the first worker is there, the others start as
-  there is work for them, and later chunks go as they are (the cores are the workers' then).
+  for the first worker meanwhile, the main thread reads ahead (up to AHEAD_LINES lines), and a thread at the
+  lowest priority compiles the programs of what it has read, a chunk at a time (batch_ahead.py): each chunk
+  then goes to its worker with them, and the worker finds them in its compile cache. Once the first worker is
+  there, the others start as there is work for them, and later chunks go as they are (the cores are the
+  workers' then).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -51,7 +52,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from gradflow.errors import GradflowError
-from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, compile_ahead
+from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, Ahead
 from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
@@ -115,13 +116,13 @@ class _Pool:
         self.stopping = threading.Event()
         self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
         os.set_blocking(self.wake_w, False)  # a full pipe already says "wake up": the reader never waits on it
-        # the first worker is started by a thread (its fork server imports torch first): meanwhile this one
+        # the first worker is started by a thread (its fork server imports torch first): meanwhile another
         # compiles the programs of the lines read (batch_ahead.py)
         self.starter: threading.Thread | None = None
         self.started: queue.SimpleQueue = queue.SimpleQueue()  # the first worker, or the error that stopped it
         self.handover = threading.Lock()  # the first worker goes into `started` or is killed, never both or neither
         self.ahead_bytes = self.ahead_lines = 0
-        self.limits = as_limits(options.get("limits"))
+        self.ahead = Ahead(options.get("text", False), as_limits(options.get("limits")))
 
     # -- reading (a thread) --
     def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
@@ -176,6 +177,7 @@ class _Pool:
                 kill([got])  # the batch ended meanwhile
             else:
                 self.started.put(got)
+        self.ahead.stop()  # the cores are the workers' now
         self._wake()
 
     def _first_ready(self) -> bool:
@@ -228,7 +230,6 @@ class _Pool:
         self.reader.start()
         slots: deque[Slot] = deque()  # every slot not yet yielded, in input order
         todo: deque[Slot] = deque()  # slots no worker has yet
-        uncompiled: deque[Slot] = deque()  # slots made before the first worker started, in order
         building: list[str] = []  # lines read, not yet in a slot
         build_first = first
         ended, end_error = False, None
@@ -239,14 +240,13 @@ class _Pool:
             slots.append(slot)
             todo.append(slot)
             if early:
-                uncompiled.append(slot)
+                self.ahead.add(slot)
                 self.ahead_lines += len(lines)
                 self.ahead_bytes += sum(map(len, lines))
         while True:
             if self.starter is not None and self._first_ready():
                 early = False
-                uncompiled.clear()
-            ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes < AHEAD_BYTES
+            ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
             window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             # 1. what the reader has read, into slots (up to the window)
             while not ended and len(slots) < window:
@@ -299,11 +299,7 @@ class _Pool:
                 if end_error is not None:
                     raise end_error
                 return
-            # 4. while the first worker starts, compile what has been read (a chunk at a time, then look again)
-            if ahead and uncompiled:
-                self._compile_ahead(uncompiled.popleft())
-                continue
-            # 5. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
+            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
             if not ended and len(slots) < window and not self.lines.empty():
                 continue
             waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
@@ -324,12 +320,6 @@ class _Pool:
                             slots.insert(at, piece)
                             if not piece.done:
                                 todo.appendleft(piece)
-
-    def _compile_ahead(self, slot: Slot) -> None:
-        """Compile a slot's programs for its worker (batch_ahead.py)."""
-        slot.ahead, size = compile_ahead(slot.lines, slot.first, self.options.get("text", False), self.limits,
-                                         stop=lambda: not self.started.empty())
-        self.ahead_bytes += size
 
     def _hear(self, worker: Worker) -> list[Slot]:
         """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
@@ -359,6 +349,7 @@ class _Pool:
         still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
         so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
+        self.ahead.stop()
         with self.handover:  # a first worker handed over but not yet taken (the starter kills a later one)
             while not self.started.empty():
                 got = self.started.get()

@@ -3,6 +3,10 @@ them makes exactly the records it makes without them, for good lines and bad, an
 cache instead of parsing. Oracle: the records of run_batch with nothing compiled ahead, and hand-derived
 values (d(a*x + b)/dx = a)."""
 import json
+import os
+import sys
+import threading
+import time
 
 import pytest
 
@@ -88,6 +92,49 @@ def test_compiling_stops_when_told_and_leaves_the_rest_to_the_worker():
     assert [p and p[0] for p in packed] == ["x*0", "x*1", None, None, None]
 
 
+class _Slot:
+    """What Ahead reads and writes of a batch_slots.Slot."""
+
+    def __init__(self, first, lines):
+        self.first, self.lines, self.ahead = first, lines, None
+
+
+def test_a_thread_at_the_lowest_priority_compiles_the_slots_in_order_until_stopped(monkeypatch):
+    """The command's compiling thread takes only CPU time nothing else of the batch wants (on a busy machine
+    it took the fork server's, delaying the first worker): its own niceness, not the command's."""
+    from gradflow.studies import batch_ahead
+
+    def priority():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine, theirs = priority(), []
+
+    def spy(*args, **kw):
+        theirs.append((threading.current_thread() is threading.main_thread(), priority()))
+        return compile_ahead(*args, **kw)
+
+    monkeypatch.setattr(batch_ahead, "compile_ahead", spy)
+    ahead = batch_ahead.Ahead(False, OPTIONS["limits"])
+    one, two = _Slot(1, [json.dumps("x*3"), json.dumps("(x*")]), _Slot(3, ["", json.dumps({"expr": "x*4"})])
+    ahead.add(one)
+    ahead.add(two)
+    deadline = time.monotonic() + 30
+    while two.ahead is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [p and p[0] for p in one.ahead] == ["x*3", None]  # a syntax error: its worker compiles it again
+    assert [p and p[0] for p in two.ahead] == [None, "x*4"]
+    assert ahead.bytes > 0
+    assert [main for main, _ in theirs] == [False, False]
+    if sys.platform.startswith("linux"):
+        assert [nice for _, nice in theirs] == [max(mine, batch_ahead.AHEAD_NICE)] * 2
+    assert priority() == mine
+    ahead.stop()  # the first worker is ready: what comes later goes as it is
+    three = _Slot(5, [json.dumps("x*5")])
+    ahead.add(three)
+    ahead.thread.join(30)
+    assert not ahead.thread.is_alive() and three.ahead is None and len(theirs) == 2
+
+
 def test_text_mode_and_a_shard_numbered_from_line_5(fresh_cache):
     lines = ["\ufeffx*y", "  2*x  ", "x^", ""]  # line 5 first: its byte-order mark is not skipped
     plain = records(lines, first=5, text=True)
@@ -114,7 +161,7 @@ def test_a_pool_sends_its_workers_the_programs_it_compiled_while_they_started(mo
     the records are the ones one process makes (good lines, and errors among them)."""
     from functools import partial
 
-    from gradflow.studies import batch_pool
+    from gradflow.studies import batch_ahead, batch_pool
     from gradflow.studies.batch_worker import forget_forkserver
     from gradflow.values.jsonable import dumps
 
@@ -127,7 +174,8 @@ def test_a_pool_sends_its_workers_the_programs_it_compiled_while_they_started(mo
         compiled.extend(number for number, p in enumerate(got[0], first) if p is not None)
         return got
 
-    monkeypatch.setattr(batch_pool, "compile_ahead", spy)
+    monkeypatch.setattr(batch_ahead, "compile_ahead", spy)
+    monkeypatch.setattr(batch_ahead, "AHEAD_NICE", 0)  # compiled in time also on a busy machine
     lines = [json.dumps({"id": i, "expr": f"{i % 7 + 1}*x + {i}", "vars": {"x": i % 5}}) for i in range(300)]
     lines[10] = json.dumps({"id": 10, "expr": "(x*"})
     lines[20] = "not json"
