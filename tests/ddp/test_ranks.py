@@ -42,12 +42,13 @@ def plain(tmp_path_factory) -> dict[str, list[dict]]:
 
 @pytest.fixture(scope="module")
 def ddp_json():
-    """`gradflow ddp examples/EXAMPLE.py:main --json` for an example, run once for all the tests that read it."""
+    """`gradflow ddp examples/EXAMPLE.py:main --json --fail-on divergent` for an example, run once for all the
+    tests that read it (the gate: exit 6 where a parameter is divergent, else 0)."""
     runs: dict[str, subprocess.CompletedProcess] = {}
 
     def get(example: str) -> subprocess.CompletedProcess:
         if example not in runs:
-            runs[example] = gradflow_ddp(f"examples/{example}.py:main", "--json")
+            runs[example] = gradflow_ddp(f"examples/{example}.py:main", "--json", "--fail-on", "divergent")
         return runs[example]
 
     return get
@@ -55,24 +56,25 @@ def ddp_json():
 
 @pytest.mark.parametrize("example", list(CASES))
 def test_verdicts_match_plain_ddp(example, plain, ddp_json):
+    params, on, branch = CASES[example]
     res = ddp_json(example)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == (6 if params else 0), res.stderr
     doc = json.loads(res.stdout)
     for r in (0, 1):
         real = plain[example][r]
         assert sorted(p["name"] for p in doc["ranks"][r]["no_gradient"]) == real["local"], r
         assert sorted(p["name"] for p in doc["unused"]) == real["find_unused"], r
-    params, on, branch = CASES[example]
     assert [n for g in doc["divergent"] for n in g["params"]] == params
     if params:
         g = doc["divergent"][0]
         assert g["gradient_on"] == on and g["branch"]["line"] == branch
         assert doc["found"] == ["divergent"]
+    assert [(f["name"], f["class"]) for f in doc["gate"]["failures"]] == [(n, "divergent") for n in params]
 
 
 def test_torch_own_error_is_shown_and_named(ddp_json):
     res = ddp_json("ddp_aux_loss")
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 6, res.stderr  # its gate: aux_head.* divergent
     said = {r["rank"]: r for r in json.loads(res.stdout)["torch"]["ranks"]}
     assert said[1]["stage"] == "iteration 2, forward" and EXPECTED in said[1]["message"]
     assert said[1]["unused"] == ["aux_head.weight", "aux_head.bias"]  # torch's indices, named
@@ -84,7 +86,7 @@ def test_table_and_gate(tmp_path):
     assert res.returncode == 6, res.stderr
     assert "old_head.*" in res.stdout and "freeze or delete old_head.*" in res.stdout
     assert "error: --fail-on unused,divergent: 2 parameters failed (unused: 2)" in res.stderr
-    assert gradflow_ddp("examples/ddp_unused_head.py:main", "--fail-on", "divergent").returncode == 0
+    # and `--fail-on divergent` passes it (exit 0): test_verdicts_match_plain_ddp[ddp_unused_head] runs that
 
 
 def test_the_gate_per_rank_with_allow_against_plain_ddp(plain):
