@@ -18,7 +18,7 @@ from gradflow.cli.app import app
 
 from ..processes import GRADFLOW, PYTHON, child, open_fifo_for_writing, run
 
-SLOW = {"expr": "sum(tanh(x@x@x@x))", "vars": {"x": "randn(400,400)"}}  # ~0.05-0.4 s a record here
+SLOW = {"expr": "sum(tanh(x@x@x@x))", "vars": {"x": "randn(400,400)"}}  # ~0.05-0.4 s; in full, ~48 MB of JSON
 VERY_SLOW = {"expr": "sum(tanh(x@x@x@x@x@x@x@x))", "vars": {"x": "randn(1000,1000)"}}  # ~1-5 s, ~150 MB
 
 
@@ -98,16 +98,17 @@ def test_jobs_2_is_byte_identical_to_jobs_1_on_a_generated_batch(tmp_path):
 
 @pytest.mark.slow
 def test_order_is_kept_when_early_records_are_slow_and_later_ones_fast(tmp_path):
-    """The first 40 lines take ~0.2 s each, the next 960 a millisecond: the second worker finishes its fast
-    chunks long before the first one ends; their records still come after the slow ones."""
-    lines = [{**SLOW, "id": i} for i in range(40)] + [linear(i)[0] for i in range(40, 1000)]
+    """The first 16 lines take ~0.1-0.4 s each, the next 984 a millisecond: the second worker finishes its fast
+    chunks long before the first one ends; their records still come after the slow ones. --summary: in full, a
+    slow line's record is ~48 MB of JSON (every 400x400 value), which made this test take minutes."""
+    lines = [{**SLOW, "id": i} for i in range(16)] + [linear(i)[0] for i in range(16, 1000)]
     (tmp_path / "jobs.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in lines))
-    res = batch([str(tmp_path / "jobs.jsonl"), "--jobs", "2"])
+    res = batch([str(tmp_path / "jobs.jsonl"), "--jobs", "2", "--summary"])
     assert res.returncode == 0, res.stderr
     records = [json.loads(line) for line in res.stdout.splitlines()]
     assert [r["id"] for r in records] == list(range(1000))  # more chunks than are read ahead: the window moves
     assert [r["line"] for r in records] == list(range(1, 1001))
-    for r in records[40:]:
+    for r in records[16:]:
         _, value, grad = linear(r["id"])
         assert (r["output"]["value"], r["grads"]["x"]) == (value, grad)
 

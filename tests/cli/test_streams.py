@@ -72,18 +72,22 @@ def test_closed_streams(args, redirect, code, message):
 
 
 def _blocked_reading_stdin(pid: int) -> bool:
+    """Some thread of the process sits in a pipe's read(): the main thread (eval) or batch's reader thread (its
+    main thread meanwhile waits on the workers). Looking at the main thread only, the batch test never saw its
+    read and sent Ctrl-C only after the 60 s wait below had run out."""
     try:
-        return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
-    except OSError:
+        return any("pipe_read" in (task / "wchan").read_text() for task in Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # it, or one of its threads, has just exited
         return False
 
 
 def interrupt_while_reading(proc):
     """Ctrl-C once the process sits in read() on stdin: exit 130, no traceback."""
-    for _ in range(600):  # up to 60 s
-        if _blocked_reading_stdin(proc.pid):
-            break
-        time.sleep(0.1)
+    deadline = time.monotonic() + 60
+    while not _blocked_reading_stdin(proc.pid):
+        if time.monotonic() > deadline:
+            pytest.fail("the process was not seen reading its stdin within 60 s", pytrace=False)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130

@@ -1,9 +1,13 @@
-"""The ground truth for tests/ddp: plain torch, no gradflow. Runs FILE.py:FUNCTION on 2 real gloo ranks and writes,
-per rank, which parameters have `p.grad is None` after
+"""The ground truth for tests/ddp: plain torch, no gradflow. Runs each FILE.py:FUNCTION, one after the other, on
+2 real gloo ranks (one group for all of them: torch is imported and the group formed once) and writes, per rank,
+which parameters have `p.grad is None` after
 - "local": one DDP step under no_sync() (each rank's own backward, nothing all-reduced), and
 - "find_unused": one real DDP step with find_unused_parameters=True (torch's own answer for every rank).
 
-    python tests/ddp/plain_ddp.py FILE.py:FUNCTION OUT_DIR
+    python tests/ddp/plain_ddp.py OUT_DIR FILE.py:FUNCTION...    (writes OUT_DIR/FILE/rank0.json, rank1.json)
+
+Every model and DDP wrapper is the example's own, made afresh for it: what one example leaves behind is only the
+group, which every collective of the previous example has finished with (each rank runs the same steps).
 
 Not collected by pytest (no test_ prefix); run through tests/processes.py.
 """
@@ -40,12 +44,17 @@ def none_after(rank, world, target, sync):
     return sorted(n for n, p in inner.named_parameters() if p.requires_grad and p.grad is None)
 
 
-def worker(rank, world, port, target, out):
+def worker(rank, world, port, out, targets):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
-    result = {"local": none_after(rank, world, target, False), "find_unused": none_after(rank, world, target, True)}
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
-        json.dump(result, fh)
+    for target in targets:
+        result = {"local": none_after(rank, world, target, False),
+                  "find_unused": none_after(rank, world, target, True)}
+        folder = os.path.join(out, os.path.basename(target.rpartition(":")[0]).removesuffix(".py"))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"rank{rank}.json"), "w") as fh:
+            json.dump(result, fh)
+        dist.barrier()  # the next example starts on both ranks together
     # every rank done before any leaves: a rank destroying its gloo group while the other still talks to it
     # aborted the process ("terminate called without an active exception", SIGABRT) in one CI run
     dist.barrier()
@@ -56,4 +65,4 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
-    torch.multiprocessing.spawn(worker, args=(2, free, sys.argv[1], sys.argv[2]), nprocs=2)
+    torch.multiprocessing.spawn(worker, args=(2, free, sys.argv[1], sys.argv[2:]), nprocs=2)

@@ -6,6 +6,7 @@ step with find_unused_parameters=True (None there on every rank = unused on ever
 import json
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -29,28 +30,51 @@ def gradflow_ddp(*args, timeout=120, **kw):
     return run([*GRADFLOW, "ddp", *args], cwd=ROOT, text=True, timeout=timeout, **kw)
 
 
-@pytest.mark.parametrize("example", list(CASES))
-def test_verdicts_match_plain_ddp(example, tmp_path):
-    target = f"examples/{example}.py:main"
-    res = gradflow_ddp(target, "--json")
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
-    truth = run([*PYTHON, "tests/ddp/plain_ddp.py", target, str(tmp_path)], cwd=ROOT, text=True)
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> dict[str, list[dict]]:
+    """Plain torch's answer for every example, per rank: one run of tests/ddp/plain_ddp.py for all of them."""
+    out = tmp_path_factory.mktemp("plain_ddp")
+    truth = run([*PYTHON, "tests/ddp/plain_ddp.py", str(out), *(f"examples/{e}.py:main" for e in CASES)],
+                cwd=ROOT, text=True)
     assert truth.returncode == 0, truth.stderr
+    return {e: [json.loads((out / e / f"rank{r}.json").read_text()) for r in (0, 1)] for e in CASES}
+
+
+@pytest.fixture(scope="module")
+def ddp_json():
+    """`gradflow ddp examples/EXAMPLE.py:main --json --fail-on divergent` for an example, run once for all the
+    tests that read it (the gate: exit 6 where a parameter is divergent, else 0)."""
+    runs: dict[str, subprocess.CompletedProcess] = {}
+
+    def get(example: str) -> subprocess.CompletedProcess:
+        if example not in runs:
+            runs[example] = gradflow_ddp(f"examples/{example}.py:main", "--json", "--fail-on", "divergent")
+        return runs[example]
+
+    return get
+
+
+@pytest.mark.parametrize("example", list(CASES))
+def test_verdicts_match_plain_ddp(example, plain, ddp_json):
+    params, on, branch = CASES[example]
+    res = ddp_json(example)
+    assert res.returncode == (6 if params else 0), res.stderr
+    doc = json.loads(res.stdout)
     for r in (0, 1):
-        real = json.loads((tmp_path / f"rank{r}.json").read_text())
+        real = plain[example][r]
         assert sorted(p["name"] for p in doc["ranks"][r]["no_gradient"]) == real["local"], r
         assert sorted(p["name"] for p in doc["unused"]) == real["find_unused"], r
-    params, on, branch = CASES[example]
     assert [n for g in doc["divergent"] for n in g["params"]] == params
     if params:
         g = doc["divergent"][0]
         assert g["gradient_on"] == on and g["branch"]["line"] == branch
         assert doc["found"] == ["divergent"]
+    assert [(f["name"], f["class"]) for f in doc["gate"]["failures"]] == [(n, "divergent") for n in params]
 
 
-def test_torch_own_error_is_shown_and_named():
-    res = gradflow_ddp("examples/ddp_aux_loss.py:main", "--json")
+def test_torch_own_error_is_shown_and_named(ddp_json):
+    res = ddp_json("ddp_aux_loss")
+    assert res.returncode == 6, res.stderr  # its gate: aux_head.* divergent
     said = {r["rank"]: r for r in json.loads(res.stdout)["torch"]["ranks"]}
     assert said[1]["stage"] == "iteration 2, forward" and EXPECTED in said[1]["message"]
     assert said[1]["unused"] == ["aux_head.weight", "aux_head.bias"]  # torch's indices, named
@@ -62,18 +86,16 @@ def test_table_and_gate(tmp_path):
     assert res.returncode == 6, res.stderr
     assert "old_head.*" in res.stdout and "freeze or delete old_head.*" in res.stdout
     assert "error: --fail-on unused,divergent: 2 parameters failed (unused: 2)" in res.stderr
-    assert gradflow_ddp("examples/ddp_unused_head.py:main", "--fail-on", "divergent").returncode == 0
+    # and `--fail-on divergent` passes it (exit 0): test_verdicts_match_plain_ddp[ddp_unused_head] runs that
 
 
-def test_the_gate_per_rank_with_allow_against_plain_ddp(tmp_path):
+def test_the_gate_per_rank_with_allow_against_plain_ddp(plain):
     """inspect's classes and `divergent` on a real 2-rank run: the parameters that fail, and on which rank, are
     those plain torch leaves with grad None on some ranks only (aux_head.*: rank 1); --allow lets one pass."""
     target = "examples/ddp_aux_loss.py:main"
     res = gradflow_ddp(target, "--fail-on", "all", "--allow", "aux_head.bias", "--json", env={"COLUMNS": "200"})
     assert res.returncode == 6, res.stderr
-    truth = run([*PYTHON, "tests/ddp/plain_ddp.py", target, str(tmp_path)], cwd=ROOT, text=True)
-    assert truth.returncode == 0, truth.stderr
-    local = [set(json.loads((tmp_path / f"rank{r}.json").read_text())["local"]) for r in (0, 1)]
+    local = [set(plain["ddp_aux_loss"][r]["local"]) for r in (0, 1)]
     divergent = sorted((local[0] | local[1]) - (local[0] & local[1]))
     assert divergent == ["aux_head.bias", "aux_head.weight"]  # the example's ground truth, as plain torch says
     gate = json.loads(res.stdout)["gate"]
