@@ -21,6 +21,16 @@ _ref, _Tensor, _F32 = weakref.ref, torch.Tensor, torch.float32
 GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
+def new_serial(ids: dict, refs: list, a, s: int | None) -> int:
+    """A new serial number for tensor `a` (Trace._ids, Trace._refs), whose id had serial `s` or none: `s`, if any,
+    was a dead tensor's (its id is this one's now)."""
+    if s is not None:
+        refs[s] = None
+    ids[id(a)] = s = len(refs)
+    refs.append(_ref(a))
+    return s
+
+
 def record(t: Trace, name: str, ins: list, in_rg: list[bool], out, stop, *, in_leaf: list[bool] | None = None,
             extra: tuple[int, ...] = ()):
     if name == "__setitem__":  # x[i] = y writes into x
@@ -97,23 +107,12 @@ def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[boo
             serials.append(s)
         elif a.requires_grad and not a.is_leaf:  # computed outside the trace: _record tells
             return t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
-        else:  # (t.serial(a), inline)
-            if s is not None:
-                refs[s] = None
-            ids[id(a)] = s = len(refs)
-            refs.append(_ref(a))
-            serials.append(s)
+        else:
+            serials.append(new_serial(ids, refs, a, s))
     out_serials = []
     for o in outs:
         s = ids.get(id(o))
-        if s is not None and refs[s]() is o:
-            out_serials.append(s)
-        else:
-            if s is not None:
-                refs[s] = None
-            ids[id(o)] = s = len(refs)
-            refs.append(_ref(o))
-            out_serials.append(s)
+        out_serials.append(s if s is not None and refs[s]() is o else new_serial(ids, refs, o, s))
     st = t.state
     rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
     uses = None
@@ -153,24 +152,15 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
         elif a.requires_grad:  # a parameter seen the first time, usually
             if not a.is_leaf:  # computed outside the trace
                 return t._leaf_general(name, x, params, out, stop)
-            if s is not None:  # (t.serial(a), inline)
-                refs[s] = None
-            ids[id(a)] = s = len(refs)
-            refs.append(_ref(a))
+            s = new_serial(ids, refs, a, s)
             uses[id(a)] = Use(s, index)
         else:
-            if s is not None:
-                refs[s] = None
-            ids[id(a)] = s = len(refs)
-            refs.append(_ref(a))
+            s = new_serial(ids, refs, a, s)
         serials.append(s)
     s = ids.get(id(out))
-    if s is not None:
-        if refs[s]() is out:
-            return t._leaf_general(name, x, params, out, stop)
-        refs[s] = None
-    ids[id(out)] = s = len(refs)
-    refs.append(_ref(out))
+    if s is not None and refs[s]() is out:
+        return t._leaf_general(name, x, params, out, stop)
+    s = new_serial(ids, refs, out, s)
     rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
     ops.append(rec)
     if not index % GC_EVERY and index:

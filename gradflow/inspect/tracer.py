@@ -33,7 +33,7 @@ import torch
 
 from gradflow.inspect.source import lines
 from gradflow.inspect.trace_mode import Mode, calls_seen_by, running_mean
-from gradflow.inspect.trace_ops import append, collect, fast_op, leaf_general, leaf_op, record
+from gradflow.inspect.trace_ops import append, collect, fast_op, leaf_general, leaf_op, new_serial, record
 from gradflow.inspect.trace_records import (
     DETACH,
     FLAGS,
@@ -154,13 +154,7 @@ class Trace:
         """This tensor's serial number (a new one for a tensor seen the first time)."""
         refs = self._refs
         s = self._ids.get(id(t))
-        if s is not None:
-            if refs[s]() is t:
-                return s
-            refs[s] = None  # a dead tensor's: its id is this one's now
-        self._ids[id(t)] = s = len(refs)
-        refs.append(weakref.ref(t))
-        return s
+        return s if s is not None and refs[s]() is t else new_serial(self._ids, refs, t, s)
 
     @property
     def _next(self) -> int:
