@@ -6,8 +6,10 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
 
 - **Reading**: a thread reads the input (batch_lines.read_lines: a file, a pipe or stdin) into a bounded queue.
   The main thread cuts what has arrived into chunks of up to CHUNK consecutive lines and gives each chunk to an
-  idle worker: one message per chunk each way, never one per record. A chunk is closed early only when a worker
-  would otherwise wait, so a file goes in full chunks while a slow pipe is answered line by line.
+  idle worker: one message per chunk each way, never one per record. A busy worker gets one chunk more
+  (QUEUED), which waits in its pipe: it starts it as soon as it has sent its records, without a round trip
+  through the command (that left each worker idle 0.2-1 s of a 10,000-line batch). A chunk is closed early only
+  when a worker would otherwise wait, so a file goes in full chunks while a slow pipe is answered line by line.
 - **Order and streaming**: chunks are numbered slots in input order; a slot's records are yielded as soon as it
   and every slot before it are done. At most WINDOW_PER_JOB chunks per worker are read ahead (memory stays
   bounded, and a worker never waits for the reader of a file).
@@ -19,12 +21,12 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   per core would have N x N threads competing for N cores. The fork server, not the command, forks: the
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
-- **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. A thread waits
-  for the first worker meanwhile, the main thread reads ahead (up to AHEAD_LINES lines), and a thread at the
-  lowest priority compiles the programs of what it has read, a chunk at a time (batch_ahead.py): each chunk
-  then goes to its worker with them, and the worker finds them in its compile cache. Once the first worker is
-  there, the others start as there is work for them, and later chunks go as they are (the cores are the
-  workers' then).
+- **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. The main thread
+  spawns it as soon as the first chunk is read, and a thread waits for the first worker; meanwhile the main
+  thread reads ahead (up to AHEAD_LINES lines), and a thread at the lowest priority compiles the programs of
+  what it has read, a chunk at a time (batch_ahead.py): each chunk then goes to its worker with them, and the
+  worker finds them in its compile cache. Once the first worker is there, the others start as there is work for
+  them, and later chunks go as they are (the cores are the workers' then).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -57,6 +59,7 @@ from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kil
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
+QUEUED = 1  # chunks a busy worker has waiting in its pipe: it starts the next one without a round trip
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
 # batch_cold first (the collector off), then the encoder's module, then batch_warm (frozen, the collector on)
@@ -122,6 +125,7 @@ class _Pool:
         self.started: queue.SimpleQueue = queue.SimpleQueue()  # the first worker, or the error that stopped it
         self.handover = threading.Lock()  # the first worker goes into `started` or is killed, never both or neither
         self.ahead_bytes = self.ahead_lines = 0
+        self.room = 0  # bytes a message to a busy worker may have (_give): a quarter of its pipe's buffer
         self.ahead = Ahead(options.get("text", False), as_limits(options.get("limits")))
 
     # -- reading (a thread) --
@@ -159,6 +163,11 @@ class _Pool:
         with main_not_rerun():
             proc.start()
         there.close()
+        if not self.room:
+            import socket
+
+            with socket.fromfd(here.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                self.room = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
         return Worker(proc, here, current)
 
     def _start_worker(self) -> Worker:
@@ -198,25 +207,36 @@ class _Pool:
         except OSError:  # full (a wake-up is pending anyway), or closed: the command is done
             pass
 
-    def _give(self, worker: Worker, slot: Slot) -> None:
-        worker.slot = slot
-        try:
-            # the worker waits in recv(): this never blocks for long
-            worker.conn.send((slot.first, slot.lines, slot.ahead))
+    def _give(self, worker: Worker, slot: Slot) -> bool:
+        """Send a chunk to a worker; False if it cannot take it now. An idle worker waits in recv(), so the send
+        never blocks for long. A busy one gets a chunk only if the message fits in its pipe's buffer with room to
+        spare: the command must never wait on a busy worker, which may itself be waiting to send its records."""
+        if slot.message is None:
+            from multiprocessing.reduction import ForkingPickler
+
+            slot.message = bytes(ForkingPickler.dumps((slot.first, slot.lines, slot.ahead)))
             slot.ahead = None
+        if worker.slots and len(slot.message) > self.room:
+            return False
+        worker.slots.append(slot)
+        try:
+            worker.conn.send_bytes(slot.message)
         except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
             pass
+        return True
 
-    def _crashed(self, worker: Worker) -> list[Slot]:
-        """A worker died: what its chunk becomes (lines to run again, and the error record of the one in flight)."""
-        slot, worker.slot = worker.slot, None
+    def _crashed(self, worker: Worker) -> tuple[Slot | None, list[Slot], list[Slot]]:
+        """A worker died: its chunk in flight (None: it had none), what that chunk becomes (lines to run again,
+        and the error record of the one in flight), and its chunks not started (to give to another)."""
         self.workers.remove(worker)
         worker.proc.join(5)
         worker.conn.close()
-        if slot is None:
-            return []
-        return split(slot, worker.current.value, lambda number, line: crash_out(
-            number, line, worker.proc.exitcode, self.options.get("text", False), self.encode))
+        if not worker.slots:
+            return None, [], []
+        slot, *waiting = worker.slots
+        worker.slots.clear()
+        return slot, split(slot, worker.current.value, lambda number, line: crash_out(
+            number, line, worker.proc.exitcode, self.options.get("text", False), self.encode)), waiting
 
     def _error_out(self, number: int, error: GradflowError) -> Out:
         from gradflow.studies.batch import error_record
@@ -249,7 +269,7 @@ class _Pool:
             ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
             window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             # 1. what the reader has read, into slots (up to the window)
-            while not ended and len(slots) < window:
+            while not ended and len(slots) < window and not (early and self.starter is None and todo):
                 try:
                     number, item = self.lines.get_nowait()
                 except queue.Empty:
@@ -269,23 +289,30 @@ class _Pool:
                     if len(building) == CHUNK:
                         chunk(build_first, building)
                         building = []
-            idle = [w for w in self.workers if w.slot is None]
+            idle = [w for w in self.workers if not w.slots]
             if building and (ended or not todo and (idle or len(self.workers) < self.jobs)):
                 chunk(build_first, building)  # somebody would wait: do not wait for a full chunk
                 building = []
-            # 2. work to the workers (starting them as there is work for them: the first one by a thread)
+            # 2. work to the workers, the idle first (starting them as there is work for them: the first one by a
+            # thread), then a chunk more to each busy one
             while todo:
                 if not idle and len(self.workers) < self.jobs:
                     if early:
                         if self.starter is None:
+                            # the fork server spawned from this thread, now: the starter waits for the GIL first
+                            # (~20-60 ms while this thread reads ahead and another compiles)
+                            from multiprocessing import forkserver
+
+                            forkserver.ensure_running()
                             self.starter = threading.Thread(target=self._start_first, daemon=True,
                                                             name="gradflow-batch-starter")
                             self.starter.start()
                         break
                     idle.append(self._start_worker())
-                if not idle:
+                worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
+                if worker is None or len(worker.slots) > QUEUED or not self._give(worker, todo[0]):
                     break
-                self._give(idle.pop(), todo.popleft())
+                todo.popleft()
             # 3. records out, in order
             while slots:
                 head = slots[0]
@@ -311,9 +338,9 @@ class _Pool:
                 os.read(self.wake_r, 1 << 16)
             for worker in list(self.workers):
                 if worker.conn in ready or worker.proc.sentinel in ready:
-                    dead = worker.slot
-                    pieces = self._hear(worker)
-                    if pieces:
+                    dead, pieces, waiting = self._hear(worker)
+                    todo.extendleft(reversed(waiting))
+                    if dead is not None:
                         at = slots.index(dead)  # type: ignore[arg-type]  # identity: Slot has no __eq__
                         del slots[at]
                         for piece in reversed(pieces):
@@ -321,28 +348,29 @@ class _Pool:
                             if not piece.done:
                                 todo.appendleft(piece)
 
-    def _hear(self, worker: Worker) -> list[Slot]:
-        """Read a worker's answers; if it has died, what its chunk becomes (else [])."""
+    def _hear(self, worker: Worker) -> tuple[Slot | None, list[Slot], list[Slot]]:
+        """Read a worker's answers; if it has died, _crashed's account of its chunks (else None, [], [])."""
         try:
             while worker.conn.poll():
                 kind, body = worker.conn.recv()
                 if kind == "bug":
                     raise WorkerBug(f"a worker process failed:\n{body}")
-                assert worker.slot is not None
-                worker.slot.out += body
+                slot = worker.slots[0]
+                slot.out += body
                 self.fruitless = 0
                 if kind == "done":
-                    worker.slot.done, worker.slot = True, None
+                    slot.done = True
+                    worker.slots.popleft()
             if worker.proc.is_alive():
-                return []
+                return None, [], []
         except (EOFError, OSError):
             pass
-        pieces = self._crashed(worker)
+        dead, pieces, waiting = self._crashed(worker)
         if all(not piece.out for piece in pieces):  # nothing made, nothing in flight: it did no work
             self.fruitless += 1
             if self.fruitless > self.jobs + 2:
                 raise startup_failed(self.jobs)
-        return pieces
+        return dead, pieces, waiting
 
     def close(self) -> None:
         """Stop everything: workers killed (Ctrl-C, a reader gone or the end), the reader told to stop. A reader

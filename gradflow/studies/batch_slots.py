@@ -2,6 +2,7 @@
 order, the workers, and what a dead worker's chunk becomes."""
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from gradflow.studies.batch_worker import Out, out
 class Slot:
     """Consecutive input lines, first numbered `first`; their records as they come, `done` once all have."""
 
-    __slots__ = ("first", "lines", "out", "done", "given", "ahead")
+    __slots__ = ("first", "lines", "out", "done", "given", "ahead", "message")
 
     def __init__(self, first: int, lines: list[str], out: list[Out] | None = None):
         self.first, self.lines = first, lines
@@ -20,16 +21,18 @@ class Slot:
         self.done = out is not None
         self.given = 0  # records already yielded
         self.ahead: list | None = None  # its lines' programs, compiled by the command (batch_ahead.py)
+        self.message: bytes | None = None  # what goes to its worker, once made (batch_pool._give)
 
 
 class Worker:
-    """A worker process, its end of the pipe, the line it is on (shared memory) and its chunk."""
+    """A worker process, its end of the pipe, the line it is on (shared memory) and its chunks: the first is
+    the one it runs, the next waits in the pipe (batch_pool.QUEUED)."""
 
-    __slots__ = ("proc", "conn", "current", "slot")
+    __slots__ = ("proc", "conn", "current", "slots")
 
     def __init__(self, proc: Any, conn: Any, current: Any) -> None:
         self.proc, self.conn, self.current = proc, conn, current
-        self.slot: Slot | None = None
+        self.slots: deque[Slot] = deque()
 
 
 class WorkerBug(RuntimeError):

@@ -40,9 +40,11 @@ def pool():
 
 def died(pool, slot: _Slot, current: int) -> list[_Slot]:
     worker = _Worker(Dead(), Conn(), Current(current))
-    worker.slot = slot
+    worker.slots.append(slot)
     pool.workers.append(worker)
-    return pool._crashed(worker)
+    dead, pieces, waiting = pool._crashed(worker)
+    assert dead is slot and waiting == [] and not worker.slots
+    return pieces
 
 
 def test_records_that_came_stay_the_unsent_run_again_the_one_in_flight_is_crashed(pool):
@@ -79,4 +81,53 @@ def test_a_worker_that_died_on_its_first_line(pool):
 def test_an_idle_worker_that_died_leaves_nothing_to_do(pool):
     worker = _Worker(Dead(), Conn(), Current(0))
     pool.workers.append(worker)
-    assert pool._crashed(worker) == []
+    assert pool._crashed(worker) == (None, [], [])
+
+
+def test_a_dead_workers_chunk_waiting_in_its_pipe_goes_to_another_as_it_is(pool):
+    worker = _Worker(Dead(), Conn(), Current(3))
+    running, waiting = _Slot(1, ["a", "b", "c"]), _Slot(4, ["d", "e"])
+    worker.slots.extend([running, waiting])
+    pool.workers.append(worker)
+    dead, pieces, rest = pool._crashed(worker)
+    assert dead is running and rest == [waiting] and (waiting.first, waiting.lines, waiting.out) == (4, ["d", "e"], [])
+    assert [(p.first, p.lines, p.done) for p in pieces] == [(1, ["a", "b"], False), (3, [], True)]
+
+
+class Sent:
+    def __init__(self):
+        self.messages = []
+
+    def send_bytes(self, data):
+        self.messages.append(data)
+
+
+def test_a_busy_worker_gets_a_chunk_more_only_if_it_fits_in_its_pipe(pool):
+    """The command must never block on a busy worker (it may be blocked sending its records): a chunk to a worker
+    that has one already must fit in the pipe's buffer, or it waits for an idle worker."""
+    from multiprocessing.reduction import ForkingPickler
+
+    worker = _Worker(None, Sent(), Current(0))
+    pool.room = 1000
+    small, big, other = _Slot(1, ["x"]), _Slot(2, ["y" * 2000]), _Slot(3, ["z" * 2000])
+    assert pool._give(worker, small)  # idle: always
+    assert not pool._give(worker, big) and list(worker.slots) == [small]  # busy, and too big for the pipe
+    assert pool._give(_Worker(None, Sent(), Current(0)), other)  # an idle worker takes any size
+    worker.slots.clear()
+    assert pool._give(worker, big)
+    assert [ForkingPickler.loads(m) for m in worker.conn.messages] == [(1, ["x"], None), (2, ["y" * 2000], None)]
+
+
+def test_the_fork_server_ends_without_tearing_down_what_it_imported():
+    """batch_cold (the fork server's first preload) ends the process at exit without Python's finalization: its
+    ~0.2 s teardown of torch's modules, once the command had gone, kept the command's stdout open that long (a
+    reader of the batch's output waited for its end). A finalizer run at shutdown shows whether it was done."""
+    from ..processes import PYTHON, run
+
+    code = ("import os, gradflow.studies.batch_cold\n"
+            "class Torn:\n"
+            "    def __del__(self): os.write(2, b'torn down')\n"
+            "kept = Torn()\n"
+            "raise SystemExit  # as multiprocessing's fork server ends once the command has gone\n")
+    done = run(PYTHON + ["-c", code])
+    assert (done.returncode, done.stderr) == (0, b"")
