@@ -147,7 +147,8 @@ class _Pool:
                 break
             except queue.Full:
                 continue
-        self._wake()
+        if self.lines.qsize() <= 1:  # else the main thread has yet to take a line put before, which woke it
+            self._wake()
 
     @property
     def reader_alive(self) -> bool:
