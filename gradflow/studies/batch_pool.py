@@ -176,6 +176,17 @@ class _Pool:
         self.workers.append(worker)
         return worker
 
+    def _begin(self) -> None:
+        """The fork server spawned now, by this (the main) thread, and the first worker started by a thread: it is
+        ready once the fork server has preloaded. (The starter thread spawned the fork server itself, after waiting
+        20-450 ms for the GIL while this thread read ahead and another compiled.)"""
+        from multiprocessing import forkserver
+
+        with main_not_rerun():
+            forkserver.ensure_running()
+        self.starter = threading.Thread(target=self._start_first, daemon=True, name="gradflow-batch-starter")
+        self.starter.start()
+
     def _start_first(self) -> None:
         """The starter thread: the first worker, ready once the fork server has preloaded (~1-1.5 s)."""
         try:
@@ -300,14 +311,7 @@ class _Pool:
                 if not idle and len(self.workers) < self.jobs:
                     if early:
                         if self.starter is None:
-                            # the fork server spawned from this thread, now: the starter waits for the GIL first
-                            # (~20-60 ms while this thread reads ahead and another compiles)
-                            from multiprocessing import forkserver
-
-                            forkserver.ensure_running()
-                            self.starter = threading.Thread(target=self._start_first, daemon=True,
-                                                            name="gradflow-batch-starter")
-                            self.starter.start()
+                            self._begin()
                         break
                     idle.append(self._start_worker())
                 worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
