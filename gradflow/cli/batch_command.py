@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
+from gradflow.cli.batch_encode import dumps_record
 from gradflow.cli.common import (
     BriefOpt,
     DebugOpt,
@@ -118,26 +119,6 @@ def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iter
             yield rec
 
 
-def _dumps(rec: dict, debug: bool, brief: bool = False) -> str:
-    """A record as one JSON line; if even that fails (a bug), the line's error record instead. `brief`: every
-    record without the keys a brief record leaves out, also those made outside run_batch (a worker that died)."""
-    from gradflow.values.jsonable import dumps
-
-    if brief and "nodes" in rec:
-        from gradflow.analysis.explanation import brief_document
-
-        rec = brief_document(rec)
-    try:
-        return dumps(rec)
-    except Exception as exc:
-        if debug:
-            raise
-        from gradflow.studies.batch import error_record, internal_error
-
-        return _dumps(error_record(rec.get("id"), rec.get("line", 0), rec.get("source"), internal_error(exc)), True,
-                      brief)
-
-
 def _write(line: str, flush: bool) -> bool:
     """One record out; False when the reader has gone away (`| head -1`)."""
     try:
@@ -177,7 +158,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line, first_line)
         jobs_ = jobs or usable_cores()
-        records = batch_lines_out(lines, jobs_, partial(_dumps, debug=debug, brief=brief), first_line=first_line,
+        records = batch_lines_out(lines, jobs_, partial(dumps_record, debug=debug, brief=brief), first_line=first_line,
                                   text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
                                   limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
                                   summary=summary_mode(full, summary), brief=brief)
