@@ -346,7 +346,7 @@ class _Pool:
                     dead, pieces, waiting = self._hear(worker)
                     todo.extendleft(reversed(waiting))
                     if dead is not None:
-                        at = slots.index(dead)  # type: ignore[arg-type]  # identity: Slot has no __eq__
+                        at = slots.index(dead)  # identity: Slot has no __eq__
                         del slots[at]
                         for piece in reversed(pieces):
                             slots.insert(at, piece)
