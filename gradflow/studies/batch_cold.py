@@ -9,10 +9,10 @@
   torch in the batch's first second, died in that import with a KeyboardInterrupt traceback on stderr. The
   command handles Ctrl-C (it kills the workers); the fork server ends once the command has gone. (After its
   preload, multiprocessing ignores SIGINT in the fork server anyway, and its workers ignore it: batch_worker.)
-- it ends at once when it ends (multiprocessing's fork server exits once the command has gone): tearing down
-  torch's modules took it ~0.2 s more, while it still held the command's stdout and stderr, so a reader of the
-  batch's output (`| jq`) waited that long for its end after the command had exited. Its workers end by
-  os._exit already (multiprocessing's own), so this is not theirs.
+- at exit it ends at once (os._exit, without the interpreter's teardown). multiprocessing's fork server exits
+  once the command has gone, and tearing down torch's modules took it ~0.2 s more, while it still held the
+  command's stdout and stderr: a reader of the batch's output (`| jq`) waited that long for its end after the
+  command had exited. (Its workers end by os._exit already: multiprocessing's own.)
 """
 from __future__ import annotations
 
