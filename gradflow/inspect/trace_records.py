@@ -121,7 +121,13 @@ class TraceFailure:
 @dataclass
 class TraceState:
     ops: list[OpRecord] = field(default_factory=list)
-    uses: list[Use] = field(default_factory=list)
+    # The parameter uses (`uses`): those made as Use objects, then those recorded as two numbers (serial, op index)
+    # in two columns, made into Use objects in order when `uses` is first read. A leaf module's call records its
+    # uses so: on a model whose every parameter is used once, explain reads them only as numbers (use_columns).
+    made: list[Use] = field(default_factory=list)
+    use_serials: list[int] = field(default_factory=list)
+    use_ops: list[int] = field(default_factory=list)
+    whole_below: int = 0  # the columns' uses below this index are their leaf's only use (Use.whole; arm() sets it)
     flags: list[FlagEvent] = field(default_factory=list)
     failure: TraceFailure | None = None
     modules: dict[int, Any] = field(default_factory=dict)  # id -> module (kept alive by the model)
@@ -133,6 +139,22 @@ class TraceState:
     #                                  trace (another thread, before it started) came in here; the first 100
     low_nodes: dict[int, tuple[Any, int, Any]] = field(default_factory=dict)  # id(node) -> (autograd node, op
     #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
+
+    @property
+    def uses(self) -> list[Use]:
+        """Every parameter use in order, as Use objects (the columns' made now: add new Use objects through this)."""
+        if self.use_serials:
+            whole = self.whole_below
+            self.made += [Use(s, op, whole=i < whole) for i, (s, op) in enumerate(zip(self.use_serials, self.use_ops))]
+            self.use_serials, self.use_ops, self.whole_below = [], [], 0
+        return self.made
+
+    def use_columns(self) -> tuple[list[int], list[int]]:
+        """(serials, op indices) of every use in order, without making Use objects."""
+        made = self.made
+        if not made:
+            return self.use_serials, self.use_ops
+        return [u.serial for u in made] + self.use_serials, [u.op for u in made] + self.use_ops
 
 
 def cut_kind(name: str, grad_on: bool, inference: bool) -> str:

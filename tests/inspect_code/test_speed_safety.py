@@ -797,3 +797,55 @@ def test_a_leaf_module_under_a_users_own_mode_goes_through_that_mode(monkeypatch
         return ops, [(u.serial, u.op, u.whole) for u in t.state.uses], report.to_dict()
 
     assert run(True) == run(False)
+
+
+def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
+    """A leaf module's call keeps its uses as numbers in the trace state's columns (serial, op index), made into
+    Use objects only when `state.uses` is read; explain's shortcut reads them as numbers (FlowGraph.whole_once,
+    use_columns). Checked against the Use objects on a model mixing both kinds of use in one forward (leaf calls,
+    a functional op using a parameter, a weight shared by two Linears, a Linear given its own weight): the same
+    answers, the uses in op order, and the shared weight's per-use flows those of plain torch with a copy of the
+    weight per use (oracle)."""
+    nn, F = torch.nn, torch.nn.functional
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3), "ln": nn.LayerNorm(3), "own": nn.Linear(3, 3)})
+    model["b"].weight = model["a"].weight  # shared: used by two leaf calls
+    model["tied"] = nn.LayerNorm(3)
+    model["tied"].bias = model["tied"].weight  # one tensor given twice to one leaf call: one use
+    scale = nn.Parameter(torch.randn(3))
+    model.register_parameter("scale", scale)
+    x = torch.randn(4, 3)
+
+    def step(a, b, own):
+        o = model["own"](own)  # given a Parameter: seen by the mode (Use objects), as the functional op below
+        h = F.linear(x, a) * scale
+        h = model["ln"](model["b"](torch.tanh(model["a"](h))))  # leaf calls (numbers)
+        return (model["tied"](h).sum() + o).pow(2).sum()
+
+    with gradflow.trace() as t:
+        loss = step(model["a"].weight, model["b"].weight, model["own"].weight)
+    numbers = [list(c) for c in t.state.use_columns()]
+    assert t.state.use_serials and len(numbers[0]) == len(t.state.made) + len(t.state.use_serials)
+    report = t.explain(loss, params=model)
+    graph = report.graph
+    uses = t.state.uses  # (made now)
+    assert numbers == [[u.serial for u in uses], [u.op for u in uses]] == [list(c) for c in t.state.use_columns()]
+    assert [u.op for u in uses] == sorted(u.op for u in uses)
+    assert t.ops[0].name == "linear" and [u.op for u in uses].count(0) == 2  # own(own.weight): the weight once
+    tied = next(r.index for r in t.ops if r.name == "layer_norm" and r.ins[1] == r.ins[2])
+    assert [u.op for u in uses].count(tied) == 1
+    assert graph.whole_once() == {s: u.op for s, u in graph.once().items() if u.whole and u.flow is None}
+    assert len(graph.whole_once()) == 8  # own.weight, own.bias, scale, a.bias, b.bias, ln.weight, ln.bias, tied
+    w = model["a"].weight  # oracle: a copy of the weight per use, plain torch
+    c1, c2, c3 = (w.detach().clone().requires_grad_() for _ in range(3))
+    with torch.no_grad():
+        own_w = model["own"].weight.detach().clone()
+    grads = torch.autograd.grad(
+        (F.layer_norm(model["ln"](F.linear(torch.tanh(F.linear(F.linear(x, c1) * scale, c2, model["a"].bias)), c3,
+                              model["b"].bias)), (3,), model["tied"].weight, model["tied"].weight).sum() +
+         F.linear(own_w, own_w, model["own"].bias)).pow(2).sum(),
+        [c1, c2, c3])  # (the uses in op order: the functional one, then a's, then b's)
+    routes = report.param("a.weight").routes
+    assert [r.op for r in routes] == ["linear"] * 3
+    for r, g in zip(routes, grads):
+        assert torch.allclose(r.flow, g, atol=1e-6)
