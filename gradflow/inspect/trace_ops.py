@@ -12,7 +12,7 @@ import torch
 
 from gradflow.inspect.source import custom_function, lines
 from gradflow.inspect.trace_mode import leaf_lines
-from gradflow.inspect.trace_records import LOW, OpRecord, Use, tensors_in
+from gradflow.inspect.trace_records import LOW, OpRecord, tensors_in
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
@@ -91,8 +91,8 @@ def record(t: Trace, name: str, ins: list, in_rg: list[bool], out, stop, *, in_l
 
 def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop):
     """_record for the common op (inside a module, gradients on, no checkpoint, nothing followed): the same
-    record, with less asked per op. Anything else it meets (a cut, a tensor from outside the trace, half
-    precision) goes to _record."""
+    record, with less asked per op, its uses kept as numbers (TraceState.add_uses: no Use object). Anything else
+    it meets (a cut, a tensor from outside the trace, half precision) goes to _record."""
     outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out, [])
     if not outs:
         return
@@ -115,18 +115,19 @@ def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[boo
         out_serials.append(s if s is not None and refs[s]() is o else new_serial(ids, refs, o, s))
     st = t.state
     rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
-    uses = None
+    leaves = []  # serials of the leaves it used (not given back as a result), each once: kept as numbers
     if in_leaf is not None and True in in_leaf:
-        uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
-                if leaf and not any(a is o for o in outs)}
-        if uses:
+        for a, leaf, s in zip(ins, in_leaf, serials):
+            if leaf and s not in leaves and not any(a is o for o in outs):
+                leaves.append(s)
+        if leaves:
             rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
     st.ops.append(rec)
     if not rec.index % GC_EVERY and rec.index:
         t._collect(rec.index)
-    if uses:
-        st.uses.extend(uses.values())
-        t._listen(outs, uses, stop, rec.index)
+    if leaves:
+        st.add_uses(leaves, rec.index)
+        t._listen(outs, None, stop, rec.index)
 
 def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
@@ -166,8 +167,7 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     if not index % GC_EVERY and index:
         t._collect(index)
     if leaves:
-        st.use_serials += leaves
-        st.use_ops += [index] * len(leaves)
+        st.add_uses(leaves, index)
         rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
         node = out.grad_fn
         if node is not None:

@@ -122,8 +122,9 @@ class TraceFailure:
 class TraceState:
     ops: list[OpRecord] = field(default_factory=list)
     # The parameter uses (`uses`): those made as Use objects, then those recorded as two numbers (serial, op index)
-    # in two columns, made into Use objects in order when `uses` is first read. A leaf module's call records its
-    # uses so: on a model whose every parameter is used once, explain reads them only as numbers (use_columns).
+    # in two columns, made into Use objects in order when `uses` is first read. The forward's shortcuts (a leaf
+    # module's call, the common op) record their uses so (add_uses): on a model whose every parameter is used
+    # once, explain reads them only as numbers (use_columns); the general path makes Use objects.
     made: list[Use] = field(default_factory=list)
     use_serials: list[int] = field(default_factory=list)
     use_ops: list[int] = field(default_factory=list)
@@ -148,6 +149,11 @@ class TraceState:
             self.made += [Use(s, op, whole=i < whole) for i, (s, op) in enumerate(zip(self.use_serials, self.use_ops))]
             self.use_serials, self.use_ops, self.whole_below = [], [], 0
         return self.made
+
+    def add_uses(self, serials: list[int], op: int) -> None:
+        """Op `op` used these leaves (serials, each once): kept as numbers, after every use made so far."""
+        self.use_serials += serials
+        self.use_ops += [op] * len(serials)
 
     def use_columns(self) -> tuple[list[int], list[int]]:
         """(serials, op indices) of every use in order, without making Use objects."""

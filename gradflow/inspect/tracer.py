@@ -185,15 +185,16 @@ class Trace:
             return
         self._listen(outs, uses, stop, rec.index)
 
-    def _listen(self, outs: list, uses: dict, stop, index: int):
+    def _listen(self, outs: list, uses: dict | None, stop, index: int):
         """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
-        however many leaves it consumes: LayerNorm's weight and bias)."""
+        however many leaves it consumes: LayerNorm's weight and bias). `uses`: {id(leaf): Use} of op `index`,
+        needed only while replaying (the forward's are found by the op's index at explain)."""
         nodes = [g for g in map(grad_fn, outs) if g is not None]
         if self._replay is None:  # the forward: searched and hooked by arm() at explain, when a report needs
             if nodes:  # the flow (a leaf used once needs neither); its uses are those of op `index`
                 self._found.append((nodes, stop, index))
             return
-        for node, pairs in by_node(nodes, uses, stop).items():
+        for node, pairs in by_node(nodes, uses or {}, stop).items():
             self._hook(node, pairs)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
