@@ -84,12 +84,19 @@ class FlowGraph:
 
     def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int]):
         self.ops = list(trace.ops)  # as they are now: the trace may record more later
-        self._uses = list(trace.state.uses)  # likewise
+        self._state = trace.state
+        self._made = list(trace.state.made)  # likewise (the uses still in columns: numbers, made when read)
+        self._columns = (list(trace.state.use_serials), list(trace.state.use_ops), trace.state.whole_below)
         self.loss = loss_serial
         self.leaves = leaf_serials
         self._outside = list(trace.state.outside)
         # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
         # each used once, needs none of it.
+
+    @cached_property
+    def _uses(self) -> list[Use]:
+        """The uses the trace had when this graph was made, as Use objects (the trace's own: made there now)."""
+        return self._state.uses[:len(self._made) + len(self._columns[0])]
 
     @cached_property
     def uses(self) -> dict[int, list[Use]]:
@@ -101,7 +108,7 @@ class FlowGraph:
 
     def once(self) -> dict[int, Use]:
         """Parameter serial -> its use, for the parameters used once: what `uses` says of them, without a list per
-        parameter (explain asks it of every parameter; most are used once)."""
+        parameter."""
         once: dict[int, Use] = {}
         more = set()
         for use in self._uses:
@@ -112,6 +119,31 @@ class FlowGraph:
         for s in more:
             del once[s]
         return once
+
+    def whole_once(self) -> dict[int, int]:
+        """Parameter serial -> the op index of its use, for the parameters used once whose use sent them their
+        whole gradient (`whole`, not hooked: no flow of its own). What once() tells of them, read from the
+        trace's columns without making Use objects (explain asks it of every parameter; most are used once)."""
+        out: dict[int, int] = {}
+        more = set()
+        for use in self._made:
+            if use.serial in out or use.serial in more:
+                more.add(use.serial)
+            elif use.whole and use.flow is None:
+                out[use.serial] = use.op
+            else:
+                more.add(use.serial)  # (used once, but not so: not in the answer)
+        serials, ops, whole = self._columns
+        for i, (s, op) in enumerate(zip(serials, ops)):
+            if s in out or s in more:
+                more.add(s)
+            elif i < whole:
+                out[s] = op
+            else:
+                more.add(s)
+        for s in more:
+            out.pop(s, None)
+        return out
 
     @cached_property
     def consumers(self) -> dict[int, list[int]]:

@@ -263,7 +263,7 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: li
     grad's norm and a share of 1, written inline: what _param_report, _routes and _measure give it. (Its shape and
     size read from the grad, which autograd gives the parameter's shape: a Parameter's own are ~3x slower to ask.)"""
     norms = iter(grad_norms([g for g, _ in settled if g is not None]))
-    ops, once = trace.ops, graph.once().get
+    ops, once = trace.ops, graph.whole_once().get
     out: list[ParamReport] = []
     for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
         t = tensors[0]
@@ -274,9 +274,9 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: li
             out.append(p)
             continue
         norm = next(norms)
-        use = once(s)
-        if use is not None and use.whole and use.flow is None:
-            rec = ops[use.op]
+        op = once(s)
+        if op is not None:
+            rec = ops[op]
             if len(tensors) == 1:  # no alias: its lists made when read (_LiveOnce)
                 out.append(_LiveOnce(name, g, norm, s, rec, module_name))
                 continue
@@ -314,7 +314,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         raise GradflowError("loss_not_traced", "the loss was not computed inside this trace",
                             hint="compute it inside the block: with gradflow.trace() as t: loss = model(x).mean()")
     named, module_names = resolve_params(trace, params)
-    for use in trace.state.uses:
+    for use in trace.state.made:  # (the uses still in columns have no flow)
         use.flow = None
     trace.arm()
     tensors = [v[0] for v in named.values()]
@@ -333,7 +333,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         settled = [(g, None) for g in got.grads]
     params_out = _reports(trace, graph, named, settled, serials, module_name, partial)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
-                           use_ops={u.op for u in trace.state.uses if u.serial in leaf_serials})
+                           use_ops={op for s, op in zip(*trace.state.use_columns()) if s in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)
     if optimizer is not None:
         cover(report, optimizer, tensors)

@@ -12,7 +12,7 @@ import torch
 
 from gradflow.inspect.source import custom_function, lines
 from gradflow.inspect.trace_mode import leaf_lines
-from gradflow.inspect.trace_records import LOW, OpRecord, Use, tensors_in
+from gradflow.inspect.trace_records import LOW, OpRecord, tensors_in
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
@@ -91,8 +91,8 @@ def record(t: Trace, name: str, ins: list, in_rg: list[bool], out, stop, *, in_l
 
 def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool] | None, out, stop):
     """_record for the common op (inside a module, gradients on, no checkpoint, nothing followed): the same
-    record, with less asked per op. Anything else it meets (a cut, a tensor from outside the trace, half
-    precision) goes to _record."""
+    record, with less asked per op, its uses kept as numbers (TraceState.add_uses: no Use object). Anything else
+    it meets (a cut, a tensor from outside the trace, half precision) goes to _record."""
     outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out, [])
     if not outs:
         return
@@ -115,45 +115,46 @@ def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[boo
         out_serials.append(s if s is not None and refs[s]() is o else new_serial(ids, refs, o, s))
     st = t.state
     rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
-    uses = None
+    leaves = []  # serials of the leaves it used (not given back as a result), each once: kept as numbers
     if in_leaf is not None and True in in_leaf:
-        uses = {id(a): Use(s, rec.index) for a, leaf, s in zip(ins, in_leaf, serials)
-                if leaf and not any(a is o for o in outs)}
-        if uses:
+        for a, leaf, s in zip(ins, in_leaf, serials):
+            if leaf and s not in leaves and not any(a is o for o in outs):
+                leaves.append(s)
+        if leaves:
             rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
     st.ops.append(rec)
     if not rec.index % GC_EVERY and rec.index:
         t._collect(rec.index)
-    if uses:
-        st.uses.extend(uses.values())
-        t._listen(outs, uses, stop)
+    if leaves:
+        st.add_uses(leaves, rec.index)
+        t._listen(outs, None, stop, rec.index)
 
 def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own
     tensors, one result, each input's flags read once; what is not that plain (a cut, half precision, a tensor
-    from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general)."""
+    from outside the trace, a result that is an input) goes to _fast_op, which tells (_leaf_general). Its uses go
+    into the trace state's columns (serial, op index): no Use object, and for arm() only its result's node."""
     if type(out) is not _Tensor or ((d := out.dtype) is not _F32 and d in LOW) or \
             ((d := x.dtype) is not _F32 and d in LOW) or \
             (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
         return t._leaf_general(name, x, params, out, stop)
     ids, refs = t._ids, t._refs
-    ops = t.state.ops
-    index = len(ops)
+    st = t.state
+    index = len(st.ops)
     serials = []
-    uses = {}  # {id(leaf): Use} of the leaves that require grad, made as they are met (dropped if a check below
-    #            sends the op to _leaf_general)
+    leaves = []  # serials of the leaves that require grad, each once (a Linear may be given its own weight)
     for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
         s = ids.get(id(a))
         if s is not None and refs[s]() is a:  # seen: x, usually
-            if a.requires_grad and a.is_leaf:
-                uses[id(a)] = Use(s, index)
+            if a.requires_grad and a.is_leaf and s not in leaves:
+                leaves.append(s)
         elif a is out:
             return t._leaf_general(name, x, params, out, stop)
         elif a.requires_grad:  # a parameter seen the first time, usually
             if not a.is_leaf:  # computed outside the trace
                 return t._leaf_general(name, x, params, out, stop)
             s = new_serial(ids, refs, a, s)
-            uses[id(a)] = Use(s, index)
+            leaves.append(s)
         else:
             s = new_serial(ids, refs, a, s)
         serials.append(s)
@@ -162,15 +163,15 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
         return t._leaf_general(name, x, params, out, stop)
     s = new_serial(ids, refs, out, s)
     rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
-    ops.append(rec)
+    st.ops.append(rec)
     if not index % GC_EVERY and index:
         t._collect(index)
-    if uses:
-        t.state.uses.extend(uses.values())
+    if leaves:
+        st.add_uses(leaves, index)
         rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
         node = out.grad_fn
         if node is not None:
-            t._found.append((node, stop, uses))  # (one node: no list, arm() tells)
+            t._found.append((node, stop, index))  # (one node: no list, arm() tells)
 
 def leaf_general(t: Trace, name: str, x, params: list, out, stop):
     """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""

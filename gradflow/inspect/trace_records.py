@@ -121,7 +121,14 @@ class TraceFailure:
 @dataclass
 class TraceState:
     ops: list[OpRecord] = field(default_factory=list)
-    uses: list[Use] = field(default_factory=list)
+    # The parameter uses (`uses`): those made as Use objects, then those recorded as two numbers (serial, op index)
+    # in two columns, made into Use objects in order when `uses` is first read. The forward's shortcuts (a leaf
+    # module's call, the common op) record their uses so (add_uses): on a model whose every parameter is used
+    # once, explain reads them only as numbers (use_columns); the general path makes Use objects.
+    made: list[Use] = field(default_factory=list)
+    use_serials: list[int] = field(default_factory=list)
+    use_ops: list[int] = field(default_factory=list)
+    whole_below: int = 0  # the columns' uses below this index are their leaf's only use (Use.whole; arm() sets it)
     flags: list[FlagEvent] = field(default_factory=list)
     failure: TraceFailure | None = None
     modules: dict[int, Any] = field(default_factory=dict)  # id -> module (kept alive by the model)
@@ -133,6 +140,27 @@ class TraceState:
     #                                  trace (another thread, before it started) came in here; the first 100
     low_nodes: dict[int, tuple[Any, int, Any]] = field(default_factory=dict)  # id(node) -> (autograd node, op
     #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
+
+    @property
+    def uses(self) -> list[Use]:
+        """Every parameter use in order, as Use objects (the columns' made now: add new Use objects through this)."""
+        if self.use_serials:
+            whole = self.whole_below
+            self.made += [Use(s, op, whole=i < whole) for i, (s, op) in enumerate(zip(self.use_serials, self.use_ops))]
+            self.use_serials, self.use_ops, self.whole_below = [], [], 0
+        return self.made
+
+    def add_uses(self, serials: list[int], op: int) -> None:
+        """Op `op` used these leaves (serials, each once): kept as numbers, after every use made so far."""
+        self.use_serials += serials
+        self.use_ops += [op] * len(serials)
+
+    def use_columns(self) -> tuple[list[int], list[int]]:
+        """(serials, op indices) of every use in order, without making Use objects."""
+        made = self.made
+        if not made:
+            return self.use_serials, self.use_ops
+        return [u.serial for u in made] + self.use_serials, [u.op for u in made] + self.use_ops
 
 
 def cut_kind(name: str, grad_on: bool, inference: bool) -> str:

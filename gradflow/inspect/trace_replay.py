@@ -165,7 +165,7 @@ def replayed(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[bo
             uses[id(a)] = use
             replay.found.setdefault(key, []).append(use)
     if uses and torch.is_grad_enabled():
-        t._listen(outs, uses, stop)
+        t._listen(outs, uses, stop, rec.index)
 
 
 def serial_or_alias(t: Trace, a: torch.Tensor) -> int | None:

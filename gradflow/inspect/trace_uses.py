@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import partial
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from gradflow.inspect.trace_records import Use
@@ -19,7 +18,6 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 
-_serial = attrgetter("serial")
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
 
 
@@ -37,29 +35,36 @@ def arm(t: Trace) -> None:
     other uses. The nodes are then let go latest first, each freed alone (docs/limits.md, long graphs)."""
     pending = list(t._found)
     t._found.clear()
-    all_uses = t.state.uses
-    counts = Counter(map(_serial, all_uses))
-    everything = bool(t.state.outside)
-    if len(counts) == len(all_uses) and not everything:  # each leaf used once (the common model): no search
-        for _, _, uses in pending:
-            for use in uses.values():
-                use.whole = True
+    st = t.state
+    serials = st.use_columns()[0]
+    counts = Counter(serials)
+    everything = bool(st.outside)
+    if len(counts) == len(serials) and not everything:  # each leaf used once (the common model): no search, and
+        for use in st.made:  # the uses still in columns stay numbers (TraceState.whole_below)
+            use.whole = True
+        st.whole_below = len(st.use_serials)
         while pending:
             pending.pop()
         return
-    for use in all_uses:  # a trace entered again: an earlier only use is one no longer
-        if use.whole and counts[use.serial] > 1:
+    all_uses = st.uses
+    by_op: dict[int, list[Use]] = {}
+    for use in all_uses:
+        if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
             use.whole = False
-    for nodes, stop, uses in pending:
+        by_op.setdefault(use.op, []).append(use)
+    refs = t._refs
+    for nodes, stop, index in pending:
+        op_uses = by_op.get(index, ())
         if not everything:
-            for use in uses.values():
+            for use in op_uses:
                 if counts[use.serial] != 1:
                     break
             else:
-                for use in uses.values():  # its only use: no search for the node that consumes it, no hook
+                for use in op_uses:  # its only use: no search for the node that consumes it, no hook
                     use.whole = True
                 continue
-        for node, pairs in by_node(nodes if type(nodes) is list else [nodes], uses, stop).items():
+        uses = {id(leaf): use for use in op_uses if (leaf := refs[use.serial]()) is not None}  # (the leaf the op
+        for node, pairs in by_node(nodes if type(nodes) is list else [nodes], uses, stop).items():  # was given)
             if not everything:
                 for _, use in pairs:
                     use.whole = counts[use.serial] == 1

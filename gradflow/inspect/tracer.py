@@ -92,7 +92,7 @@ class Trace:
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, {id(leaf): Use}), for arm()
+        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, op index), for arm()
         self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
         self._plain = self._fast  # _fast_op may record the next op (no replay, checkpoint, followed values)
         weakref.finalize(self, release, self._found)  # never explained: let them go latest first too
@@ -183,17 +183,18 @@ class Trace:
         self.state.uses.extend(uses.values())
         if not rec.grad_enabled:
             return
-        self._listen(outs, uses, stop)
+        self._listen(outs, uses, stop, rec.index)
 
-    def _listen(self, outs: list, uses: dict, stop):
+    def _listen(self, outs: list, uses: dict | None, stop, index: int):
         """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
-        however many leaves it consumes: LayerNorm's weight and bias)."""
+        however many leaves it consumes: LayerNorm's weight and bias). `uses`: {id(leaf): Use} of op `index`,
+        needed only while replaying (the forward's are found by the op's index at explain)."""
         nodes = [g for g in map(grad_fn, outs) if g is not None]
         if self._replay is None:  # the forward: searched and hooked by arm() at explain, when a report needs
-            if nodes:  # the flow (a leaf used once needs neither)
-                self._found.append((nodes, stop, uses))
+            if nodes:  # the flow (a leaf used once needs neither); its uses are those of op `index`
+                self._found.append((nodes, stop, index))
             return
-        for node, pairs in by_node(nodes, uses, stop).items():
+        for node, pairs in by_node(nodes, uses or {}, stop).items():
             self._hook(node, pairs)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
@@ -227,7 +228,7 @@ class Trace:
 
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
-        used = {u.serial for u in self.state.uses}
+        used = set(self.state.use_columns()[0])
         refs = self._refs
         live = [(refs[s](), s) for s in list(self._ids.values()) if s in used]
         return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]

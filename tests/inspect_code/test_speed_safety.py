@@ -797,3 +797,68 @@ def test_a_leaf_module_under_a_users_own_mode_goes_through_that_mode(monkeypatch
         return ops, [(u.serial, u.op, u.whole) for u in t.state.uses], report.to_dict()
 
     assert run(True) == run(False)
+
+
+def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
+    """The forward's shortcuts (a leaf module's call, the common op) keep their uses as numbers in the trace state's
+    columns (serial, op index), made into Use objects only when `state.uses` is read; explain's shortcut reads
+    them as numbers (FlowGraph.whole_once, use_columns). Checked against the Use objects and against the general
+    path (no shortcut: every use made as a Use) on a model mixing both kinds of use (leaf calls, a functional op
+    using a parameter, a Linear given its own Parameter, a weight shared by two Linears, one tensor given twice to
+    one call): the same records, uses and report, the uses in op order, and the shared weight's per-use flows
+    those of plain torch with a copy of the weight per use (oracle)."""
+    nn, F = torch.nn, torch.nn.functional
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3), "ln": nn.LayerNorm(3), "own": nn.Linear(3, 3),
+                           "tied": nn.LayerNorm(3)})
+    model["b"].weight = model["a"].weight  # shared: used by two leaf calls
+    model["tied"].bias = model["tied"].weight  # one tensor given twice to one leaf call: one use
+    scale = nn.Parameter(torch.randn(3))
+    model.register_parameter("scale", scale)
+    x = torch.randn(4, 3)
+
+    class Step(nn.Module):  # (inside a module: the functional ops take the mode's shortcut, _fast_op)
+        def forward(self, a, own):
+            o = model["own"](own)  # given a Parameter: seen by the mode, as the functional op below
+            h = F.linear(x, a) * scale
+            h = model["ln"](model["b"](torch.tanh(model["a"](h))))  # leaf calls
+            return (model["tied"](h).sum() + o).pow(2).sum()
+
+    def run(shortcuts: bool):
+        t = gradflow.trace()
+        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
+        with t:
+            loss = Step()(model["a"].weight, model["own"].weight)
+        numbers = [list(c) for c in t.state.use_columns()]
+        assert bool(t.state.use_serials) == shortcuts
+        assert len(numbers[0]) == len(t.state.made) + len(t.state.use_serials)
+        report = t.explain(loss, params=model)
+        uses = t.state.uses  # (made now)
+        assert numbers == [[u.serial for u in uses], [u.op for u in uses]] == [list(c) for c in t.state.use_columns()]
+        once = report.graph.whole_once()
+        assert once == {s: u.op for s, u in report.graph.once().items() if u.whole and u.flow is None}
+        return t, report, [(u.serial, u.op, u.whole, u.hidden) for u in uses], once
+
+    t, report, uses, once = run(True)
+    slow, slow_report, slow_uses, slow_once = run(False)
+    assert [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops] == \
+        [tuple(getattr(r, f) for f in _FIELDS) for r in slow.ops]
+    assert uses == slow_uses and once == slow_once and report.to_dict() == slow_report.to_dict()
+    assert [op for _, op, _, _ in uses] == sorted(op for _, op, _, _ in uses)
+    assert t.ops[0].name == "linear" and [u[1] for u in uses].count(0) == 2  # own(own.weight): the weight once
+    tied = next(r.index for r in t.ops if r.name == "layer_norm" and r.ins[1] == r.ins[2])
+    assert [u[1] for u in uses].count(tied) == 1
+    assert len(once) == 8  # own.weight, own.bias, scale, a.bias, b.bias, ln.weight, ln.bias, tied.weight
+    w = model["a"].weight  # oracle: a copy of the weight per use, plain torch
+    c1, c2, c3 = (w.detach().clone().requires_grad_() for _ in range(3))
+    with torch.no_grad():
+        own_w = model["own"].weight.detach().clone()
+    grads = torch.autograd.grad(
+        (F.layer_norm(model["ln"](F.linear(torch.tanh(F.linear(F.linear(x, c1) * scale, c2, model["a"].bias)), c3,
+                              model["b"].bias)), (3,), model["tied"].weight, model["tied"].weight).sum() +
+         F.linear(own_w, own_w, model["own"].bias)).pow(2).sum(),
+        [c1, c2, c3])  # (the uses in op order: the functional one, then a's, then b's)
+    routes = report.param("a.weight").routes
+    assert [r.op for r in routes] == ["linear"] * 3
+    for r, g in zip(routes, grads):
+        assert torch.allclose(r.flow, g, atol=1e-6)
