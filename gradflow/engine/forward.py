@@ -89,7 +89,8 @@ class Run:
         self.single = _single_use(graph)
         self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}
-        self.edges: list[EdgeResult] = []
+        self.uses: list[tuple] = []  # each use of a node: its EdgeResult's fields (`edges` makes them on demand)
+        self._edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
         # measuring: the tensors whose grads the table shows, and whose each is: a node id, or ~i for edge i's view
         self.watched: list[torch.Tensor] = []
@@ -112,35 +113,45 @@ class Run:
             self.numbers = _numbers(self.g)
         return () if node.id in self.numbers else node.modes
 
+    @property
+    def edges(self) -> list[EdgeResult]:
+        """Every use so far as an EdgeResult (src, dst, pos, and `cut`), made when first asked for: the brief
+        answer (engine/brief.py) never asks."""
+        made, uses = self._edges, self.uses
+        if len(made) < len(uses):
+            made.extend(EdgeResult(*use) for use in uses[len(made):])
+        return made
+
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = node.op in REGIONS
         tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
         measuring = tracked and not identity and self.measure
-        tensors, edges, nid = self.t, self.edges, node.id
+        tensors, uses, nid = self.t, self.uses, node.id
         out = []
         for pos, a in enumerate(node.args):
             src = tensors[a]
-            edge = EdgeResult(a, nid, pos)
             if src.requires_grad:
                 if measuring:
                     if self.single[a]:
-                        self.same_as_src.add(len(edges))
+                        self.same_as_src.add(len(uses))
                     elif self.measure_edges or self.g.nodes[a].op in REGIONS:
                         self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
                         src = self.alias(src)
                 elif not tracked:
-                    edge.cut = True
-            edges.append(edge)
+                    uses.append((a, nid, pos, None, True))  # cut
+                    out.append(src)
+                    continue
+            uses.append((a, nid, pos))
             out.append(src)
         return out
 
     def alias(self, src: torch.Tensor) -> torch.Tensor:
         """This use's own tensor: its grad is exactly this edge's flow."""
         view = src.view_as(src)
-        self.aliases[len(self.edges)] = view
+        self.aliases[len(self.uses)] = view
         self.watched.append(view)
-        self.keys.append(~len(self.edges))
+        self.keys.append(~len(self.uses))
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
