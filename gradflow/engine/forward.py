@@ -36,6 +36,7 @@ torch_imported()  # in a command, torch's objects are frozen out of the garbage 
 
 # The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
 REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
+_grad_enabled = torch.is_grad_enabled  # asked per operation
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -89,7 +90,8 @@ class Run:
         self.single = _single_use(graph)
         self.same_as_src: set[int] = set()  # edges whose flow is their source's grad (no alias needed)
         self.t: dict[int, torch.Tensor] = {}
-        self.edges: list[EdgeResult] = []
+        self.uses: list[tuple] = []  # each use of a node: its EdgeResult's fields (`edges` makes them on demand)
+        self._edges: list[EdgeResult] = []
         self.aliases: dict[int, torch.Tensor] = {}  # edge index -> identity view
         # measuring: the tensors whose grads the table shows, and whose each is: a node id, or ~i for edge i's view
         self.watched: list[torch.Tensor] = []
@@ -112,35 +114,45 @@ class Run:
             self.numbers = _numbers(self.g)
         return () if node.id in self.numbers else node.modes
 
+    @property
+    def edges(self) -> list[EdgeResult]:
+        """Every use so far as an EdgeResult (src, dst, pos, and `cut`), made when first asked for: the brief
+        answer (engine/brief.py) never asks."""
+        made, uses = self._edges, self.uses
+        if len(made) < len(uses):
+            made.extend(EdgeResult(*use) for use in uses[len(made):])
+        return made
+
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = node.op in REGIONS
-        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
+        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and _grad_enabled())
         measuring = tracked and not identity and self.measure
-        tensors, edges, nid = self.t, self.edges, node.id
+        tensors, uses, nid, single = self.t, self.uses, node.id, self.single
         out = []
         for pos, a in enumerate(node.args):
             src = tensors[a]
-            edge = EdgeResult(a, nid, pos)
             if src.requires_grad:
                 if measuring:
-                    if self.single[a]:
-                        self.same_as_src.add(len(edges))
+                    if single[a]:
+                        self.same_as_src.add(len(uses))
                     elif self.measure_edges or self.g.nodes[a].op in REGIONS:
                         self.total = account_flow(self.total, node, self.g.nodes[a], src.numel(), self.g.source)
                         src = self.alias(src)
                 elif not tracked:
-                    edge.cut = True
-            edges.append(edge)
+                    uses.append((a, nid, pos, None, True))  # cut
+                    out.append(src)
+                    continue
+            uses.append((a, nid, pos))
             out.append(src)
         return out
 
     def alias(self, src: torch.Tensor) -> torch.Tensor:
         """This use's own tensor: its grad is exactly this edge's flow."""
         view = src.view_as(src)
-        self.aliases[len(self.edges)] = view
+        self.aliases[len(self.uses)] = view
         self.watched.append(view)
-        self.keys.append(~len(self.edges))
+        self.keys.append(~len(self.uses))
         return view
 
     def compute(self, node: Node) -> torch.Tensor:
@@ -164,9 +176,9 @@ class Run:
             precheck(node, args, self.g.source)
         said = self.said
         before = len(said)
-        fn, modes = OPS[op].fn, self.modes(node) if node.modes else ()
+        fn = OPS[op].fn
         try:
-            if modes:
+            if node.modes and (modes := self.modes(node)):
                 with _context(modes):
                     out = fn(*args, **dict(node.params))
             else:  # most ops: no context manager to enter, often no keyword to pass (~1 us each per op)
@@ -249,19 +261,23 @@ class Run:
         tensors, frozen, measure, watched, keys, source = (self.t, self.frozen, self.measure, self.watched, self.keys,
                                                            self.g.source)
         limits = current()  # run() is inside the evaluation's limits
+        elements, most, compute = limits.elements, limits.total, self.compute
         for step in self.g.steps:
             if type(step) is not Node:  # not isinstance(): asked per node, it adds up
                 self._flag_step(step)
                 continue
-            t = tensors[step.id] = frozen[step.id] if frozen and step.id in frozen else self.compute(step)
-            needs = t.requires_grad
-            if needs and measure and step.op not in REGIONS:
-                watched.append(t)
-                keys.append(step.id)
-            held = needs and (measure or t.is_leaf)  # the grads evaluate() collects
+            nid = step.id
+            t = tensors[nid] = frozen[nid] if frozen and nid in frozen else compute(step)
+            if t.requires_grad:
+                if measure and step.op not in REGIONS:
+                    watched.append(t)
+                    keys.append(nid)
+                held = measure or t.is_leaf  # the grads evaluate() collects
+            else:
+                held = False
             n = t.numel()
             total = self.total + (2 * n if held else n)
-            if n <= limits.elements and total <= limits.total:  # budget.account's common case, inline
+            if n <= elements and total <= most:  # budget.account's common case, inline
                 self.total = total
             else:
                 self.total = account(self.total, step, t, source, grad=held)

@@ -36,6 +36,8 @@ from gradflow.language.climb_rules import SKIPPED, SPACES, STARTS_EXPR, TOKENS, 
 from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
 
 _END = Token("_NL", "")
+_MADE = 4096  # tokens kept for reuse (`_Climber._lex`, ~1 MB at most); then they are dropped and made again
+_SHORT = 200  # characters: the tokens of longer texts are not kept
 
 
 class GiveUp(Exception):
@@ -79,6 +81,7 @@ class _Climber:
         if missing:
             raise TypeError(f"no terminal {sorted(missing)}")
         self.tokens = frozenset(TOKENS)
+        self._made: dict[tuple[str, int, str], Token] = {}  # (terminal, place, text with its spaces): its token
         # Build's methods by `BINARY`'s and `COMPARE`'s names (the operators' are set on Build from _binary)
         self.binary: dict[str, tuple[int, Any]] = {"PLUS": (1, build.add), "MINUS": (1, build.sub),
                                                    "STAR": (2, build.mul), "SLASH": (2, build.div),
@@ -106,32 +109,52 @@ class _Climber:
 
     def _lex(self, text: str) -> list:
         """fastparse's tokens for a text of one line (lark's root lexer, lark's positions), then `_END` where
-        the postlexer adds the final new line (lexing.py; fastparse's `_tokens` too). Build never sees it."""
-        toks: list = []
-        append, new, token, keywords, kinds = toks.append, str.__new__, Token, self.keywords, self.tokens
-        stop = 0
-        for m in iter(self.scanner(text).match, None):  # the spaces at the end, and no token: no match
-            kind = m.lastgroup
-            if kind not in kinds:
-                raise GiveUp
-            start, stop = m.start(1), m.end()  # after the spaces
-            value = text[start:stop]
-            if kind == "NAME" and value in keywords:
-                raise GiveUp
-            tok = new(token, value)
-            tok.type = kind
-            tok.value = value
-            tok.start_pos = start
-            tok.line = 1
-            tok.column = start + 1
-            tok.end_pos = stop
-            tok.end_line = 1
-            tok.end_column = stop + 1
-            append(tok)
-        if stop != len(text.rstrip(SPACES)) or not toks:
+        the postlexer adds the final new line (lexing.py; fastparse's `_tokens` too). Build never sees it.
+
+        A token is made once per terminal, text and place (`_made`; in texts of up to _SHORT characters): Build
+        only reads them, and most programs of a batch start with the same few (`sum(` at 0, `x` at 4, ...). A
+        match, its spaces included, at the same place with the same terminal is the same token; making one (a
+        str subclass, eight attributes) costs three times the look-up."""
+        matches = iter(self.scanner(text).match, None)  # the spaces at the end, and no token: no match
+        if len(text) > _SHORT:  # a long text's tokens are seldom another's: made, not kept
+            toks = [self._token(m, text) for m in matches]
+        else:
+            toks = []
+            append, made = toks.append, self._made
+            for m in matches:
+                key = (m.lastgroup, m.start(), m.group())
+                tok = made.get(key)
+                if tok is None:
+                    tok = self._token(m, text)
+                    if len(made) >= _MADE:
+                        made.clear()
+                    made[key] = tok
+                append(tok)
+        end = toks[-1].end_pos if toks else 0
+        if end != len(text.rstrip(SPACES)) or not toks:
             raise GiveUp  # a character no terminal matches, or no token at all
-        append(_END)
+        toks.append(_END)
         return toks
+
+    def _token(self, m, text: str) -> Token:
+        """The token a match of the scanner reads (after its spaces), or GiveUp outside the subset."""
+        kind = m.lastgroup
+        if kind not in self.tokens:
+            raise GiveUp
+        start, stop = m.start(1), m.end()  # after the spaces
+        value = text[start:stop]
+        if kind == "NAME" and value in self.keywords:
+            raise GiveUp
+        tok = str.__new__(Token, value)
+        tok.type = kind
+        tok.value = value
+        tok.start_pos = start
+        tok.line = 1
+        tok.column = start + 1
+        tok.end_pos = stop
+        tok.end_line = 1
+        tok.end_column = stop + 1
+        return tok
 
     def _program(self, toks: list) -> list:
         if toks[0].type == "NAME" and toks[1].type == "EQUAL":

@@ -123,11 +123,19 @@ def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
     program = parse(source)  # first: a syntax error never loads syntax.py
     check_tree(program, limits)
-    from gradflow.language.graph import lower
-
-    graph = lower(program)
+    graph = (_LOWER or _lower())[0](program)
     check_graph(graph, limits)
     return graph
+
+
+_LOWER: list = []  # graph.lower, once a program has parsed (an import statement per program cost ~0.7 us)
+
+
+def _lower() -> list:
+    from gradflow.language.graph import lower
+
+    _LOWER[:] = [lower]
+    return _LOWER
 
 
 compile_program.cache_info = _CACHE.info  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.ops import is_region
+from gradflow.language.ops import REGION_OPS
 from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Num, Program, SetFlag, Stmt, Var, With
 
 # A node's text is its expression as written, up to this many characters. A longer one names its longest
@@ -23,6 +23,7 @@ from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Nu
 # The full text is `graph.full_text(node)`, the source between the node's span.
 NAME_WIDTH = 60
 _new = object.__new__
+_REGIONS = frozenset(REGION_OPS)  # asked per call: a set look-up, not a function call
 # ---- the lowered graph --------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ class _Lowering:
                                 "e.g. torch.sum(x)", kind="unknown_function")
             else:
                 push((e, reg, True))
-                inner = (*reg, (e, e.op)) if is_region(e.op) else reg
+                inner = (*reg, (e, e.op)) if e.op in _REGIONS else reg
                 for a in reversed(e.args):
                     push((a, inner, False))
         return out[-1]

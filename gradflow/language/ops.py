@@ -17,13 +17,16 @@ the analysis, flows, edits, graph text and inspect ask it what is a cut, error m
 and `gradflow ops` lists it. Adding an operation is adding a row here; the grammar does not change.
 
 Torch-free to import: the callables use tensor methods, or torch's functions reached through the tensors'
-own module (loaded by then: they only ever run on tensors).
+own module (loaded by then: they only ever run on tensors). An operator or a method without arguments is
+operator's function or a methodcaller: the same call as `a + b` or `a.exp()`, without a Python frame per op.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any, Literal
 
 Role = Literal["plain", "cut", "region"]
@@ -181,24 +184,24 @@ def _cmp(name: str, symbol: str, fn, doc: str) -> Op:
 
 _ROWS = [
     # operators (the grammar maps the symbols to these names)
-    Op("add", (T, OTHER), lambda a, b: a + b, "a + b", "+", "operator", methods=("add",), torch=("torch.add",)),
-    Op("sub", (T, OTHER), lambda a, b: a - b, "a - b", "-", "operator", methods=("sub",), torch=("torch.sub",)),
-    Op("mul", (T, OTHER), lambda a, b: a * b, "a * b, elementwise", "*", "operator", methods=("mul",),
+    Op("add", (T, OTHER), operator.add, "a + b", "+", "operator", methods=("add",), torch=("torch.add",)),
+    Op("sub", (T, OTHER), operator.sub, "a - b", "-", "operator", methods=("sub",), torch=("torch.sub",)),
+    Op("mul", (T, OTHER), operator.mul, "a * b, elementwise", "*", "operator", methods=("mul",),
        torch=("torch.mul",)),
-    Op("div", (T, OTHER), lambda a, b: a / b, "a / b, elementwise", "/", "operator", methods=("div",),
+    Op("div", (T, OTHER), operator.truediv, "a / b, elementwise", "/", "operator", methods=("div",),
        torch=("torch.div",)),
-    Op("matmul", (T, OTHER), lambda a, b: a @ b, "a @ b, matrix product (torch.matmul)", "@", "operator",
+    Op("matmul", (T, OTHER), operator.matmul, "a @ b, matrix product (torch.matmul)", "@", "operator",
        methods=("matmul",), torch=("torch.matmul",), shape="matmul"),
-    Op("neg", (T,), lambda a: -a, "-a", "-", "operator", methods=("neg",), torch=("torch.neg",), shape="first"),
-    Op("pow", (T, Param("exponent")), lambda a, b: a ** b, "a ^ b (also a ** b, pow(a, b)); right-associative",
+    Op("neg", (T,), operator.neg, "-a", "-", "operator", methods=("neg",), torch=("torch.neg",), shape="first"),
+    Op("pow", (T, Param("exponent")), operator.pow, "a ^ b (also a ** b, pow(a, b)); right-associative",
        "^ **", "function", functions=("pow",), methods=("pow",), torch=("torch.pow",)),
     # comparisons: boolean tensors, no gradient (torch.where's condition)
-    _cmp("gt", ">", lambda a, b: a > b, "a > b, elementwise: a boolean tensor (no gradient)"),
-    _cmp("lt", "<", lambda a, b: a < b, "a < b, elementwise"),
-    _cmp("ge", ">=", lambda a, b: a >= b, "a >= b, elementwise"),
-    _cmp("le", "<=", lambda a, b: a <= b, "a <= b, elementwise"),
-    _cmp("eq", "==", lambda a, b: a == b, "a == b, elementwise"),
-    _cmp("ne", "!=", lambda a, b: a != b, "a != b, elementwise"),
+    _cmp("gt", ">", operator.gt, "a > b, elementwise: a boolean tensor (no gradient)"),
+    _cmp("lt", "<", operator.lt, "a < b, elementwise"),
+    _cmp("ge", ">=", operator.ge, "a >= b, elementwise"),
+    _cmp("le", "<=", operator.le, "a <= b, elementwise"),
+    _cmp("eq", "==", operator.eq, "a == b, elementwise"),
+    _cmp("ne", "!=", operator.ne, "a != b, elementwise"),
     # indexing: a[0], a[1:3], a[:, 0], a[..., -1] (the grammar makes the index; gradient scatters back)
     Op("index", (T, Param("index", "index")), lambda a, index: a[index_key(index)],
        "a[i], a[i:j:k], a[:, i], a[..., i]: indexing and slicing", "[]", "indexing", shape="first"),
@@ -221,18 +224,18 @@ _ROWS = [
        "nothing here (gradflow shows every node's grad); a must require grad", kind="flag",
        methods=("retain_grad",), shape="first"),
     # elementwise functions
-    _fn("exp", "e^a", lambda a: a.exp()),
-    _fn("log", "natural logarithm", lambda a: a.log()),
-    _fn("sqrt", "square root", lambda a: a.sqrt()),
-    _fn("abs", "absolute value", lambda a: a.abs()),
-    _fn("sin", "sine", lambda a: a.sin()),
-    _fn("cos", "cosine", lambda a: a.cos()),
-    _fn("tan", "tangent", lambda a: a.tan()),
-    Op("tanh", (T,), lambda a: a.tanh(), "hyperbolic tangent", functions=("tanh",), methods=("tanh",),
+    _fn("exp", "e^a", methodcaller("exp")),
+    _fn("log", "natural logarithm", methodcaller("log")),
+    _fn("sqrt", "square root", methodcaller("sqrt")),
+    _fn("abs", "absolute value", methodcaller("abs")),
+    _fn("sin", "sine", methodcaller("sin")),
+    _fn("cos", "cosine", methodcaller("cos")),
+    _fn("tan", "tangent", methodcaller("tan")),
+    Op("tanh", (T,), methodcaller("tanh"), "hyperbolic tangent", functions=("tanh",), methods=("tanh",),
        torch=("torch.tanh", F_PREFIX + "tanh"), shape="first"),
-    Op("sigmoid", (T,), lambda a: a.sigmoid(), "1 / (1 + e^-a)", functions=("sigmoid",), methods=("sigmoid",),
+    Op("sigmoid", (T,), methodcaller("sigmoid"), "1 / (1 + e^-a)", functions=("sigmoid",), methods=("sigmoid",),
        torch=("torch.sigmoid", F_PREFIX + "sigmoid"), shape="first"),
-    Op("relu", (T,), lambda a: a.relu(), "max(a, 0)", functions=("relu",), methods=("relu",),
+    Op("relu", (T,), methodcaller("relu"), "max(a, 0)", functions=("relu",), methods=("relu",),
        torch=("torch.relu", F_PREFIX + "relu"), shape="first"),
     Op("clamp", (T, Param("min", "number", None), Param("max", "number", None)),
        lambda a, min=None, max=None: a.clamp(min=min, max=max), "a limited to [min, max] (numbers; either may "

@@ -29,6 +29,8 @@ TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError
 
 @functools.cache  # probing cuda/mps costs ~50 us: once per process (batch)
 def resolve_device(device: str) -> torch.device:
+    if device == "cpu":
+        return _CPU  # always there (asked per evaluation: no other backend to ask about)
     available = {"cpu": True, "cuda": torch.cuda.is_available(),
                  "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
     if device not in available:
@@ -37,6 +39,9 @@ def resolve_device(device: str) -> torch.device:
         raise EvalError("device", f"device '{device}' is not available on this machine",
                         hint="use --device cpu (the default)")
     return torch.device(device)
+
+
+_CPU = torch.device("cpu")
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:

@@ -42,6 +42,16 @@ def test_deep_parentheses_refused_on_the_text_then_evaluated_without_recursion()
     assert explain(src, x=2, limits=BIG).grad("x") == 1.0
 
 
+def test_parentheses_count_only_as_deep_as_they_nest():
+    """The text is walked only when it has more '(' than the depth limit: many that do not nest are fine, as
+    deep as the limit is fine, one level more is refused where it is reached."""
+    assert explain("(x)+(x) + ((x)+(x))", x=1, limits={"depth": 3}).grad("x") == 4
+    assert explain("(((x)))", x=1, limits={"depth": 3}).grad("x") == 1
+    err = refused("(x) + ((((x))))", "depth", limits={"depth": 3}, x=1)
+    assert err.message == "the parentheses nest 4 levels; the limit is 3" and err.span.start == 9
+    assert explain("# ((((\n(((x)))", x=1, limits={"depth": 3}).grad("x") == 1  # a comment's do not nest
+
+
 def test_long_unary_minus_chain_is_a_deep_tree():
     src = "-" * 10000 + "x"  # neg(neg(...)): 10,000 nodes deep, no parentheses
     err = refused(src, "depth", limits={"length": 10**5, "nodes": 10**5}, x=3)

@@ -304,3 +304,25 @@ def test_its_tokens_are_lark_s():
         assert theirs[-1].type == mine[-1].type == "_NL"
         lexed += 1
     assert lexed > 1000
+
+
+def test_its_reused_tokens_are_lark_s(monkeypatch):
+    """A token is made once per terminal, place and text (spaces before it included) and then reused: texts that
+    share tokens at the same places (and ones that differ only in the spaces, or the terminal, there) give lark's
+    tokens whether theirs were made now or before, and the kept tokens stay bounded."""
+    lark, climber = parser._lark(), parser._climb().climber
+    monkeypatch.setattr(climber, "_made", {})
+    monkeypatch.setattr(climb, "_MADE", 8)
+    texts = ["sum(x)", "sum(x * 2)", "sum( x)", "sum (x)", "sum(x2)", "sum(2)", "x", " x", "x1", "1", "1.5", "1e5",
+             "-x", "x-1", "x - 1", "x <= 1", "x < =1", "x<1", "sum(x)", "x**2", "x^2", "x*2", "mean(x)"] * 2
+    for text in texts:
+        mine = climber._lex(text)
+        assert len(climber._made) <= 8
+        assert [[getattr(t, a) for a in _TOKEN] for t in mine[:-1]] == [[getattr(t, a) for a in _TOKEN]
+                                                                        for t in list(lark.lex(text))[:-1]], text
+    reused = climber._lex("sum(x)")
+    assert climber._lex("sum(x)")[0] is reused[0]  # kept, not made again
+    long = "+".join(["x"] * (climb._SHORT // 2 + 1))
+    assert [[getattr(t, a) for a in _TOKEN] for t in climber._lex(long)[:-1]] == \
+        [[getattr(t, a) for a in _TOKEN] for t in list(lark.lex(long))[:-1]]
+    assert climber._lex(long)[0] is not climber._lex(long)[0]  # a long text's tokens: made, not kept
