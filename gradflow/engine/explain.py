@@ -1,6 +1,7 @@
 """The Python API's `explain()`: prepare (compile, check values, choose leaves, build values) -> evaluate."""
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from gradflow.engine.prepare import UNUSED_KIND, merge_values, prepare, unused_values
@@ -40,20 +41,18 @@ def explain_checked(program: str | Graph, given: dict[str, Any], *, wrt: str | l
     """explain() once its arguments are checked (`check_arguments`), its values merged and its limits read;
     `program` may be compiled already (a batch line's: compile_program's cache was asked for it once)."""
     graph, vals, leaves = prepare(program, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
-    evaluate = _EVALUATE[0] if _EVALUATE else _evaluate()  # torch is imported only from here on
+    evaluate = _evaluate()  # torch is imported only from here on
     result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits,
                       brief=brief)
     result.warnings[:0] = unused_warnings(given, graph.inputs)
     return result
 
 
-_EVALUATE: list = []  # engine.evaluate.evaluate, once imported (an import statement per call: ~0.7 us)
-
-
+@cache
 def _evaluate():
+    """engine.evaluate.evaluate, imported by the first call (torch with it): an import statement per call ~0.7 us."""
     from gradflow.engine.evaluate import evaluate
 
-    _EVALUATE[:] = [evaluate]
     return evaluate
 
 

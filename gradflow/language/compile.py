@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from gradflow.language.checks import check_graph, check_source, check_tree
@@ -123,19 +124,18 @@ def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
     program = parse(source)  # first: a syntax error never loads syntax.py
     check_tree(program, limits)
-    graph = (_LOWER or _lower())[0](program)
+    graph = _lower()(program)
     check_graph(graph, limits)
     return graph
 
 
-_LOWER: list = []  # graph.lower, once a program has parsed (an import statement per program cost ~0.7 us)
-
-
-def _lower() -> list:
+@cache
+def _lower():
+    """graph.lower, imported once a program has parsed (a syntax error never loads it): an import statement per
+    program ~0.7 us."""
     from gradflow.language.graph import lower
 
-    _LOWER[:] = [lower]
-    return _LOWER
+    return lower
 
 
 compile_program.cache_info = _CACHE.info  # type: ignore[attr-defined]

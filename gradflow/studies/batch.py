@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from gradflow.errors import GradflowError, ValueInputError
@@ -194,21 +195,19 @@ def _values(job: Job, defaults: Defaults, inputs: Mapping[str, int]) -> dict[str
     return {**shared, **job.vars}  # the line's own vars all go on: one its program does not use is a warning
 
 
-_ENGINE: list = []  # compile_program, check_arguments, explain_checked: imported by the first record (_engine)
-
-
-def _engine() -> list:
-    """The engine's entry points, imported once (torch with them): an import statement per record cost ~0.7 us."""
+@cache
+def _engine() -> tuple:
+    """The engine's entry points, imported by the first record (torch with them): an import statement per record
+    ~0.7 us."""
     from gradflow.engine.explain import check_arguments, explain_checked
     from gradflow.language.compile import compile_program
 
-    _ENGINE[:] = [compile_program, check_arguments, explain_checked]
-    return _ENGINE
+    return compile_program, check_arguments, explain_checked
 
 
 def evaluate_job(job: Job, number: int, defaults: Defaults) -> dict:
     """The record of one job: its id plus `eval --json`'s fields. Raises GradflowError."""
-    compile_program, check_arguments, explain_checked = _ENGINE or _engine()
+    compile_program, check_arguments, explain_checked = _engine()
     limits = as_limits(defaults.limits)
     graph = compile_program(job.expr, limits)  # once: explain_checked takes the graph
     values = _values(job, defaults, graph.inputs)
