@@ -106,33 +106,19 @@ class FlowGraph:
             uses[use.serial].append(use)
         return uses
 
-    def once(self) -> dict[int, Use]:
-        """Parameter serial -> its use, for the parameters used once: what `uses` says of them, without a list per
-        parameter."""
-        once: dict[int, Use] = {}
-        more = set()
-        for use in self._uses:
-            if use.serial in once:
-                more.add(use.serial)
-            else:
-                once[use.serial] = use
-        for s in more:
-            del once[s]
-        return once
-
     def whole_once(self) -> dict[int, int]:
         """Parameter serial -> the op index of its use, for the parameters used once whose use sent them their
-        whole gradient (`whole`, not hooked: no flow of its own). What once() tells of them, read from the
+        whole gradient (`whole`, not hooked: no flow of its own). What `uses` tells of them, read from the
         trace's columns without making Use objects (explain asks it of every parameter; most are used once)."""
         out: dict[int, int] = {}
-        more = set()
-        for use in self._made:
+        more = set()  # used more than once, or once but not wholly: not in the answer
+        for use in self._made:  # (two loops, not one over both: ~50 us less a step of 800 parameters)
             if use.serial in out or use.serial in more:
                 more.add(use.serial)
             elif use.whole and use.flow is None:
                 out[use.serial] = use.op
             else:
-                more.add(use.serial)  # (used once, but not so: not in the answer)
+                more.add(use.serial)
         serials, ops, whole = self._columns
         for i, (s, op) in enumerate(zip(serials, ops)):
             if s in out or s in more:

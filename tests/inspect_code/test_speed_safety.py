@@ -568,8 +568,8 @@ def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
                                             "seq.3.bias", "seq.3.weight", "zero"]
     assert all(isinstance(p, R.ParamReport) for p in lazy)
     assert repr(fast.params) == repr(slow.params)
-    once = {s: id(u) for s, u in fast.graph.once().items()}  # (FlowGraph.once: `uses` of those used once)
-    assert once == {s: id(u[0]) for s, u in fast.graph.uses.items() if len(u) == 1} and len(once) == 7
+    once = {s: u[0].op for s, u in fast.graph.uses.items() if len(u) == 1}  # (`uses` of those used once)
+    assert fast.graph.whole_once() == once and len(once) == 7
     for p in lazy:  # each list made once, then kept (so a change to it stays); a copy is a plain ParamReport
         assert p.cuts is p.cuts and p.routes is p.routes and p.aliases is p.aliases and p.shape is p.shape
         kept = copy.copy(p)
@@ -836,7 +836,8 @@ def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
         uses = t.state.uses  # (made now)
         assert numbers == [[u.serial for u in uses], [u.op for u in uses]] == [list(c) for c in t.state.use_columns()]
         once = report.graph.whole_once()
-        assert once == {s: u.op for s, u in report.graph.once().items() if u.whole and u.flow is None}
+        assert once == {s: u[0].op for s, u in report.graph.uses.items()
+                        if len(u) == 1 and u[0].whole and u[0].flow is None}
         return t, report, [(u.serial, u.op, u.whole, u.hidden) for u in uses], once
 
     t, report, uses, once = run(True)
