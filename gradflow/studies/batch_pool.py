@@ -22,11 +22,11 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
 - **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. The main thread
-  spawns it as soon as the first chunk is read, and a thread waits for the first worker; meanwhile the main
-  thread reads ahead (up to AHEAD_LINES lines), and a thread at the lowest priority compiles the programs of
-  what it has read, a chunk at a time (batch_ahead.py): each chunk then goes to its worker with them, and the
-  worker finds them in its compile cache. Once the first worker is there, the others start as there is work for
-  them, and later chunks go as they are (the cores are the workers' then).
+  spawns it as soon as the first chunk is read, and a thread waits for the first worker (batch_first.py);
+  meanwhile the main thread reads ahead (up to AHEAD_LINES lines), and a thread at the lowest priority compiles
+  the programs of what it has read, a chunk at a time (batch_ahead.py): each chunk then goes to its worker with
+  them, and the worker finds them in its compile cache. Once the first worker is there, the others start as
+  there is work for them, and later chunks go as they are (the cores are the workers' then).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -55,6 +55,7 @@ from typing import Any
 
 from gradflow.errors import GradflowError
 from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, Ahead
+from gradflow.studies.batch_first import FirstWorker
 from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
@@ -119,14 +120,12 @@ class _Pool:
         self.stopping = threading.Event()
         self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
         os.set_blocking(self.wake_w, False)  # a full pipe already says "wake up": the reader never waits on it
-        # the first worker is started by a thread (its fork server imports torch first): meanwhile another
-        # compiles the programs of the lines read (batch_ahead.py)
-        self.starter: threading.Thread | None = None
-        self.started: queue.SimpleQueue = queue.SimpleQueue()  # the first worker, or the error that stopped it
-        self.handover = threading.Lock()  # the first worker goes into `started` or is killed, never both or neither
         self.ahead_bytes = self.ahead_lines = 0
         self.room = 0  # bytes a message to a busy worker may have (_give): a quarter of its pipe's buffer
+        # the first worker is started by a thread (its fork server imports torch first): meanwhile another
+        # compiles the programs of the lines read (batch_ahead.py), until it is there
         self.ahead = Ahead(options.get("text", False), as_limits(options.get("limits")))
+        self.first = FirstWorker(self._launch, self.stopping, self._first_done)
 
     # -- reading (a thread) --
     def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
@@ -176,42 +175,10 @@ class _Pool:
         self.workers.append(worker)
         return worker
 
-    def _begin(self) -> None:
-        """The fork server spawned now, by this (the main) thread, and the first worker started by a thread: it is
-        ready once the fork server has preloaded. (The starter thread spawned the fork server itself, after waiting
-        20-450 ms for the GIL while this thread read ahead and another compiled.)"""
-        from multiprocessing import forkserver
-
-        with main_not_rerun():
-            forkserver.ensure_running()
-        self.starter = threading.Thread(target=self._start_first, daemon=True, name="gradflow-batch-starter")
-        self.starter.start()
-
-    def _start_first(self) -> None:
-        """The starter thread: the first worker, ready once the fork server has preloaded (~1-1.5 s)."""
-        try:
-            got: Worker | BaseException = self._launch()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, raised there
-            got = exc
-        with self.handover:
-            if self.stopping.is_set() and isinstance(got, Worker):
-                kill([got])  # the batch ended meanwhile
-            else:
-                self.started.put(got)
-        self.ahead.stop()  # the cores are the workers' now
+    def _first_done(self) -> None:
+        """The first worker is there (or has failed): the cores are the workers' now."""
+        self.ahead.stop()
         self._wake()
-
-    def _first_ready(self) -> bool:
-        """Has the starter thread handed over the first worker? (Raises the error that stopped it.)"""
-        try:
-            got = self.started.get_nowait()
-        except queue.Empty:
-            return False
-        self.starter = None
-        if isinstance(got, BaseException):
-            raise got
-        self.workers.append(got)
-        return True
 
     def _wake(self) -> None:
         try:
@@ -276,12 +243,13 @@ class _Pool:
                 self.ahead_lines += len(lines)
                 self.ahead_bytes += sum(map(len, lines))
         while True:
-            if self.starter is not None and self._first_ready():
+            if early and (worker := self.first.ready()) is not None:
+                self.workers.append(worker)
                 early = False
             ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
             window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             # 1. what the reader has read, into slots (up to the window)
-            while not ended and len(slots) < window and not (early and self.starter is None and todo):
+            while not ended and len(slots) < window and not (early and not self.first.begun and todo):
                 try:
                     number, item = self.lines.get_nowait()
                 except queue.Empty:
@@ -310,8 +278,8 @@ class _Pool:
             while todo:
                 if not idle and len(self.workers) < self.jobs:
                     if early:
-                        if self.starter is None:
-                            self._begin()
+                        if not self.first.begun:
+                            self.first.begin()
                         break
                     idle.append(self._start_worker())
                 worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
@@ -383,11 +351,7 @@ class _Pool:
         so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
         self.ahead.stop()
-        with self.handover:  # a first worker handed over but not yet taken (the starter kills a later one)
-            while not self.started.empty():
-                got = self.started.get()
-                if isinstance(got, Worker):
-                    self.workers.append(got)
+        self.workers += self.first.left()
         kill(self.workers)
         self.workers.clear()
         for fd in (self.wake_r, self.wake_w):
