@@ -4,7 +4,7 @@
 
 In this process, best of N interleaved runs each: a plain forward + backward (torch.autograd.grad) against a
 traced forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
-Linear+LayerNorm+GELU at width 64, target <= 1.5x) and a tiny MLP (for reference). Wall and CPU time of this
+Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). Wall and CPU time of this
 thread are both printed: on a shared machine the CPU time is the steadier one. Then, in fresh processes,
 alternately: `gradflow inspect bench/tiny_gpt2.py:main` against `python bench/tiny_gpt2.py`, which builds the
 same tiny GPT-2 and runs one step (target <= 1.3x; transformers must be installed). Not a test: timings depend
@@ -103,6 +103,10 @@ def main():
     mlp, xs = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)), torch.randn(8, 16)
     ratios.append(compare("a tiny MLP (16-32-1)", mlp, lambda: mlp(xs).sum(), None, opts.runs))
     if not opts.no_gpt2:
+        from tiny_gpt2 import build
+        gpt2, ids = build()
+        ratios.append(compare("a tiny GPT-2 (bench/tiny_gpt2.py: 2 layers, width 32), in process", gpt2,
+                              lambda: gpt2(input_ids=ids, labels=ids).loss, None, opts.runs))
         ratios += whole_run(opts.runs)
     print("ratios:", " ".join(f"{r:.2f}" for r in ratios))
 

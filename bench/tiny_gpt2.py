@@ -8,12 +8,16 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
-def main():
+def build():
+    """The model and a batch of token ids (bench/inspect_speed.py also times its step in process)."""
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64, bos_token_id=0,
                         eos_token_id=0)
-    model = GPT2LMHeadModel(config)
-    ids = torch.randint(0, 100, (4, 32))
+    return GPT2LMHeadModel(config), torch.randint(0, 100, (4, 32))
+
+
+def main():
+    model, ids = build()
     return model(input_ids=ids, labels=ids).loss, model
 
 
