@@ -4,11 +4,11 @@
 
 In this process, best of N interleaved runs each: a plain forward + backward (torch.autograd.grad) against a
 traced forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
-Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). Wall and CPU time of this
-thread are both printed: on a shared machine the CPU time is the steadier one. Then, in fresh processes,
-alternately: `gradflow inspect bench/tiny_gpt2.py:main` against `python bench/tiny_gpt2.py`, which builds the
-same tiny GPT-2 and runs one step (target <= 1.3x; transformers must be installed). Not a test: timings depend
-on the machine.
+Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). Wall and
+CPU time of this thread are both printed: on a shared machine the CPU time is the steadier one. Then, in fresh
+processes, alternately: `gradflow inspect bench/tiny_gpt2.py:main` against `python bench/tiny_gpt2.py`, which
+builds the same tiny GPT-2 and runs one step (target <= 1.3x; transformers must be installed). Not a
+test: timings depend on the machine.
 """
 import argparse
 import sys
