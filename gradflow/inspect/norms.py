@@ -30,6 +30,7 @@ def grad_norm(g) -> float:
 
 
 _BATCHED = (torch.float32, torch.float64)
+_INF = math.inf
 _STACKED = 32768  # elements: no larger tensor's norm is split between threads (torch's grain size), so a row of a
 #                   stack of them is reduced in the same order as the tensor alone
 
@@ -88,4 +89,4 @@ def grad_norms(grads: list) -> list[float]:
 
 def _settle_norms(out: list, grads: list, ks: list[int], values: list[float]) -> None:
     for k, v in zip(ks, values):  # 0 and inf: grad_norm tells a float32 underflow / overflow from a real one
-        out[k] = v if v != 0.0 and not math.isinf(v) else grad_norm(grads[k])
+        out[k] = v if v != 0.0 and v != _INF else grad_norm(grads[k])  # (a norm is never -inf)
