@@ -82,21 +82,25 @@ def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: di
     key = id(module)
     if key not in names:
         names[key] = full or root_name
-    for k, p in module._parameters.items():
-        if p is not None:
-            name = f"{full}.{k}" if full else k
-            seen = by_id.get(id(p))
-            if seen is None:
-                by_id[id(p)] = named[name] = [p]
-            else:
-                seen.append(name)
-    for k, m in module._modules.items():
-        if m is None:
-            continue
-        if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
-            return False
-        if not _walk(m, f"{full}.{k}" if full else k, root_name, named, by_id, names, depth + 1):
-            return False
+    own = module._parameters
+    if own:  # (most modules own no parameters or no submodules: no iterator made over an empty dict)
+        for k, p in own.items():
+            if p is not None:
+                name = f"{full}.{k}" if full else k
+                seen = by_id.get(id(p))
+                if seen is None:
+                    by_id[id(p)] = named[name] = [p]
+                else:
+                    seen.append(name)
+    children = module._modules
+    if children:
+        for k, m in children.items():
+            if m is None:
+                continue
+            if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
+                return False
+            if not _walk(m, f"{full}.{k}" if full else k, root_name, named, by_id, names, depth + 1):
+                return False
     return True
 
 

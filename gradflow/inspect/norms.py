@@ -30,6 +30,7 @@ def grad_norm(g) -> float:
 
 
 _BATCHED = (torch.float32, torch.float64)
+_INF = math.inf
 _STACKED = 32768  # elements: no larger tensor's norm is split between threads (torch's grain size), so a row of a
 #                   stack of them is reduced in the same order as the tensor alone
 
@@ -82,10 +83,11 @@ def grad_norms(grads: list) -> list[float]:
         if len(ks) == 1:
             out[ks[0]] = grad_norm(grads[ks[0]])
             continue
-        _settle_norms(out, grads, ks, torch.stack(torch._foreach_norm([grads[k] for k in ks])).tolist())
+        _settle_norms(out, grads, ks, list(map(float, torch._foreach_norm([grads[k] for k in ks]))))  # (each a float
+        #  at once: for a tiny MLP's four grads ~58,000 instructions against ~71,000 stacked first and listed)
     return out
 
 
 def _settle_norms(out: list, grads: list, ks: list[int], values: list[float]) -> None:
     for k, v in zip(ks, values):  # 0 and inf: grad_norm tells a float32 underflow / overflow from a real one
-        out[k] = v if v != 0.0 and not math.isinf(v) else grad_norm(grads[k])
+        out[k] = v if v != 0.0 and v != _INF else grad_norm(grads[k])  # (a norm is never -inf)

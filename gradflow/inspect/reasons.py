@@ -110,7 +110,12 @@ class FlowGraph:
         """Parameter serial -> the op index of its use, for the parameters used once whose use sent them their
         whole gradient (`whole`, not hooked: no flow of its own). What `uses` tells of them, read from the
         trace's columns without making Use objects (explain asks it of every parameter; most are used once)."""
-        out: dict[int, int] = {}
+        serials, ops, whole = self._columns
+        if not self._made and whole == len(serials):  # arm() found every leaf used once: each use whole
+            out = dict(zip(serials, ops))  # (in one call: ~1 us a parameter less than the loops below)
+            if len(out) == len(serials):
+                return out
+        out = {}
         more = set()  # used more than once, or once but not wholly: not in the answer
         for use in self._made:  # (two loops, not one over both: ~50 us less a step of 800 parameters)
             if use.serial in out or use.serial in more:
@@ -119,7 +124,6 @@ class FlowGraph:
                 out[use.serial] = use.op
             else:
                 more.add(use.serial)
-        serials, ops, whole = self._columns
         for i, (s, op) in enumerate(zip(serials, ops)):
             if s in out or s in more:
                 more.add(s)
@@ -215,8 +219,8 @@ class FlowGraph:
     def cuts_by_leaf(self) -> dict[int, list[OpRecord]]:
         """Per leaf: the detach / no_grad / inference_mode ops reaching the loss that its values flow into."""
         out: dict[int, list[OpRecord]] = defaultdict(list)
-        for rec in [r for r in self.ops if r.cut in SHOWN_CUTS]:
-            if any(o in self.to_loss for o in rec.outs):
+        for rec in [r for r in self.ops if r.cut is not None and r.cut in SHOWN_CUTS]:  # (most ops cut nothing:
+            if any(o in self.to_loss for o in rec.outs):  # None against each kind costs ~1 us an op)
                 for leaf in self._leaves_behind(rec):
                     out[leaf].append(rec)
         return out

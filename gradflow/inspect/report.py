@@ -7,6 +7,7 @@ that got nothing: frozen, not used, or cut (naming the op and source line).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -255,19 +256,20 @@ def _routes(ops: list, graph: FlowGraph, serial: int, module_name, grad) -> list
     return out
 
 
-def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: list, serials: list, module_name,
-             partial: dict) -> list[ParamReport]:
+def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], grads: list, whys: list | None,
+             serials: list, module_name, partial: dict) -> list[ParamReport]:
     """Each parameter's report, measured (_measure; the grad norms taken together first, grad_norms). A parameter
     that got a gradient with nothing cut on the way (the common one) is "live" (or "zero") without
     _param_report's questions, and its only use (`whole`: not hooked, it sent the whole grad) is its route with the
     grad's norm and a share of 1, written inline: what _param_report, _routes and _measure give it. (Its shape and
-    size read from the grad, which autograd gives the parameter's shape: a Parameter's own are ~3x slower to ask.)"""
-    norms = iter(grad_norms([g for g, _ in settled if g is not None]))
+    size read from the grad, which autograd gives the parameter's shape: a Parameter's own are ~3x slower to ask.)
+    `whys`: settle's reason per parameter (untraced), or None when no parameter can be. A grad that is not None
+    is one of a tensor that required grad when backward had run (truth.gradients gives None for the others)."""
+    norms = iter(grad_norms([g for g in grads if g is not None]))
     ops, once = trace.ops, graph.whole_once().get
     out: list[ParamReport] = []
-    for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
-        t = tensors[0]
-        if g is None or why is not None or partial or s is None or not t.requires_grad:
+    for (name, tensors), g, why, s in zip(named.items(), grads, whys or repeat(None), serials):
+        if g is None or why is not None or partial or s is None:
             p = _param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
             if g is not None:
                 _measure(p, next(norms))
@@ -284,6 +286,7 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], settled: li
             out.append(ParamReport(name, list(g.shape), g.numel(), True, "live" if norm != 0.0 else "zero",
                                    None if norm != 0.0 else ZERO_REASON, g, norm, tensors[1:], routes, [], s))
             continue
+        t = tensors[0]
         p = ParamReport(name, list(t.shape), t.numel(), True, "live", None, g, None, tensors[1:],
                         _routes(ops, graph, s, module_name, g), [], s)
         _measure(p, norm)
@@ -327,11 +330,11 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
     graph = FlowGraph(trace, trace.known(loss), leaf_serials)
     module_name = module_names.get
     partial = graph.cuts_by_leaf()
+    grads, whys = got.grads, None  # (settle's answer when no parameter is used where the trace cannot see)
     if hidden:
         settled = [settle(trace, got, i, t, hidden, s) for i, (t, s) in enumerate(zip(tensors, serials))]
-    else:  # (settle's answer when no parameter is used where the trace cannot see)
-        settled = [(g, None) for g in got.grads]
-    params_out = _reports(trace, graph, named, settled, serials, module_name, partial)
+        grads, whys = [g for g, _ in settled], [why for _, why in settled]
+    params_out = _reports(trace, graph, named, grads, whys, serials, module_name, partial)
     report = InspectReport(loss, params_out, graph=graph, module_names=module_names,
                            use_ops={op for s, op in zip(*trace.state.use_columns()) if s in leaf_serials})
     report.warnings = frozen_but_changing(trace, module_names)
@@ -341,7 +344,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
         _precision(report, trace, graph, loss, named, got.grads, retain_graph)
     if not loss.requires_grad:
         report.error = no_gradient_error(report)
-    elif any(p.status == "untraced" for p in params_out):
+    elif (whys or graph.outside) and any(p.status == "untraced" for p in params_out):  # (only settle, or a use
+        #                                     the trace may not have seen (reasons.why_none), makes one untraced)
         report.error = untraced_error(report.params)
     return report
 

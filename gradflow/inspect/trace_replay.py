@@ -90,14 +90,24 @@ def grad_off(t: Trace) -> str | None:
     return region.how if region is not None and not region.value else None
 
 
-@contextmanager
-def listening(t: Trace):
+def listening(t: Trace) -> _Listening:
     """The per-use hooks record what flows back while this is open."""
-    t._ear[0] = True
-    try:
-        yield
-    finally:
-        t._ear[0] = False
+    return _Listening(t._ear)
+
+
+class _Listening:
+    """(A plain context manager, not a generator's: explain opens one on every call.)"""
+
+    __slots__ = ("ear",)
+
+    def __init__(self, ear: list) -> None:
+        self.ear = ear
+
+    def __enter__(self) -> None:
+        self.ear[0] = True
+
+    def __exit__(self, *exc) -> None:
+        self.ear[0] = False
 
 
 @contextmanager

@@ -532,9 +532,9 @@ def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
     from gradflow.inspect import report as R
     from gradflow.inspect.norms import grad_norm
 
-    def general(trace, graph, named, settled, serials, module_name, partial):
+    def general(trace, graph, named, grads, whys, serials, module_name, partial):
         out = []
-        for (name, tensors), (g, why), s in zip(named.items(), settled, serials):
+        for (name, tensors), g, why, s in zip(named.items(), grads, whys or [None] * len(grads), serials):
             p = R._param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
             if g is not None:
                 R._measure(p, grad_norm(g))
@@ -739,6 +739,7 @@ def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_sea
         loss = model(x).pow(2).sum()
     report = t.explain(loss, params=model)
     assert [u.whole for u in t.state.uses] == [True] * len(params)
+    assert report.graph.whole_once() == {u.serial: u.op for u in t.state.uses}  # (read from the columns at once)
     for (name, p), g in zip(params.items(), plain_x):
         (route,) = report.param(name).routes
         assert route.share == 1.0 and torch.allclose(route.flow, g)
@@ -748,6 +749,7 @@ def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_sea
         loss = model(y).pow(2).sum()
     report = t.explain(loss, params=model)
     assert [u.whole for u in t.state.uses] == [False] * (2 * len(params))
+    assert report.graph.whole_once() == {}
     for (name, p), g in zip(params.items(), plain_y):
         routes = report.param(name).routes
         assert len(routes) == 1 and torch.allclose(routes[0].flow, g) and routes[0].share == pytest.approx(1.0)
