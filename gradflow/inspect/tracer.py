@@ -101,8 +101,7 @@ class Trace:
     def __enter__(self) -> Trace:
         calls_seen_by(self, True)
         self._grad_base = torch.is_grad_enabled()
-        self._gc = gc_deferred()
-        self._gc.__enter__()
+        self._gc.__enter__()  # (each entry notes anew whether the collector was on)
         self._mode.t = self
         self._mode.__enter__()
         self._recording = True
