@@ -26,7 +26,6 @@ torch); this file is the Trace that ties them together.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
