@@ -44,5 +44,7 @@ def __getattr__(name: str):  # PEP 562: keep `import gradflow` cheap
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # found directly from now on: no import machinery per `gradflow.trace()`
+        return value
     raise AttributeError(f"module 'gradflow' has no attribute {name!r}")

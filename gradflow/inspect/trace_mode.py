@@ -122,7 +122,6 @@ def calls_seen_by(trace: Trace, on: bool) -> None:
 
 
 def _module_call(module, *args, **kwargs):
-    plain = _PLAIN_CALL[0]
     if len(_TRACES) == 1:
         t = _TRACES[0]
         leaf = LEAVES.get(type(module))
@@ -134,7 +133,7 @@ def _module_call(module, *args, **kwargs):
                     return out
         t._enter_module(module)
         try:
-            return plain(module, *args, **kwargs)
+            return _PLAIN_CALL[0](module, *args, **kwargs)
         finally:
             t._leave_module(module)
             if _SITES:
@@ -143,7 +142,7 @@ def _module_call(module, *args, **kwargs):
     for t in seen:
         t._enter_module(module)
     try:
-        return plain(module, *args, **kwargs)
+        return _PLAIN_CALL[0](module, *args, **kwargs)
     finally:
         for t in seen:
             t._leave_module(module)

@@ -75,11 +75,6 @@ def arm(t: Trace) -> None:
         pending.pop()
 
 
-def release(nodes: list) -> None:
-    while nodes:
-        nodes.pop()
-
-
 def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:
     if ear[0]:
         use.add(grad_inputs[i])

@@ -26,7 +26,6 @@ torch); this file is the Trace that ties them together.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -60,7 +59,7 @@ from gradflow.inspect.trace_replay import (
     switch_grad,
     unrecorded,
 )
-from gradflow.inspect.trace_uses import arm, by_node, hook, release
+from gradflow.inspect.trace_uses import arm, by_node, hook
 from gradflow.inspect.trace_values import escape, follow, followed, followed_in
 
 _DETACH = DETACH  # (tests/language/test_op_table.py)
@@ -92,17 +91,16 @@ class Trace:
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, op index), for arm()
+        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, op index), for arm();
+        #                         never explained, let go with the trace, latest first (as a list lets go)
         self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
         self._plain = self._fast  # _fast_op may record the next op (no replay, checkpoint, followed values)
-        weakref.finalize(self, release, self._found)  # never explained: let them go latest first too
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
         calls_seen_by(self, True)
         self._grad_base = torch.is_grad_enabled()
-        self._gc = gc_deferred()
-        self._gc.__enter__()
+        self._gc.__enter__()  # (each entry notes anew whether the collector was on)
         self._mode.t = self
         self._mode.__enter__()
         self._recording = True

@@ -75,7 +75,19 @@ def traced(uses_w):
     assert report.params[0].grad.tolist() == [N + 1.0 if uses_w else 1.0] * 3
     return loss, report
 
+def dropped():  # traced, never explained, then dropped: the nodes it kept are let go latest first
+    w = torch.ones(3, requires_grad=True)
+    with gradflow.trace() as t:
+        x = w * 1.0
+        for _ in range(N):
+            x = x * w
+        loss = x.sum()
+    assert len(t.ops) == N + 2
+    del x, loss
+    del t
+
 def work():
+    dropped()
     loss, report = traced(uses_w=False)  # the tracer leaves plain ops' nodes alone: torch frees them itself
     del loss, report
     loss, report = traced(uses_w=True)  # every node hooked: the graph is freed from the loss backwards
@@ -93,6 +105,7 @@ worker.join()
 
 @pytest.mark.slow
 def test_library_trace_and_free_graph_never_recurse_deeply(tmp_path):
+    """Explained (then freed by free_graph), and never explained (the trace dropped), on a 256 KiB stack."""
     res = run(PYTHON + ["-c", textwrap.dedent(LIBRARY)], text=True, cwd=ROOT)
     assert (res.returncode, res.stdout) == (0, "freed\n"), res.stderr[-2000:]
 
