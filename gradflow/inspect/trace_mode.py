@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.inspect.reasons import ESCAPES
 from gradflow.inspect.source import _KINDS, _SKIPPED, lines_from
-from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name
+from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name, requires_grad
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
@@ -46,11 +46,12 @@ class Mode(TorchFunctionMode):
         # The common op: inside a module, gradients on, nothing followed (see _fast_op).
         kwargs = kwargs or {}
         ins = inputs(args, kwargs)
-        in_rg = [a.requires_grad for a in ins]
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
-        stop = None
-        if in_leaf is not None and True in in_leaf:  # where the search for its uses stops (see trace_uses)
-            stop = _next_node() if _next_node is not None else _input_nodes(ins)
+        in_rg = list(map(requires_grad, ins))
+        in_leaf = stop = None
+        if True in in_rg:
+            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
+            if True in in_leaf:  # where the search for its uses stops (see trace_uses)
+                stop = _next_node() if _next_node is not None else _input_nodes(ins)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -69,7 +70,7 @@ class Mode(TorchFunctionMode):
             ins = ins[1:]
         if name in FLAGS and ins and t._replay is None:
             t._flag(name, ins[0], args, kwargs)
-        in_rg = [a.requires_grad for a in ins]
+        in_rg = list(map(requires_grad, ins))
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op (in the
         # forward: below its first sequence number; replaying: the inputs' nodes). Other ops never touch grad_fn:
