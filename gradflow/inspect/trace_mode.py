@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
 
 # Never on the fast path: a property (its name is the attribute's), or an op with its own bookkeeping.
 _UNUSUAL = {None, "", "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
+# Properties of a tensor's metadata: never a tensor, so no record on any path (_record and _replayed find no result
+# tensor and return) and no failure to tell (they do not raise): run at once.
+_METADATA_GETS = {"shape", "dtype", "device", "ndim"}
 _grad_on, _inference_on = torch.is_grad_enabled, torch.is_inference_mode_enabled
 _next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequence number the next node gets
 
@@ -62,6 +65,8 @@ class Mode(TorchFunctionMode):
 
     @staticmethod
     def _general(t: Trace, name: str, func, args, kwargs: dict):
+        if name in _METADATA_GETS and func.__name__ == "__get__":  # x.shape, x.dtype: nothing to record
+            return func(*args, **kwargs)
         if name == "_set_grad_enabled":
             t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
             return func(*args, **kwargs)
