@@ -20,13 +20,16 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.inspect.reasons import ESCAPES
 from gradflow.inspect.source import _KINDS, _SKIPPED, lines_from
-from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name
+from gradflow.inspect.trace_records import FLAGS, METADATA_ONLY, grad_fn, inputs, op_name, requires_grad
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 # Never on the fast path: a property (its name is the attribute's), or an op with its own bookkeeping.
 _UNUSUAL = {None, "", "__get__", "__set__", "_set_grad_enabled", "__setitem__", *FLAGS, *ESCAPES, *METADATA_ONLY}
+# Properties of a tensor's metadata: never a tensor, so no record on any path (_record and _replayed find no result
+# tensor and return) and no failure to tell (they do not raise): run at once.
+_METADATA_GETS = {"shape", "dtype", "device", "ndim"}
 _grad_on, _inference_on = torch.is_grad_enabled, torch.is_inference_mode_enabled
 _next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)  # the sequence number the next node gets
 
@@ -46,11 +49,12 @@ class Mode(TorchFunctionMode):
         # The common op: inside a module, gradients on, nothing followed (see _fast_op).
         kwargs = kwargs or {}
         ins = inputs(args, kwargs)
-        in_rg = [a.requires_grad for a in ins]
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
-        stop = None
-        if in_leaf is not None and True in in_leaf:  # where the search for its uses stops (see trace_uses)
-            stop = _next_node() if _next_node is not None else _input_nodes(ins)
+        in_rg = list(map(requires_grad, ins))
+        in_leaf = stop = None
+        if True in in_rg:
+            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
+            if True in in_leaf:  # where the search for its uses stops (see trace_uses)
+                stop = _next_node() if _next_node is not None else _input_nodes(ins)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:
@@ -61,6 +65,8 @@ class Mode(TorchFunctionMode):
 
     @staticmethod
     def _general(t: Trace, name: str, func, args, kwargs: dict):
+        if name in _METADATA_GETS and func.__name__ == "__get__":  # x.shape, x.dtype: nothing to record
+            return func(*args, **kwargs)
         if name == "_set_grad_enabled":
             t._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
             return func(*args, **kwargs)
@@ -69,7 +75,7 @@ class Mode(TorchFunctionMode):
             ins = ins[1:]
         if name in FLAGS and ins and t._replay is None:
             t._flag(name, ins[0], args, kwargs)
-        in_rg = [a.requires_grad for a in ins]
+        in_rg = list(map(requires_grad, ins))
         in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op (in the
         # forward: below its first sequence number; replaying: the inputs' nodes). Other ops never touch grad_fn:

@@ -12,7 +12,7 @@ import torch
 
 from gradflow.inspect.source import custom_function, lines
 from gradflow.inspect.trace_mode import leaf_lines
-from gradflow.inspect.trace_records import LOW, OpRecord, tensors_in
+from gradflow.inspect.trace_records import LOW, OpRecord, requires_grad, tensors_in
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
@@ -96,8 +96,9 @@ def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[boo
     outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out, [])
     if not outs:
         return
-    if (in_leaf is not None and not any(o.requires_grad for o in outs)) or outs[0].dtype in LOW or \
-            (ins and ins[0].dtype in LOW):
+    if (in_leaf is not None and True not in map(requires_grad, outs)) or \
+            ((d := outs[0].dtype) is not _F32 and d in LOW) or (ins and (d := ins[0].dtype) is not _F32 and
+                                                                d in LOW):
         return t._record(name, ins, in_rg, out, stop, in_leaf=in_leaf)
     ids, refs = t._ids, t._refs
     serials = []
@@ -114,20 +115,21 @@ def fast_op(t: Trace, name: str, ins: list, in_rg: list[bool], in_leaf: list[boo
         s = ids.get(id(o))
         out_serials.append(s if s is not None and refs[s]() is o else new_serial(ids, refs, o, s))
     st = t.state
-    rec = OpRecord(len(st.ops), name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
+    index = len(st.ops)
+    rec = OpRecord(index, name, tuple(serials), tuple(out_serials), True, False, id(st.stack[-1]))
     leaves = []  # serials of the leaves it used (not given back as a result), each once: kept as numbers
     if in_leaf is not None and True in in_leaf:
-        for a, leaf, s in zip(ins, in_leaf, serials):
-            if leaf and s not in leaves and not any(a is o for o in outs):
+        for leaf, s in zip(in_leaf, serials):  # (a result with an input's serial is that input)
+            if leaf and s not in leaves and s not in out_serials:
                 leaves.append(s)
         if leaves:
             rec.line, rec.library_line = lines(3)  # (frames 1-2: the tracer's)
     st.ops.append(rec)
-    if not rec.index % GC_EVERY and rec.index:
-        t._collect(rec.index)
+    if not index % GC_EVERY and index:
+        t._collect(index)
     if leaves:
-        st.add_uses(leaves, rec.index)
-        t._listen(outs, None, stop, rec.index)
+        st.add_uses(leaves, index)
+        t._listen(outs, None, stop, index)
 
 def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     """_fast_op for a torch leaf module recorded whole (trace_mode.LEAVES): its input x, the module's own

@@ -865,3 +865,130 @@ def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
     assert [r.op for r in routes] == ["linear"] * 3
     for r, g in zip(routes, grads):
         assert torch.allclose(r.flow, g, atol=1e-6)
+
+
+def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for trace_records._into)
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _walk(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _walk(x, out)
+    return out
+
+
+def test_an_ops_tensors_are_those_a_walk_of_every_argument_finds():
+    """inputs() / tensors_in() pass arguments of a type that holds no tensor (trace_records._NO_TENSOR) by their
+    exact type, before any isinstance: the same tensors, in the same order, as the plain isinstance walk of every
+    argument, on ints, bools, subclasses of int and tuple, torch.Size, nested containers, Parameters and a tensor
+    subclass; and no type in _NO_TENSOR can hold or be a tensor (torch.Size: ints only)."""
+    import enum
+    from collections import namedtuple
+
+    from gradflow.inspect.trace_records import _NO_TENSOR, inputs, tensors_in
+
+    class Sub(torch.Tensor):
+        pass
+
+    class Level(enum.IntEnum):
+        ONE = 1
+
+    Pair = namedtuple("Pair", "a b")
+    a, b, c = torch.ones(2), torch.zeros(3), torch.nn.Parameter(torch.ones(1))
+    s = torch.ones(2).as_subclass(Sub)
+    cases = [
+        ((a, 8, 4), {}), ((a,), {"dim": 1, "keepdim": True}), ((a, torch.Size([2, 1])), {}), ((8, a, None, "x"), {}),
+        (([a, b], 0), {}), (((a, [b, {"k": c}]), Level.ONE), {"out": None, "w": [s, (a,)]}),
+        ((Pair(a, (b, 3)), slice(1, 2)), {"d": {"e": c, "f": torch.float32, "g": torch.device("cpu")}}),
+        ((True, 2.5, torch.Size([]), (), [], {}), {"x": s}), ((c, c, a), {}), ((), {}),
+    ]
+    for args, kwargs in cases:
+        expected = _walk(list(args), [])
+        _walk(kwargs, expected)
+        got = inputs(args, kwargs)
+        assert len(got) == len(expected) and all(x is y for x, y in zip(got, expected)), (args, kwargs)
+        for obj in (args, kwargs, *args):
+            assert [id(x) for x in tensors_in(obj, [])] == [id(x) for x in _walk(obj, [])]
+    for kind in _NO_TENSOR:
+        assert not issubclass(kind, (torch.Tensor, list, dict))
+        assert not issubclass(kind, tuple) or kind is torch.Size
+    assert all(type(n) is int for n in torch.Size(torch.tensor([2, 3])))  # (made from a tensor: ints)
+
+
+@pytest.mark.parametrize("tail", ["bfloat16", "checkpoint"])
+def test_the_common_op_and_property_reads_record_what_the_general_path_records(tail, monkeypatch):
+    """The mode's shortcut for the common op (_fast_op: a result that is one of its inputs told by its serial, a
+    result that does not require grad from one that does, half precision) and for reading a tensor's metadata
+    (trace_mode._METADATA_GETS: x.shape, x.dtype, x.device, x.ndim run at once) against the general path with no
+    shortcut: the same records, uses and report, on ops whose inputs require grad or not, a parameter an op gives
+    back as its result (contiguous(), to() its own dtype), a parameter given twice, cuts (argmax, a comparison),
+    several results (split), a property that is a tensor (.T), then bfloat16 ops or a reentrant checkpoint, whose
+    recomputation reads metadata while explain replays it. Oracle for the gradients: plain torch."""
+    from torch.utils.checkpoint import checkpoint
+
+    from gradflow.inspect import trace_mode
+
+    nn = torch.nn
+    torch.manual_seed(0)
+    w, v = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(8, 8))
+    x, mask = torch.randn(4, 4), torch.ones(4, 8)
+    got, inside = [], []
+
+    def inner(y):
+        assert y.shape == (4, 8) and y.dtype == torch.float32 and y.device.type == "cpu" and y.ndim == 2
+        inside.append(torch.is_grad_enabled())
+        return torch.tanh(y) * 2
+
+    class Body(nn.Module):
+        def forward(self, x):
+            y = x @ w
+            n, shape, dtype, device, ndim = y.size(-1), y.shape, y.dtype, y.device, y.ndim
+            got.append((n, tuple(shape), dtype, device.type, ndim, mask.shape, w.dtype))
+            m = mask.view(8, 4).transpose(0, 1) * (mask.size(0) / 4)
+            same, cast = w.contiguous(), w.to(torch.float32)  # (each gives back w itself)
+            a, b = y.split(4, dim=1)
+            z = torch.cat([a, b], dim=1) * m + torch.mul(w, w) + same + cast + w.T.T
+            idx, positive = z.argmax(), (z > 0).float()  # cuts: no result requires grad
+            z = z + torch.add(w, 1, alpha=2)
+            if tail == "bfloat16":
+                z = z + (z.bfloat16() @ v.bfloat16()).float()
+            else:
+                z = checkpoint(inner, z @ v, use_reentrant=True)
+            return (z * positive).sum() + z.flatten()[idx]
+
+    def run(shortcuts: bool):
+        if not shortcuts:
+            monkeypatch.setattr(trace_mode, "_METADATA_GETS", set())
+        t = gradflow.trace()
+        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
+        with t:
+            loss = Body()(x)
+        report = t.explain(loss, params={"w": w, "v": v})
+        monkeypatch.undo()
+        ops = [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops]
+        return ops, [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses], report
+
+    fast, fast_uses, report = run(True)
+    slow, slow_uses, slow_report = run(False)
+    assert fast == slow and fast_uses == slow_uses and report.to_dict() == slow_report.to_dict()
+    assert got[0] == got[1] == (8, (4, 8), torch.float32, "cpu", 2, (4, 8), torch.float32)
+    assert inside == ([False, True] * 2 if tail == "checkpoint" else [])  # (run, then replayed by explain)
+    names = [op[1] for op in fast]
+    assert not {"shape", "dtype", "device", "ndim"} & set(names) and {"contiguous", "to", "T", "split"} <= set(names)
+    cuts = {op[1]: op[_FIELDS.index("cut")] for op in fast if op[_FIELDS.index("cut")]}
+    assert cuts == {"argmax": "nondiff", "gt": "nondiff"}
+    given_back = [op for op in fast if op[1] in ("contiguous", "to") and op[2][0] == op[3][0]]
+    assert len(given_back) == 2 and not {op[0] for op in given_back} & {u[1] for u in fast_uses}  # no use of w
+    assert report.param("w").status == report.param("v").status == "live"
+    wc, vc = (p.detach().clone().requires_grad_() for p in (w, v))  # oracle: the same step in plain torch
+    y = x @ wc
+    m = mask.view(8, 4).transpose(0, 1)
+    z = torch.cat(y.split(4, dim=1), dim=1) * m + wc * wc + wc + wc + wc
+    positive, idx = (z > 0).float(), z.argmax()
+    z = z + wc + 2
+    z = z + (z.bfloat16() @ vc.bfloat16()).float() if tail == "bfloat16" else torch.tanh(z @ vc) * 2
+    grads = torch.autograd.grad((z * positive).sum() + z.flatten()[idx], [wc, vc])
+    for p, g in zip(report.params, grads):
+        assert p.grad_norm == pytest.approx(g.norm().item(), rel=1e-5)
