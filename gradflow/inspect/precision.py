@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradflow.inspect.truth import dense, grad_leaves, grads_put_back, would_hook
+
 if TYPE_CHECKING:  # report.py imports this module inside build_report: types only, no cycle
     from gradflow.inspect.reasons import FlowGraph
     from gradflow.inspect.tracer import Trace
@@ -99,10 +101,15 @@ def check_precision(trace: Trace, graph: FlowGraph, loss, named: list[tuple[str,
     if not suspects or not loss.requires_grad:
         return report
     wanted = [named[i][1] for i in suspects]
+    leaves = None  # a reentrant checkpoint refuses torch.autograd.grad: plain backward passes, .grad put back
+    if trace.checkpoint_ops or "CheckpointFunction" in trace.state.functions:
+        leaves = grad_leaves(trace, wanted)
+        if would_hook(leaves):  # a plain backward would run a post-accumulate-grad hook: not asked
+            return report
     flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in these passes
     overflow = any(not bool(grads[i].isfinite().all()) for i in suspects)
     try:
-        nodes = _passes(trace, loss, wanted, overflow, retain_graph, report.scale)
+        nodes = _passes(trace, loss, wanted, overflow, retain_graph, report.scale, leaves)
     finally:
         for u, f in zip(trace.state.uses, flows):
             u.flow = f
@@ -133,7 +140,8 @@ def _finding(kind: str, name: str, t, grad, oracle) -> Finding | None:
     return Finding(name, kind, n, t.numel(), norm)
 
 
-def _passes(trace: Trace, loss, wanted: list, overflow: bool, retain_graph: bool, scale: float) -> dict:
+def _passes(trace: Trace, loss, wanted: list, overflow: bool, retain_graph: bool, scale: float,
+            leaves: list | None) -> dict:
     """An unscaled backward, a scaled-up one and (for overflow) a scaled-down one, hooked at the low nodes."""
     seen = _Nodes()
     low = trace.state.low_nodes
@@ -158,11 +166,12 @@ def _passes(trace: Trace, loss, wanted: list, overflow: bool, retain_graph: bool
                 hooked[id(nxt)] = (nxt, index)
     handles = [node.register_hook(hook(key, index)) for key, (node, index) in hooked.items()]
     try:
-        _grad(loss, wanted, 1.0, True)
+        _grad(loss, wanted, 1.0, True, leaves)
         phase[0] = "scaled"
-        scaled = [None if g is None else g / scale for g in _grad(loss, wanted, scale, retain_graph or overflow)]
+        scaled = [None if g is None else g / scale
+                  for g in _grad(loss, wanted, scale, retain_graph or overflow, leaves)]
         phase[0] = "down"
-        down = [None if g is None else g * scale for g in _grad(loss, wanted, 1 / scale, retain_graph)] \
+        down = [None if g is None else g * scale for g in _grad(loss, wanted, 1 / scale, retain_graph, leaves)] \
             if overflow else None
     finally:
         for h in handles:
@@ -170,8 +179,14 @@ def _passes(trace: Trace, loss, wanted: list, overflow: bool, retain_graph: bool
     return {"hooks": seen, "scaled": scaled, "down": down}
 
 
-def _grad(loss, wanted: list, scale: float, retain: bool) -> list:
+def _grad(loss, wanted: list, scale: float, retain: bool, leaves: list | None) -> list:
+    """The gradients of `wanted` from a backward seeded with `scale`; given `leaves` (every tensor whose .grad a
+    backward may write: a reentrant checkpoint refuses torch.autograd.grad), a plain one, each .grad put back."""
     seed = torch.full_like(loss, scale)
+    if leaves is not None:
+        with grads_put_back(leaves):
+            torch.autograd.backward(loss, seed, retain_graph=retain)
+            return [dense(t.grad) for t in wanted]
     return list(torch.autograd.grad(loss, wanted, grad_outputs=seed, allow_unused=True, retain_graph=retain))
 
 

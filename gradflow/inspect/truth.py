@@ -50,20 +50,20 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))
     if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
-        leaves = _leaves(trace, tensors)
-        if not _would_hook(leaves):
+        leaves = grad_leaves(trace, tensors)
+        if not would_hook(leaves):
             with trace.replaying():
                 plain = _plain(loss, leaves, tensors, retain_graph)
             if plain is not None:
                 return Gradients(plain, plain, checked=True)
-    leaves = _leaves(trace, tensors) if hidden else _retaining(trace)  # autograd.grad fills retain_grad()'s
+    leaves = grad_leaves(trace, tensors) if hidden else _retaining(trace)  # autograd.grad fills retain_grad()'s
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
-        with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
+        with grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
             grads = _grad(loss, tensors, wanted, retain_graph or bool(hidden) or may_refuse)
     except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
         with trace.listening():
-            plain = _plain(loss, leaves or _leaves(trace, tensors), tensors, retain_graph)
+            plain = _plain(loss, leaves or grad_leaves(trace, tensors), tensors, retain_graph)
         if plain is None:
             raise GradflowError("untraceable", "torch.autograd.grad cannot run through the reentrant checkpoint "
                                 "in this model, and a plain backward would run a post-accumulate-grad hook",
@@ -96,7 +96,7 @@ def dense(t):
     return t.to_dense() if t is not None and t.is_sparse else t
 
 
-def _leaves(trace, tensors: list) -> list:
+def grad_leaves(trace, tensors: list) -> list:
     """Every live tensor whose .grad a backward may write: the parameters, and what the trace saw."""
     found = {id(t): t for t in [*tensors, *trace.seen()] if isinstance(t, torch.Tensor)
              and ((t.is_leaf and t.requires_grad) or t.retains_grad)}
@@ -109,7 +109,7 @@ def _retaining(trace) -> list:
     #  tensor the trace saw, in one pass over its references: no dict walk; retains_grad is False on a leaf)
 
 
-class _grads_put_back:
+class grads_put_back:
     """Save the tensors' .grad and set them to None; put the saved ones back on exit."""
 
     def __init__(self, leaves: list):
@@ -140,7 +140,7 @@ def _backward(loss, retain_graph: bool):
                          accumulate_grad=True)
 
 
-def _would_hook(leaves: list) -> bool:
+def would_hook(leaves: list) -> bool:
     """A plain backward would run a post-accumulate-grad hook (an optimizer step in backward, say)."""
     return any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves)
 
@@ -148,9 +148,9 @@ def _would_hook(leaves: list) -> bool:
 def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None:
     """The .grad a plain loss.backward() leaves on each tensor, every .grad put back as it was; None when that
     cannot be done harmlessly (a post-accumulate-grad hook, an optimizer step in backward, would run)."""
-    if _would_hook(leaves):
+    if would_hook(leaves):
         return None
-    with _grads_put_back(leaves):
+    with grads_put_back(leaves):
         try:
             _backward(loss, retain_graph)
         except Exception as err:

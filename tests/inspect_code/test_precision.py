@@ -117,3 +117,28 @@ def test_no_findings_when_nothing_under_or_overflows(dtype):
             loss = model(torch.ones(4, 3)).float().sum()
     report = t.explain(loss, params=model)
     assert report.precision.findings == [] and [p.status for p in report.params] == ["live", "live"]
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_underflow_is_found_the_same_when_part_of_the_model_is_checkpointed(reentrant):
+    # A reentrant checkpoint refuses torch.autograd.grad: the precision passes crashed explain with torch's
+    # "incompatible with .grad()" whenever a gradient held an exact 0. Same findings as without a checkpoint.
+    from torch.utils.checkpoint import checkpoint
+
+    def step():
+        model = example.build()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = checkpoint(lambda h: model[2](model[1](h)), model[0](example.X), use_reentrant=reentrant)
+            loss = nn.functional.mse_loss(out, example.Y)
+        return loss, model
+
+    report, model = traced(step)
+    ref = float64_grads(model, example.X, example.Y)
+    lost = {n: int(((p.grad == 0) & (ref[n] != 0)).sum()) for n, p in zip(ref, report.params)}
+    assert all(lost.values())
+    assert {f.param: f.elements for f in report.precision.findings} == lost
+    assert {(f.kind, f.op) for f in report.precision.findings} == {("underflow", "mse_loss")}
+    assert all(p.grad is None for p in model.parameters())  # .grad untouched
+    loss, fresh = step()
+    loss.backward()  # the user's own step runs; plain torch gives every parameter a gradient, as the report says
+    assert all(p.grad is not None for p in fresh.parameters()) and all(p.grad is not None for p in report.params)
