@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gradflow.inspect.truth import dense, grad_leaves, grads_put_back, would_hook
+from gradflow.inspect.truth import grad_leaves, plain_grads
 
 if TYPE_CHECKING:  # report.py imports this module inside build_report: types only, no cycle
     from gradflow.inspect.reasons import FlowGraph
@@ -101,11 +101,8 @@ def check_precision(trace: Trace, graph: FlowGraph, loss, named: list[tuple[str,
     if not suspects or not loss.requires_grad:
         return report
     wanted = [named[i][1] for i in suspects]
-    leaves = None  # a reentrant checkpoint refuses torch.autograd.grad: plain backward passes, .grad put back
-    if trace.checkpoint_ops or "CheckpointFunction" in trace.state.functions:
-        leaves = grad_leaves(trace, wanted)
-        if would_hook(leaves):  # a plain backward would run a post-accumulate-grad hook: not asked
-            return report
+    leaves = grad_leaves(trace, wanted) if trace.checkpoint_ops or "CheckpointFunction" in trace.state.functions \
+        else None  # a reentrant checkpoint refuses torch.autograd.grad: plain backward passes, .grad put back
     flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in these passes
     overflow = any(not bool(grads[i].isfinite().all()) for i in suspects)
     try:
@@ -180,13 +177,12 @@ def _passes(trace: Trace, loss, wanted: list, overflow: bool, retain_graph: bool
 
 
 def _grad(loss, wanted: list, scale: float, retain: bool, leaves: list | None) -> list:
-    """The gradients of `wanted` from a backward seeded with `scale`; given `leaves` (every tensor whose .grad a
-    backward may write: a reentrant checkpoint refuses torch.autograd.grad), a plain one, each .grad put back."""
+    """The gradients of `wanted` from a backward seeded with `scale`; given `leaves` (a reentrant checkpoint
+    refuses torch.autograd.grad), a plain one, each .grad put back: none (no finding) if that would run a
+    post-accumulate-grad hook."""
     seed = torch.full_like(loss, scale)
     if leaves is not None:
-        with grads_put_back(leaves):
-            torch.autograd.backward(loss, seed, retain_graph=retain)
-            return [dense(t.grad) for t in wanted]
+        return plain_grads(loss, leaves, wanted, retain, seed) or [None] * len(wanted)
     return list(torch.autograd.grad(loss, wanted, grad_outputs=seed, allow_unused=True, retain_graph=retain))
 
 

@@ -51,19 +51,19 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
         return Gradients([None] * len(tensors))
     if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
         leaves = grad_leaves(trace, tensors)
-        if not would_hook(leaves):
+        if not _would_hook(leaves):
             with trace.replaying():
-                plain = _plain(loss, leaves, tensors, retain_graph)
+                plain = plain_grads(loss, leaves, tensors, retain_graph)
             if plain is not None:
                 return Gradients(plain, plain, checked=True)
     leaves = grad_leaves(trace, tensors) if hidden else _retaining(trace)  # autograd.grad fills retain_grad()'s
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
-        with grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
+        with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
             grads = _grad(loss, tensors, wanted, retain_graph or bool(hidden) or may_refuse)
     except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
         with trace.listening():
-            plain = _plain(loss, leaves or grad_leaves(trace, tensors), tensors, retain_graph)
+            plain = plain_grads(loss, leaves or grad_leaves(trace, tensors), tensors, retain_graph)
         if plain is None:
             raise GradflowError("untraceable", "torch.autograd.grad cannot run through the reentrant checkpoint "
                                 "in this model, and a plain backward would run a post-accumulate-grad hook",
@@ -71,7 +71,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
         return Gradients(plain, plain, checked=True)
     if not hidden:
         return Gradients(grads)
-    plain = _plain(loss, leaves, tensors, retain_graph)  # the hooks do not listen: the flows stay autograd.grad's
+    plain = plain_grads(loss, leaves, tensors, retain_graph)  # the hooks do not listen: the flows stay autograd.grad's
     return Gradients(grads, plain, checked=plain is not None)
 
 
@@ -109,7 +109,7 @@ def _retaining(trace) -> list:
     #  tensor the trace saw, in one pass over its references: no dict walk; retains_grad is False on a leaf)
 
 
-class grads_put_back:
+class _grads_put_back:
     """Save the tensors' .grad and set them to None; put the saved ones back on exit."""
 
     def __init__(self, leaves: list):
@@ -127,32 +127,33 @@ class grads_put_back:
         return False
 
 
-def _backward(loss, retain_graph: bool):
-    """loss.backward(), straight into autograd's engine where torch has it: torch.autograd.backward is a function
-    torch runs with the trace's mode switched off, and the engine must run the checkpoints' recomputation with
-    it on (trace.replaying)."""
+def _backward(loss, retain_graph: bool, seed):
+    """loss.backward(seed), straight into autograd's engine where torch has it: torch.autograd.backward is a
+    function torch runs with the trace's mode switched off, and the engine must run the checkpoints'
+    recomputation with it on (trace.replaying)."""
+    seed = torch.ones_like(loss) if seed is None else seed
     try:
         from torch.autograd.graph import _engine_run_backward
     except ImportError:  # another torch: the recomputation goes unseen, its parameters stay "untraced"
-        torch.autograd.backward(loss, retain_graph=retain_graph)
+        torch.autograd.backward(loss, seed, retain_graph=retain_graph)
         return
-    _engine_run_backward((loss,), (torch.ones_like(loss),), retain_graph, False, (), allow_unreachable=True,
-                         accumulate_grad=True)
+    _engine_run_backward((loss,), (seed,), retain_graph, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
-def would_hook(leaves: list) -> bool:
+def _would_hook(leaves: list) -> bool:
     """A plain backward would run a post-accumulate-grad hook (an optimizer step in backward, say)."""
     return any(getattr(t, "_post_accumulate_grad_hooks", None) for t in leaves)
 
 
-def _plain(loss, leaves: list, tensors: list, retain_graph: bool) -> list | None:
-    """The .grad a plain loss.backward() leaves on each tensor, every .grad put back as it was; None when that
-    cannot be done harmlessly (a post-accumulate-grad hook, an optimizer step in backward, would run)."""
-    if would_hook(leaves):
+def plain_grads(loss, leaves: list, tensors: list, retain_graph: bool, seed=None) -> list | None:
+    """The .grad a plain loss.backward() (seeded with `seed`, ones if None) leaves on each tensor, every .grad of
+    `leaves` (grad_leaves) put back as it was; None when that cannot be done harmlessly (a post-accumulate-grad
+    hook, an optimizer step in backward, would run)."""
+    if _would_hook(leaves):
         return None
-    with grads_put_back(leaves):
+    with _grads_put_back(leaves):
         try:
-            _backward(loss, retain_graph)
+            _backward(loss, retain_graph, seed)
         except Exception as err:
             if raised_by_gradflow(err):
                 raise
