@@ -992,3 +992,15 @@ def test_the_common_op_and_property_reads_record_what_the_general_path_records(t
     grads = torch.autograd.grad((z * positive).sum() + z.flatten()[idx], [wc, vc])
     for p, g in zip(report.params, grads):
         assert p.grad_norm == pytest.approx(g.norm().item(), rel=1e-5)
+
+
+def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_parameters():
+    """report.use_ops (a set of the use columns' ops at once when every use is of a reported parameter) is the ops
+    that used a reported parameter, also when only some uses are (params a submodule). Hand-derived: the model's
+    two `linear` ops, then only the second one's."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    with gradflow.trace() as t:
+        loss = model(torch.randn(2, 3)).sum()
+    whole, part = t.explain(loss, params=model), t.explain(loss, params=model[2])
+    linears = [r.index for r in t.ops if r.name == "linear"]
+    assert len(linears) == 2 and whole.use_ops == set(linears) and part.use_ops == {linears[1]}
