@@ -154,21 +154,15 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
                 leaves.append(s)
         elif a is out or (rg := a.requires_grad) and not a.is_leaf:  # (not a leaf: computed outside the trace)
             return t._leaf_general(name, x, params, out, stop)
-        else:  # seen the first time (a parameter, usually): new_serial, inline
-            if s is not None:
-                refs[s] = None
-            ids[id(a)] = s = len(refs)
-            refs.append(_ref(a))
+        else:  # seen the first time (a parameter, usually)
+            s = new_serial(ids, refs, a, s)
             if rg:
                 leaves.append(s)
         serials.append(s)
     s = get(id(out))
-    if s is not None:
-        if refs[s]() is out:
-            return t._leaf_general(name, x, params, out, stop)
-        refs[s] = None
-    ids[id(out)] = s = len(refs)
-    refs.append(_ref(out))
+    if s is not None and refs[s]() is out:
+        return t._leaf_general(name, x, params, out, stop)
+    s = new_serial(ids, refs, out, s)
     outs = ONES[s] if s < N_ONES else (s,)
     rec = _new(OpRecord)  # OpRecord(...) without type()'s call of __init__ (~340 instructions an op)
     if leaves:
