@@ -11,7 +11,6 @@ mode's dispatch.
 from __future__ import annotations
 
 import sys
-import weakref
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -125,6 +124,7 @@ def calls_seen_by(trace: Trace, on: bool) -> None:
         torch.nn.Module._call_impl = _PLAIN_CALL[0]  # type: ignore[method-assign]
     if not _TRACES:
         _SITES.clear()
+        _CLASS_RUNNING_MEAN.clear()
 
 
 def _module_call(module, *args, **kwargs):
@@ -207,17 +207,17 @@ def running_mean(module):
     if "running_mean" in d:
         return d["running_mean"]
     cls = type(module)
-    got = _CLASS_RUNNING_MEAN.get(id(cls))
-    if got is None or got[0]() is not cls:  # hasattr on a class that has none raises and catches AttributeError:
-        if len(_CLASS_RUNNING_MEAN) > 4096:  # (classes made and dropped by the thousand: never a leak)
+    has = _CLASS_RUNNING_MEAN.get(cls)
+    if has is None:  # hasattr on a class that has none raises and catches AttributeError: once per class
+        if len(_CLASS_RUNNING_MEAN) > 4096:  # (classes made by the thousand in one trace: never a leak)
             _CLASS_RUNNING_MEAN.clear()
-        got = _CLASS_RUNNING_MEAN[id(cls)] = (weakref.ref(cls), hasattr(cls, "running_mean"))  # once per class
-    return getattr(module, "running_mean", None) if got[1] else None
+        has = _CLASS_RUNNING_MEAN[cls] = hasattr(cls, "running_mean")
+    return getattr(module, "running_mean", None) if has else None
 
 
-# id(module class) -> (a weak reference to it, has running_mean): the class told by identity (an id reused by a
-# new class is not a match), without a WeakKeyDictionary's Python-level get per module call
-_CLASS_RUNNING_MEAN: dict[int, tuple] = {}
+# module class -> has running_mean: asked once per class while traces record, emptied when the last one ends (so a
+# class is held no longer than a trace, and a class made later at a dead one's id is asked again)
+_CLASS_RUNNING_MEAN: dict[type, bool] = {}
 
 
 # ---- torch's own leaf modules, recorded whole --------------------------------------------------------------------

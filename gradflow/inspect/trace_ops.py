@@ -12,12 +12,13 @@ import torch
 
 from gradflow.inspect.source import custom_function, lines
 from gradflow.inspect.trace_mode import leaf_lines
-from gradflow.inspect.trace_records import LOW, OpRecord, requires_grad, tensors_in
+from gradflow.inspect.trace_records import LOW, N_ONES, ONES, OpRecord, requires_grad, tensors_in
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 _ref, _Tensor, _F32 = weakref.ref, torch.Tensor, torch.float32
+_new, _init = object.__new__, OpRecord.__init__
 GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
@@ -141,39 +142,42 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
             (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
         return t._leaf_general(name, x, params, out, stop)
     ids, refs = t._ids, t._refs
+    get = ids.get
     st = t.state
     index = len(st.ops)
     serials = []
     leaves = []  # serials of the leaves that require grad, each once (a Linear may be given its own weight)
     for a in (x, *params):  # each flag asked once, and is_leaf only of a tensor that requires grad
-        s = ids.get(id(a))
+        s = get(id(a))
         if s is not None and refs[s]() is a:  # seen: x, usually
             if a.requires_grad and a.is_leaf and s not in leaves:
                 leaves.append(s)
-        elif a is out:
+        elif a is out or (rg := a.requires_grad) and not a.is_leaf:  # (not a leaf: computed outside the trace)
             return t._leaf_general(name, x, params, out, stop)
-        elif a.requires_grad:  # a parameter seen the first time, usually
-            if not a.is_leaf:  # computed outside the trace
-                return t._leaf_general(name, x, params, out, stop)
+        else:  # seen the first time (a parameter, usually)
             s = new_serial(ids, refs, a, s)
-            leaves.append(s)
-        else:
-            s = new_serial(ids, refs, a, s)
+            if rg:
+                leaves.append(s)
         serials.append(s)
-    s = ids.get(id(out))
+    s = get(id(out))
     if s is not None and refs[s]() is out:
         return t._leaf_general(name, x, params, out, stop)
     s = new_serial(ids, refs, out, s)
-    rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
+    outs = ONES[s] if s < N_ONES else (s,)
+    rec = _new(OpRecord)  # OpRecord(...) without type()'s call of __init__ (~340 instructions an op)
+    if leaves:
+        line, library_line = leaf_lines()  # lines(4): from the caller of _module_call
+        _init(rec, index, name, tuple(serials), outs, True, False, id(module), None, line, None, library_line)
+    else:
+        _init(rec, index, name, tuple(serials), outs, True, False, id(module))
     st.ops.append(rec)
     if not index % GC_EVERY and index:
         t._collect(index)
     if leaves:
         st.add_uses(leaves, index)
-        rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
         node = out.grad_fn
         if node is not None:
-            t._found.append((node, stop, index))  # (one node: no list, arm() tells)
+            t._found += node, stop, index  # (one node: no list, arm() tells)
 
 def leaf_general(t: Trace, name: str, x, params: list, out, stop):
     """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""

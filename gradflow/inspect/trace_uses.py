@@ -53,7 +53,8 @@ def arm(t: Trace) -> None:
             use.whole = False
         by_op.setdefault(use.op, []).append(use)
     refs = t._refs
-    for nodes, stop, index in pending:
+    flat = iter(pending)  # (t._found is flat: nodes, stop, op index, nodes, ...)
+    for nodes, stop, index in zip(flat, flat, flat):
         op_uses = by_op.get(index, ())
         if not everything:
             for use in op_uses:

@@ -91,8 +91,9 @@ class Trace:
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # ([autograd nodes of an op's results] or the one, stop, op index), for arm();
-        #                         never explained, let go with the trace, latest first (as a list lets go)
+        self._found: list = []  # [autograd nodes of an op's results] or the one, stop, op index, the next op's...,
+        #                         flat (no tuple per op left for the collector), for arm(); never explained, let go
+        #                         with the trace, latest first (as a list lets go)
         self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
         self._plain = self._fast  # _fast_op may record the next op (no replay, checkpoint, followed values)
 
@@ -190,7 +191,7 @@ class Trace:
         nodes = [g for g in map(grad_fn, outs) if g is not None]
         if self._replay is None:  # the forward: searched and hooked by arm() at explain, when a report needs
             if nodes:  # the flow (a leaf used once needs neither); its uses are those of op `index`
-                self._found.append((nodes, stop, index))
+                self._found += nodes, stop, index
             return
         for node, pairs in by_node(nodes, uses or {}, stop).items():
             self._hook(node, pairs)

@@ -638,8 +638,9 @@ def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
 
 def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_containers_call():
     """A container's call (inlined in _module_call) notes modules in training mode that carry running statistics,
-    in their buffers, their __dict__ or as a class attribute (asked once per class, the class told by identity: a
-    new class at a dead one's id is asked again). Oracle: getattr on the module."""
+    in their buffers, their __dict__ or as a class attribute (asked once per class while traces record; no class
+    is held after the last one ends, so a new class at a dead one's id is asked again). Oracle: getattr on the
+    module."""
     from gradflow.inspect.trace_mode import _CLASS_RUNNING_MEAN, running_mean
 
     nn = torch.nn
@@ -660,7 +661,6 @@ def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_container
             super().__init__()
             self.running_mean = None  # on the instance, None: no statistics
 
-    _CLASS_RUNNING_MEAN[id(OnClass)] = (weakref.ref(Wrapped), False)  # a dead class's entry at its id
     mods = [OnClass(), Wrapped(), InDict(), Wrapped()]
     mods[3].register_buffer("running_mean", torch.zeros(3))
     assert [running_mean(m) is not None for m in mods] == [True, False, False, True]
@@ -669,6 +669,7 @@ def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_container
     with gradflow.trace() as t:
         m(torch.ones(2, 3)).sum()
     assert list(t.state.stats_updated) == [id(mods[0]), id(mods[3])]
+    assert _CLASS_RUNNING_MEAN == {}  # (emptied when the trace ended: no class held by gradflow after it)
     m.eval()
     with gradflow.trace() as t:
         m(torch.ones(2, 3)).sum()
@@ -1004,3 +1005,33 @@ def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_p
     whole, part = t.explain(loss, params=model), t.explain(loss, params=model[2])
     linears = [r.index for r in t.ops if r.name == "linear"]
     assert len(linears) == 2 and whole.use_ops == set(linears) and part.use_ops == {linears[1]}
+def test_leaf_records_sharing_one_result_tuples_equal_records_with_their_own(monkeypatch):
+    """A leaf module's record takes its `outs`, (serial,), from trace_records.ONES (made once, shared by every trace)
+    for serials below N_ONES, and is made by OpRecord.__init__ on a bare instance: the records are those of the same
+    trace with no tuple shared (N_ONES 0) and of the general path (LEAVES emptied), field by field, on both sides of
+    the shared range (oracle for the tuples: each is (serial,) of the op's own result, by a plain walk of serials)."""
+    from gradflow.inspect import trace_mode, trace_ops
+    from gradflow.inspect.trace_records import N_ONES, ONES
+
+    assert all(t == (s,) for s, t in enumerate(ONES)) and len(ONES) == N_ONES
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.GELU(), torch.nn.Linear(4, 1))
+
+    def records(shared_below: int, whole: bool):
+        monkeypatch.setattr(trace_ops, "N_ONES", shared_below)
+        if not whole:
+            monkeypatch.setattr(trace_mode, "LEAVES", {})
+        x = torch.ones(2, 3)
+        with gradflow.trace() as t:
+            for _ in range(3):
+                model(x).sum()
+        monkeypatch.undo()
+        return t, [tuple(getattr(r, f) for f in r.__slots__ if f != "module") for r in t.ops]
+
+    t, shared = records(N_ONES, True)
+    assert shared == records(0, True)[1] == records(5, True)[1] == records(N_ONES, False)[1]
+    leaf_ops = [r for r in t.ops if r.name in ("linear", "layer_norm", "gelu")]
+    assert len(leaf_ops) == 12 and all(r.outs is ONES[r.outs[0]] for r in leaf_ops)
+    ops = t.ops  # each pass: linear, layer_norm, gelu, linear, sum, each result the next op's input
+    assert [r.name for r in ops] == ["linear", "layer_norm", "gelu", "linear", "sum"] * 3
+    for a, b in zip(ops, ops[1:]):
+        assert type(a.outs) is tuple and len(a.outs) == 1 and (b.name == "linear" or b.ins[0] == a.outs[0])
