@@ -12,13 +12,12 @@ import torch
 
 from gradflow.inspect.source import custom_function, lines
 from gradflow.inspect.trace_mode import leaf_lines
-from gradflow.inspect.trace_records import LOW, N_ONES, ONES, OpRecord, requires_grad, tensors_in
+from gradflow.inspect.trace_records import LOW, OpRecord, requires_grad, tensors_in
 
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.inspect.tracer import Trace
 
 _ref, _Tensor, _F32 = weakref.ref, torch.Tensor, torch.float32
-_new, _init = object.__new__, OpRecord.__init__
 GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 
 
@@ -163,18 +162,13 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     if s is not None and refs[s]() is out:
         return t._leaf_general(name, x, params, out, stop)
     s = new_serial(ids, refs, out, s)
-    outs = ONES[s] if s < N_ONES else (s,)
-    rec = _new(OpRecord)  # OpRecord(...) without type()'s call of __init__ (~340 instructions an op)
-    if leaves:
-        line, library_line = leaf_lines()  # lines(4): from the caller of _module_call
-        _init(rec, index, name, tuple(serials), outs, True, False, id(module), None, line, None, library_line)
-    else:
-        _init(rec, index, name, tuple(serials), outs, True, False, id(module))
+    rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
     st.ops.append(rec)
     if not index % GC_EVERY and index:
         t._collect(index)
     if leaves:
         st.add_uses(leaves, index)
+        rec.line, rec.library_line = leaf_lines()  # lines(4): from the caller of _module_call
         node = out.grad_fn
         if node is not None:
             t._found += node, stop, index  # (one node: no list, arm() tells)

@@ -68,13 +68,6 @@ _NO_TENSOR = frozenset({int, float, bool, str, type(None), slice, torch.Size, to
 requires_grad = operator.attrgetter("requires_grad")  # list(map(requires_grad, ins)): each input's flag, in C
 
 
-# (s,) for each serial below 4,096, made once and shared by every trace: the outputs of an op with one result
-# (most records: a trace's first tensors, and all of a small model's) without a tuple of each record's own, made,
-# scanned by the collector and freed again
-ONES = [(s,) for s in range(4096)]
-N_ONES = len(ONES)
-
-
 def grad_fn(a: torch.Tensor):
     try:
         return a.grad_fn

@@ -1005,33 +1005,3 @@ def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_p
     whole, part = t.explain(loss, params=model), t.explain(loss, params=model[2])
     linears = [r.index for r in t.ops if r.name == "linear"]
     assert len(linears) == 2 and whole.use_ops == set(linears) and part.use_ops == {linears[1]}
-def test_leaf_records_sharing_one_result_tuples_equal_records_with_their_own(monkeypatch):
-    """A leaf module's record takes its `outs`, (serial,), from trace_records.ONES (made once, shared by every trace)
-    for serials below N_ONES, and is made by OpRecord.__init__ on a bare instance: the records are those of the same
-    trace with no tuple shared (N_ONES 0) and of the general path (LEAVES emptied), field by field, on both sides of
-    the shared range (oracle for the tuples: each is (serial,) of the op's own result, by a plain walk of serials)."""
-    from gradflow.inspect import trace_mode, trace_ops
-    from gradflow.inspect.trace_records import N_ONES, ONES
-
-    assert all(t == (s,) for s, t in enumerate(ONES)) and len(ONES) == N_ONES
-    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.GELU(), torch.nn.Linear(4, 1))
-
-    def records(shared_below: int, whole: bool):
-        monkeypatch.setattr(trace_ops, "N_ONES", shared_below)
-        if not whole:
-            monkeypatch.setattr(trace_mode, "LEAVES", {})
-        x = torch.ones(2, 3)
-        with gradflow.trace() as t:
-            for _ in range(3):
-                model(x).sum()
-        monkeypatch.undo()
-        return t, [tuple(getattr(r, f) for f in r.__slots__ if f != "module") for r in t.ops]
-
-    t, shared = records(N_ONES, True)
-    assert shared == records(0, True)[1] == records(5, True)[1] == records(N_ONES, False)[1]
-    leaf_ops = [r for r in t.ops if r.name in ("linear", "layer_norm", "gelu")]
-    assert len(leaf_ops) == 12 and all(r.outs is ONES[r.outs[0]] for r in leaf_ops)
-    ops = t.ops  # each pass: linear, layer_norm, gelu, linear, sum, each result the next op's input
-    assert [r.name for r in ops] == ["linear", "layer_norm", "gelu", "linear", "sum"] * 3
-    for a, b in zip(ops, ops[1:]):
-        assert type(a.outs) is tuple and len(a.outs) == 1 and (b.name == "linear" or b.ins[0] == a.outs[0])
