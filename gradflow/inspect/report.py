@@ -98,6 +98,11 @@ class _LiveOnce(ParamReport):
     (tests/inspect_code/test_speed_safety.py)."""
 
     __slots__ = ("_op", "_line", "_module", "_cut", "_module_name")
+    _op: str  # (the slots' types, for mypy: `made` sets them on a bare instance)
+    _line: str | None
+    _module: int | None
+    _cut: str | None
+    _module_name: Any
 
     @staticmethod
     def made(name: str, grad, norm: float, serial: int, rec, module_name) -> ParamReport:
