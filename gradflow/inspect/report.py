@@ -91,44 +91,34 @@ class ParamReport:
 
 class _LiveOnce(ParamReport):
     """The ParamReport of a parameter that got a gradient along its one uncut use and has no alias (the common one,
-    made by _reports with `made`): the same fields, its shape, numel, aliases, routes and cuts made when first read
+    written inline by _reports): the same fields, its shape, numel, aliases, routes and cuts made when first read
     (each then kept, so a list read twice is the same list). A model of many small layers reads none of them to
     explain, and its report does not make and free five objects per parameter (~1 us each, the collector's scan
     included). Equal to, shown, copied and replaced as the ParamReport _param_report + _measure give the parameter
     (tests/inspect_code/test_speed_safety.py)."""
 
     __slots__ = ("_op", "_line", "_module", "_cut", "_module_name")
-    _op: str  # (the slots' types, for mypy: `made` sets them on a bare instance)
-    _line: str | None
-    _module: int | None
-    _cut: str | None
-    _module_name: Any
 
-    @staticmethod
-    def made(name: str, grad, norm: float, serial: int, rec, module_name) -> ParamReport:
-        """The report (made without calling the class: an __init__ run from the class's call costs ~300
-        instructions more; one field a statement: ~45% fewer instructions than tuple assignments)."""
-        p = _new(_LiveOnce)
-        p.name = name
-        p.requires_grad = True
-        p.grad = grad
-        p.grad_norm = norm
-        p.serial = serial
+    def __init__(self, name: str, grad, norm: float, serial: int, rec, module_name) -> None:
+        self.name = name  # (one field a statement: ~45% fewer instructions than tuple assignments)
+        self.requires_grad = True
+        self.grad = grad
+        self.grad_norm = norm
+        self.serial = serial
         if norm != 0.0:
-            p.status = "live"
-            p.reason = None
+            self.status = "live"
+            self.reason = None
         else:
-            p.status = "zero"
-            p.reason = ZERO_REASON
-        p.in_optimizer = None
-        p.optimizer_group = None
-        p.library_lines = False
-        p._op = rec.name
-        p._line = rec.line
-        p._module = rec.module
-        p._cut = rec.cut
-        p._module_name = module_name
-        return p
+            self.status = "zero"
+            self.reason = ZERO_REASON
+        self.in_optimizer = None
+        self.optimizer_group = None
+        self.library_lines = False
+        self._op = rec.name
+        self._line = rec.line
+        self._module = rec.module
+        self._cut = rec.cut
+        self._module_name = module_name
 
     def __getattr__(self, field: str):  # only while a lazy field's slot is unset
         if field == "shape":
@@ -159,8 +149,6 @@ class _LiveOnce(ParamReport):
                              self.grad, self.grad_norm, self.aliases, self.routes, self.cuts, self.serial,
                              self.in_optimizer, self.optimizer_group, self.library_lines)
 
-
-_new = object.__new__
 
 
 @dataclass
@@ -303,7 +291,7 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], grads: list
         if op is not None:
             rec = ops[op]
             if len(tensors) == 1:  # no alias: its lists made when read (_LiveOnce)
-                out.append(_LiveOnce.made(name, g, norm, s, rec, module_name))
+                out.append(_LiveOnce(name, g, norm, s, rec, module_name))
                 continue
             routes = [Route(rec.name, rec.line, module_name(rec.module), g, norm, 1.0 if norm > 0 else None, rec.cut)]
             out.append(ParamReport(name, list(g.shape), g.numel(), True, "live" if norm != 0.0 else "zero",
