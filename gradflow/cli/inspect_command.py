@@ -109,7 +109,7 @@ def load_function(path: Path, name: str):
 
 def run_function(func, name: str, kwargs: dict | None = None):
     """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer)."""
-    from gradflow.inspect.report import failure_error
+    from gradflow.inspect.report_build import failure_error
     from gradflow.inspect.tracer import trace
 
     check_call(func, name, kwargs or {})

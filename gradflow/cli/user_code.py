@@ -34,6 +34,7 @@ def preload() -> None:
     import gradflow.analysis.explanation  # noqa: F401
     import gradflow.inspect.picture  # noqa: F401
     import gradflow.inspect.report  # noqa: F401
+    import gradflow.inspect.report_build  # noqa: F401
     import gradflow.inspect.table  # noqa: F401
     import gradflow.inspect.teardown  # noqa: F401
     import gradflow.render.table  # noqa: F401

@@ -26,7 +26,7 @@ import torch
 
 from gradflow.inspect.truth import grad_leaves, plain_grads
 
-if TYPE_CHECKING:  # report.py imports this module inside build_report: types only, no cycle
+if TYPE_CHECKING:  # report_build.py imports this module inside build_report: types only, no cycle
     from gradflow.inspect.reasons import FlowGraph
     from gradflow.inspect.tracer import Trace
 

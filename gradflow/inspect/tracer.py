@@ -244,7 +244,7 @@ class Trace:
         """Run backward from `loss` and report every parameter: grad, routes, and why not (and, given the
         optimizer, the parameters it never trains). The graph is kept (`retain_graph`), so the user's own
         `loss.backward()` still works afterwards; `.grad` is left alone."""
-        from gradflow.inspect.report import build_report
+        from gradflow.inspect.report_build import build_report
 
         with gc_deferred():
             return build_report(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)

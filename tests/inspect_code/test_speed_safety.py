@@ -525,11 +525,11 @@ def test_a_mode_left_on_inside_the_block_runs_torch_plainly_after_it():
 
 
 def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
-    """report._reports writes a live parameter's only use inline (route, norm, share, "zero"); every parameter's
+    """report_build._reports writes a live parameter's only use inline (route, norm, share, "zero"); every parameter's
     report is that of _param_report + _measure with its own norm (oracle: those, monkeypatched in), on parameters
     live once, zero (multiplied by 0: hand-derived grad 0), used twice, frozen, unused and untraced-free; and the
     values are plain torch's (grad norms of autograd.grad, shares summing to 1)."""
-    from gradflow.inspect import report as R
+    from gradflow.inspect import report_build as R
     from gradflow.inspect.norms import grad_norm
 
     def general(trace, graph, named, grads, whys, serials, module_name, partial):
