@@ -2,15 +2,18 @@
 
     PYTHONPATH=. python bench/inspect_speed.py [--runs N] [--threads T] [--no-gpt2]
 
-In this process, best of N interleaved runs each: a plain forward + backward (torch.autograd.grad) against a
-traced forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
-Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). Wall and
-CPU time of this thread are both printed: on a shared machine the CPU time is the steadier one. Then, in fresh
+In this process, N runs of each, in turn: a plain forward + backward (torch.autograd.grad) against a traced
+forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
+Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). The ratio
+held against the target is the median, over the N back-to-back pairs, of traced / plain in CPU time of this
+thread: each pair runs in the same moment, so a shared machine's slow and fast minutes cancel out (the ratio of
+the two best times, printed too, moved by +-0.05 from run to run here; the paired median by +-0.01). Then, in fresh
 processes, alternately: `gradflow inspect bench/tiny_gpt2.py:main` against `python bench/tiny_gpt2.py`, which
 builds the same tiny GPT-2 and runs one step (target <= 1.3x; transformers must be installed). Not a
 test: timings depend on the machine.
 """
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +39,17 @@ def best_of(fns, runs=5, clock=time.perf_counter) -> list[float]:
     return [min(ts) for ts in times]
 
 
+def interleaved(fns, runs=5) -> list[list[tuple[float, float]]]:
+    """(wall, CPU time of this thread) of each call, the functions called in turn `runs` times."""
+    times: list[list[tuple[float, float]]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, ts in zip(fns, times):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            fn()
+            ts.append((time.perf_counter() - wall, time.thread_time() - cpu))
+    return times
+
+
 def verdict(ratio: float, target: float | None) -> str:
     return "for reference" if target is None else f"target <= {target}x: {'ok' if ratio <= target else 'MISSED'}"
 
@@ -52,15 +66,18 @@ def compare(title: str, model, loss_fn, target: float | None, runs: int) -> floa
         return t, t.explain(loss, params=model)
 
     plain(), traced()  # warm up
-    wall = best_of([plain, traced], runs)
-    cpu = best_of([plain, traced], runs, time.thread_time)
+    plain_times, traced_times = interleaved([plain, traced], runs)
+    best = [[min(t[k] for t in ts) for k in (0, 1)] for ts in (plain_times, traced_times)]  # [wall, CPU] each
+    paired = [statistics.median(t[k] / p[k] for p, t in zip(plain_times, traced_times)) for k in (0, 1)]
     trace, report = traced()
     n = sum(p.numel() for p in model.parameters())
     print(f"{title}: {n / 1e6:.2f}M parameters in {len(report.params)} tensors, {len(trace.ops)} ops recorded")
-    print(f"  plain forward+backward : {wall[0] * 1e3:8.1f} ms wall  {cpu[0] * 1e3:8.1f} ms CPU")
-    print(f"  trace + explain        : {wall[1] * 1e3:8.1f} ms wall  {cpu[1] * 1e3:8.1f} ms CPU  "
-          f"ratio {wall[1] / wall[0]:.2f}x wall, {cpu[1] / cpu[0]:.2f}x CPU ({verdict(cpu[1] / cpu[0], target)})")
-    return cpu[1] / cpu[0]
+    for name, (wall, cpu) in zip(("plain forward+backward", "trace + explain       "), best):
+        print(f"  {name} : best {wall * 1e3:8.1f} ms wall  {cpu * 1e3:8.1f} ms CPU")
+    print(f"  ratio, median of {runs} pairs: {paired[1]:.2f}x CPU, {paired[0]:.2f}x wall "
+          f"({verdict(paired[1], target)}); best against best: {best[1][1] / best[0][1]:.2f}x CPU, "
+          f"{best[1][0] / best[0][0]:.2f}x wall")
+    return paired[1]
 
 
 def whole_run(runs: int) -> list[float]:
@@ -85,12 +102,12 @@ def whole_run(runs: int) -> list[float]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5, help="runs per side (best of, in process; median, processes)")
+    ap.add_argument("--runs", type=int, default=5, help="runs per side (pairs, in process; median, processes)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     ap.add_argument("--no-gpt2", action="store_true", help="leave out the whole-process GPT-2 run")
     opts = ap.parse_args()
     torch.set_num_threads(opts.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of {opts.runs} interleaved runs")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {opts.runs} runs of each, in turn")
     torch.manual_seed(0)
     lm, tokens = TinyLM(), torch.randint(0, 4000, (8, 65))
     ratios = [compare("transformer block (examples/transformer_block.py), 8x64 tokens", lm,
