@@ -145,7 +145,7 @@ def programs(draw, depth=3):
         f = draw(st.sampled_from(sorted(_UNARY)))
         return f"{f}({a_text})", _UNARY[f](a_held), _UNARY[f](a_true), a_cuts
     if kind == "cut":
-        c_sym = sp.Symbol(f"c{draw(st.integers(0, 10**9))}")
+        c_sym = sp.Dummy("c")  # unique: two cuts drawn with one name would be one symbol (a false failure)
         # no_grad(x) on a bare variable runs nothing inside, so it cuts nothing: use detach there
         cut = "detach" if a_text in ("x", "y") else draw(st.sampled_from(["detach", "no_grad"]))
         return (f"{cut}({a_text})", c_sym, a_true,
