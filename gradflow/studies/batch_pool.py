@@ -36,7 +36,8 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
 Why not multiprocessing.Pool or concurrent.futures.ProcessPoolExecutor: when a worker dies, Pool replaces it but
 never returns its task (the batch would wait for ever), and ProcessPoolExecutor marks itself broken and fails
 every pending task; neither says which record was in flight. Both also pickle one task per call unless
-chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`).
+chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`),
+in four steps.
 
 The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
 first-record work done once, then gc.freeze() so no worker copies torch's objects page by page), with the
@@ -49,14 +50,13 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from gradflow.errors import GradflowError
 from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, Ahead
 from gradflow.studies.batch_first import FirstWorker
-from gradflow.studies.batch_slots import Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
+from gradflow.studies.batch_slots import Order, Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
 CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
@@ -222,104 +222,114 @@ class _Pool:
 
         return out(error_record(number, number, None, error), self.encode)
 
-    # -- the main loop --
+    # -- the main loop: lines into chunks (1), chunks to workers (2), records out in order (3), then wait (4) --
     def records(self, lines: Iterable[str | GradflowError], first: int) -> Iterator[Out]:
         self.reader = threading.Thread(target=self._read, args=(lines, first), name="gradflow-batch-reader",
                                        daemon=True)
         self.reader.start()
-        slots: deque[Slot] = deque()  # every slot not yet yielded, in input order
-        todo: deque[Slot] = deque()  # slots no worker has yet
-        building: list[str] = []  # lines read, not yet in a slot
-        build_first = first
-        ended, end_error = False, None
-        early = True  # no worker has started yet: lines are read ahead, their programs compiled here
-
-        def chunk(first: int, lines: list[str]) -> None:
-            slot = Slot(first, lines)
-            slots.append(slot)
-            todo.append(slot)
-            if early:
-                self.ahead.add(slot)
-                self.ahead_lines += len(lines)
-                self.ahead_bytes += sum(map(len, lines))
+        order = Order(first)
         while True:
-            if early and (worker := self.first.ready()) is not None:
+            if order.early and (worker := self.first.ready()) is not None:
                 self.workers.append(worker)
-                early = False
-            ahead = early and self.ahead_lines < AHEAD_LINES and self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
+                order.early = False
+            ahead = order.early and self.ahead_lines < AHEAD_LINES and \
+                self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
             window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
-            # 1. what the reader has read, into slots (up to the window)
-            while not ended and len(slots) < window and not (early and not self.first.begun and todo):
-                try:
-                    number, item = self.lines.get_nowait()
-                except queue.Empty:
-                    break
-                if number is None:
-                    ended, end_error = True, item
-                elif isinstance(item, GradflowError):  # a line that cannot be read: its record is made here
-                    if building:
-                        chunk(build_first, building)
-                        building = []
-                    slots.append(Slot(number, [], [self._error_out(number, item)]))
-                    build_first = number + 1
-                else:
-                    if not building:
-                        build_first = number
-                    building.append(item)
-                    if len(building) == CHUNK:
-                        chunk(build_first, building)
-                        building = []
+            self._take(order, window)
             idle = [w for w in self.workers if not w.slots]
-            if building and (ended or not todo and (idle or len(self.workers) < self.jobs)):
-                chunk(build_first, building)  # somebody would wait: do not wait for a full chunk
-                building = []
-            # 2. work to the workers, the idle first (starting them as there is work for them: the first one by a
-            # thread), then a chunk more to each busy one
-            while todo:
-                if not idle and len(self.workers) < self.jobs:
-                    if early:
-                        if not self.first.begun:
-                            self.first.begin()
-                        break
-                    idle.append(self._start_worker())
-                worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
-                if worker is None or len(worker.slots) > QUEUED or not self._give(worker, todo[0]):
-                    break
-                todo.popleft()
-            # 3. records out, in order
-            while slots:
-                head = slots[0]
-                if head.given < len(head.out):
-                    given, head.given = head.given, len(head.out)
-                    yield from head.out[given:]
-                if not head.done:
-                    break
-                slots.popleft()
-            if ended and not slots and not building:
-                if end_error is not None:
-                    raise end_error
+            if order.building and (order.ended or not order.todo and (idle or len(self.workers) < self.jobs)):
+                self._close(order)  # somebody would wait: do not wait for a full chunk
+            self._hand_out(order, idle)
+            yield from self._finished(order)
+            if order.ended and not order.slots and not order.building:
+                if order.end_error is not None:
+                    raise order.end_error
                 return
-            # 4. wait for a worker's answer or death, or for more input (unless lines wait for room just made)
-            if not ended and len(slots) < window and not self.lines.empty():
-                continue
-            waiting: list[Any] = [self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel
-                                                                                   for w in self.workers]
-            from multiprocessing.connection import wait
+            if not order.ended and len(order.slots) < window and not self.lines.empty():
+                continue  # lines wait for room just made: take them first
+            self._wait(order)
 
-            ready = set(wait(waiting))
-            if self.wake_r in ready:
-                os.read(self.wake_r, 1 << 16)
-            for worker in list(self.workers):
-                if worker.conn in ready or worker.proc.sentinel in ready:
-                    dead, pieces, waiting = self._hear(worker)
-                    todo.extendleft(reversed(waiting))
-                    if dead is not None:
-                        at = slots.index(dead)  # identity: Slot has no __eq__
-                        del slots[at]
-                        for piece in reversed(pieces):
-                            slots.insert(at, piece)
-                            if not piece.done:
-                                todo.appendleft(piece)
+    def _take(self, order: Order, window: int) -> None:
+        """1. What the reader has read, into slots (up to the window): full chunks, and a line that cannot be read
+        as its own slot, its error record made here."""
+        while not order.ended and len(order.slots) < window and \
+                not (order.early and not self.first.begun and order.todo):
+            try:
+                number, item = self.lines.get_nowait()
+            except queue.Empty:
+                break
+            if number is None:
+                order.ended, order.end_error = True, item
+            elif isinstance(item, GradflowError):
+                if order.building:
+                    self._close(order)
+                order.slots.append(Slot(number, [], [self._error_out(number, item)]))
+                order.first = number + 1
+            else:
+                if not order.building:
+                    order.first = number
+                order.building.append(item)
+                if len(order.building) == CHUNK:
+                    self._close(order)
+
+    def _close(self, order: Order) -> None:
+        """The lines read so far become a chunk (read ahead while no worker has started: batch_ahead.py)."""
+        slot = Slot(order.first, order.building)
+        order.building = []
+        order.slots.append(slot)
+        order.todo.append(slot)
+        if order.early:
+            self.ahead.add(slot)
+            self.ahead_lines += len(slot.lines)
+            self.ahead_bytes += sum(map(len, slot.lines))
+
+    def _hand_out(self, order: Order, idle: list[Worker]) -> None:
+        """2. Work to the workers, the idle first (starting them as there is work for them: the first one by a
+        thread), then a chunk more to each busy one."""
+        while order.todo:
+            if not idle and len(self.workers) < self.jobs:
+                if order.early:
+                    if not self.first.begun:
+                        self.first.begin()
+                    break
+                idle.append(self._start_worker())
+            worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
+            if worker is None or len(worker.slots) > QUEUED or not self._give(worker, order.todo[0]):
+                break
+            order.todo.popleft()
+
+    @staticmethod
+    def _finished(order: Order) -> Iterator[Out]:
+        """3. Records out, in order: those of the first slot as they come, then the next once it is done."""
+        slots = order.slots
+        while slots:
+            head = slots[0]
+            if head.given < len(head.out):
+                given, head.given = head.given, len(head.out)
+                yield from head.out[given:]
+            if not head.done:
+                break
+            slots.popleft()
+
+    def _wait(self, order: Order) -> None:
+        """4. Wait for a worker's answer or death, or for more input; a dead worker's chunks are taken back
+        (_hear), in their place."""
+        from multiprocessing.connection import wait
+
+        ready = set(wait([self.wake_r] + [w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers]))
+        if self.wake_r in ready:
+            os.read(self.wake_r, 1 << 16)
+        for worker in list(self.workers):
+            if worker.conn in ready or worker.proc.sentinel in ready:
+                dead, pieces, waiting = self._hear(worker)
+                order.todo.extendleft(reversed(waiting))
+                if dead is not None:
+                    at = order.slots.index(dead)  # identity: Slot has no __eq__
+                    del order.slots[at]
+                    for piece in reversed(pieces):
+                        order.slots.insert(at, piece)
+                        if not piece.done:
+                            order.todo.appendleft(piece)
 
     def _hear(self, worker: Worker) -> tuple[Slot | None, list[Slot], list[Slot]]:
         """Read a worker's answers; if it has died, _crashed's account of its chunks (else None, [], [])."""

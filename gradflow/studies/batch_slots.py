@@ -35,6 +35,22 @@ class Worker:
         self.slots: deque[Slot] = deque()
 
 
+class Order:
+    """A batch in flight, as the command's loop sees it (batch_pool._Pool.records): every slot not yet yielded, in
+    input order; those no worker has yet; the lines read and not yet in a slot, the first numbered `first`."""
+
+    __slots__ = ("slots", "todo", "building", "first", "ended", "end_error", "early")
+
+    def __init__(self, first: int) -> None:
+        self.slots: deque[Slot] = deque()
+        self.todo: deque[Slot] = deque()
+        self.building: list[str] = []
+        self.first = first
+        self.ended = False  # the reader is done: it read the last line, or failed with `end_error`
+        self.end_error: BaseException | None = None
+        self.early = True  # no worker has started yet: lines are read ahead, their programs compiled here
+
+
 class WorkerBug(RuntimeError):
     """A worker's exception under --debug: carries its traceback."""
 
