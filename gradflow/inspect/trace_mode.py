@@ -321,9 +321,10 @@ def _leaf_call(t: Trace, module, x, leaf):
     the mode), back on after, also when the forward raises. Its inputs' flags are read after it ran (none of
     LEAVES works in place: they are as before it), except the sequence number where the search for its uses stops
     (see trace_uses), read before, and kept only if it used a leaf. The module is seen (Trace._met_module) but not
-    pushed on the trace's module stack: nothing that runs inside it reads the stack. When the innermost mode is not this trace's
-    (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then. (Popping
-    tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack has one.)"""
+    pushed on the trace's module stack: nothing that runs inside it reads the stack. When the innermost mode is not
+    this trace's (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then.
+    (Popping tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack
+    has one.)"""
     mode = _pop()
     if mode is not t._mode:
         _push(mode)
