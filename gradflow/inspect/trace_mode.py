@@ -318,12 +318,13 @@ _NOT_BARE = object()  # _leaf_call's answer when another mode than the trace's i
 
 def _leaf_call(t: Trace, module, x, leaf):
     """The module's forward and its record, all with the mode off (under it, even `a.requires_grad` is a call to
-    the mode), back on after, also when the forward raises. The module is entered and left as _module_call does
-    (Trace._enter_module, _leave_module: nothing runs inside it). Its inputs' flags are read after it ran (none of
+    the mode), back on after, also when the forward raises. Its inputs' flags are read after it ran (none of
     LEAVES works in place: they are as before it), except the sequence number where the search for its uses stops
-    (see trace_uses), read before, and kept only if it used a leaf. When the innermost mode is not this trace's
-    (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then. (Popping
-    tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack has one.)"""
+    (see trace_uses), read before, and kept only if it used a leaf. The module is seen (Trace._met_module) but not
+    pushed on the trace's module stack: nothing that runs inside it reads the stack. When the innermost mode is not
+    this trace's (one entered inside the block), it is put back and nothing runs: _NOT_BARE, the general path then.
+    (Popping tells it: no second look at torch's mode stack per call; _bare has checked a mode is on, so the stack
+    has one.)"""
     mode = _pop()
     if mode is not t._mode:
         _push(mode)
@@ -331,16 +332,13 @@ def _leaf_call(t: Trace, module, x, leaf):
     try:
         name, params, run = leaf
         stop = _next_node() if _next_node is not None else _input_nodes([x, *params])
-        t._enter_module(module)
+        t._met_module(module)
         try:
-            try:
-                out = run(module, x)
-            except RuntimeError as err:
-                t._maybe_failure(name, [x, *params], err)
-                raise
-            t._leaf_op(name, x, params, out, stop, module)
-        finally:
-            t._leave_module(module)
+            out = run(module, x)
+        except RuntimeError as err:
+            t._maybe_failure(name, [x, *params], err)
+            raise
+        t._leaf_op(name, x, params, out, stop, module)
     finally:
         _push(mode)
     return out

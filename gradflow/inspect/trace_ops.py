@@ -139,7 +139,7 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
     if type(out) is not _Tensor or ((d := out.dtype) is not _F32 and d in LOW) or \
             ((d := x.dtype) is not _F32 and d in LOW) or \
             (not out.requires_grad and (x.requires_grad or any(p.requires_grad for p in params))):
-        return t._leaf_general(name, x, params, out, stop)
+        return t._leaf_general(name, x, params, out, stop, module)
     ids, refs = t._ids, t._refs
     get = ids.get
     st = t.state
@@ -152,7 +152,7 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
             if a.requires_grad and a.is_leaf and s not in leaves:
                 leaves.append(s)
         elif a is out or (rg := a.requires_grad) and not a.is_leaf:  # (not a leaf: computed outside the trace)
-            return t._leaf_general(name, x, params, out, stop)
+            return t._leaf_general(name, x, params, out, stop, module)
         else:  # seen the first time (a parameter, usually)
             s = new_serial(ids, refs, a, s)
             if rg:
@@ -160,7 +160,7 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
         serials.append(s)
     s = get(id(out))
     if s is not None and refs[s]() is out:
-        return t._leaf_general(name, x, params, out, stop)
+        return t._leaf_general(name, x, params, out, stop, module)
     s = new_serial(ids, refs, out, s)
     rec = OpRecord(index, name, tuple(serials), (s,), True, False, id(module))
     st.ops.append(rec)
@@ -173,12 +173,18 @@ def leaf_op(t: Trace, name: str, x, params: list, out, stop, module):
         if node is not None:
             t._found += node, stop, index  # (one node: no list, arm() tells)
 
-def leaf_general(t: Trace, name: str, x, params: list, out, stop):
-    """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used)."""
+def leaf_general(t: Trace, name: str, x, params: list, out, stop, module):
+    """_fast_op's arguments as the mode gives them (inputs' flags, and `stop` only if a leaf is used), with the
+    module on the stack as when the mode sees its op (_leaf_call does not push it)."""
     ins = [x, *params]
     in_rg = [a.requires_grad for a in ins]
     in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)] if True in in_rg else None
-    return t._fast_op(name, ins, in_rg, in_leaf, out, stop if in_leaf and True in in_leaf else None)
+    stack = t.state.stack
+    stack.append(module)
+    try:
+        return t._fast_op(name, ins, in_rg, in_leaf, out, stop if in_leaf and True in in_leaf else None)
+    finally:
+        stack.pop()
 
 
 def collect(t: Trace, index: int) -> None:

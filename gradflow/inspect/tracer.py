@@ -127,12 +127,16 @@ class Trace:
         return None
 
     def _enter_module(self, module):
+        self._met_module(module)
+        self.state.stack.append(module)
+
+    def _met_module(self, module):
+        """A module call seen: _enter_module without the push, all a leaf module recorded whole needs (nothing
+        inside its call reads the stack: its record names its module itself, trace_mode._leaf_call)."""
         st = self.state
-        stack = st.stack
-        if not stack and id(module) not in st.modules:
+        if not st.stack and id(module) not in st.modules:
             st.roots.append(module)
         st.modules[id(module)] = module
-        stack.append(module)
         if module.training and running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
 

@@ -241,7 +241,8 @@ def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
 
 
 def _traced(build, whole: bool, monkeypatch):
-    """(ops, uses, report, leaf calls recorded whole) of one traced forward + explain of `build()`'s model, with
+    """(ops, modules, uses, (report, modules seen and updating stats, roots, stack left), leaf calls recorded
+    whole) of one traced forward + explain of `build()`'s model, with
     torch's leaf modules recorded whole (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
     from gradflow.inspect import trace_mode
 
@@ -260,7 +261,9 @@ def _traced(build, whole: bool, monkeypatch):
     names = {id(m): n for n, m in model.named_modules()}
     modules = [names.get(r.module, r.module) for r in t.ops]
     uses = [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses]
-    return ops, modules, uses, report.to_dict(), len(calls)
+    st = t.state  # the modules seen, called from outside any module, updating running stats; the stack left
+    seen = [sorted(names.get(i, "?") for i in d) for d in (st.modules, st.stats_updated)]
+    return ops, modules, uses, (report.to_dict(), seen, [names.get(id(m)) for m in st.roots], st.stack), len(calls)
 
 
 _FIELDS = [f for f in __import__("gradflow.inspect.trace_records").inspect.trace_records.OpRecord.__slots__
@@ -397,7 +400,7 @@ def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_
         lines = {r[_LINE] for r in fast[0]}
         assert len(lines) >= 7 and any(r[_LIBRARY] and "heapq.py:" in r[_LIBRARY] for r in fast[0])
     if case == "running_stats":
-        assert "0 is frozen" in fast[3]["warnings"][0]
+        assert "0 is frozen" in fast[3][0]["warnings"][0] and fast[3][1][1] == ["0"]
     from gradflow.inspect.trace_mode import LEAVES
 
     assert not any(hasattr(cls, "running_mean") for cls in LEAVES)  # (_leaf_call looks on the instance only)
