@@ -69,22 +69,25 @@ def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
     prefix = len(roots) > 1
     for root in roots:
         base = type(root).__name__ if prefix else ""
-        if not _walk(root, base, type(root).__name__, named, by_id, names):  # a submodule spells named_modules
-            return _named_from_modules(roots), _module_names(roots)  # its own way
+        names.setdefault(id(root), base or type(root).__name__)
+        if not _walk(root, base, named, by_id, names):  # a submodule spells named_modules its own way
+            return _named_from_modules(roots), _module_names(roots)
     return named, names
 
 
-def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: dict, depth: int = 0) -> bool:
+def _walk(module, full: str, named: dict, by_id: dict, names: dict, depth: int = 0) -> bool:
     """named_modules(remove_duplicate=False) and each module's own parameters, in torch's order, without a
     generator per module (a model of many small layers spent ~2 ms of explain() there), straight into
     _named_from_modules's answer ({first name: [tensor, alias, ...]}); False if a submodule overrides
-    named_modules (then torch's own walk is the truth)."""
-    key = id(module)
-    if key not in names:
-        names[key] = full or root_name
-    pre = full + "." if full else ""  # (names joined by `+`: ~5% of the walk less than f-strings and one id() each)
+    named_modules (then torch's own walk is the truth). A module seen before keeps its first name (a root's is
+    set by _names)."""
+    names.setdefault(id(module), full)
     own = module._parameters
-    if own:  # (most modules own no parameters or no submodules: no iterator made over an empty dict)
+    children = module._modules
+    if not own and not children:  # (most modules own no parameters or no submodules: no iterator made over an
+        return True  # empty dict, and a leaf such as GELU no prefix either)
+    pre = full + "." if full else ""  # (names joined by `+`: ~5% of the walk less than f-strings and one id() each)
+    if own:
         for k, p in own.items():
             if p is not None:
                 i = id(p)
@@ -92,14 +95,13 @@ def _walk(module, full: str, root_name: str, named: dict, by_id: dict, names: di
                     by_id[i] = named[pre + k] = [p]
                 else:
                     by_id[i].append(pre + k)
-    children = module._modules
     if children:
         for k, m in children.items():
             if m is None:
                 continue
             if type(m).named_modules is not _PLAIN_NAMED_MODULES or depth > 200:
                 return False
-            if not _walk(m, pre + k, root_name, named, by_id, names, depth + 1):
+            if not _walk(m, pre + k, named, by_id, names, depth + 1):
                 return False
     return True
 

@@ -37,15 +37,14 @@ def arm(t: Trace) -> None:
     t._found.clear()
     st = t.state
     serials = st.use_columns()[0]
-    counts = Counter(serials)
     everything = bool(st.outside)
-    if len(counts) == len(serials) and not everything:  # each leaf used once (the common model): no search, and
-        for use in st.made:  # the uses still in columns stay numbers (TraceState.whole_below)
+    if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model): no
+        for use in st.made:  # search, and the uses still in columns stay numbers (TraceState.whole_below)
             use.whole = True
         st.whole_below = len(st.use_serials)
-        while pending:
-            pending.pop()
+        pending.clear()  # (latest first too: list.clear drops its items from the last)
         return
+    counts = Counter(serials)
     all_uses = st.uses
     by_op: dict[int, list[Use]] = {}
     for use in all_uses:
@@ -72,8 +71,7 @@ def arm(t: Trace) -> None:
                 pairs = [(i, use) for i, use in pairs if not use.whole]
             if pairs:
                 hook(t, node, pairs)
-    while pending:
-        pending.pop()
+    pending.clear()
 
 
 def _heard(ear: list, i: int, use: Use, grad_inputs, grad_outputs) -> None:

@@ -463,7 +463,8 @@ def test_source_lines_cached_per_instruction_are_each_calls_own_line():
 def test_one_walk_naming_equals_torchs_walks_with_several_roots():
     """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
     path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
-    collide: the last tensor keeps the name, as in the two-walk path)."""
+    collide: the last tensor keeps the name, as in the two-walk path), and a root that is also another's submodule
+    (a module keeps the name it was met with first)."""
     from gradflow.inspect.naming import _module_names, _named_from_modules, _names
 
     shared = torch.nn.Linear(2, 2)
@@ -471,7 +472,7 @@ def test_one_walk_naming_equals_torchs_walks_with_several_roots():
     a[2].bias = None
     a[2].weight = shared.weight
     b, c = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
-    for roots in ([a], [a, b], [b, c], [c, a, b]):
+    for roots in ([a], [a, b], [b, c], [c, a, b], [a, shared], [shared, a]):  # (a root met inside another first)
         named, modules = _names(roots)
         want = _named_from_modules(roots)
         assert list(named) == list(want)
