@@ -28,19 +28,9 @@ from transformer_block import TinyLM, lm_loss  # noqa: E402
 import gradflow  # noqa: E402
 
 
-def best_of(fns, runs=5, clock=time.perf_counter) -> list[float]:
-    """Best time of each function, runs interleaved so machine load hits both alike."""
-    times = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, ts in zip(fns, times):
-            start = clock()
-            fn()
-            ts.append(clock() - start)
-    return [min(ts) for ts in times]
-
-
 def interleaved(fns, runs=5) -> list[list[tuple[float, float]]]:
-    """(wall, CPU time of this thread) of each call, the functions called in turn `runs` times."""
+    """(wall, CPU time of this thread) of each call, the functions called in turn `runs` times, so machine load
+    hits them alike."""
     times: list[list[tuple[float, float]]] = [[] for _ in fns]
     for _ in range(runs):
         for fn, ts in zip(fns, times):
@@ -48,6 +38,11 @@ def interleaved(fns, runs=5) -> list[list[tuple[float, float]]]:
             fn()
             ts.append((time.perf_counter() - wall, time.thread_time() - cpu))
     return times
+
+
+def best_of(fns, runs=5) -> list[float]:
+    """Best wall time of each function, its runs interleaved with the others' (bench/script_speed.py)."""
+    return [min(wall for wall, _ in ts) for ts in interleaved(fns, runs)]
 
 
 def verdict(ratio: float, target: float | None) -> str:

@@ -242,8 +242,8 @@ def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
 
 def _traced(build, whole: bool, monkeypatch):
     """(ops, modules, uses, (report, modules seen and updating stats, roots, stack left), leaf calls recorded
-    whole) of one traced forward + explain of `build()`'s model, with
-    torch's leaf modules recorded whole (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
+    whole) of one traced forward + explain of `build()`'s model, with torch's leaf modules recorded whole
+    (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
     from gradflow.inspect import trace_mode
 
     calls = []
