@@ -12,9 +12,10 @@ import torch
 from gradflow.analysis.explanation import EdgeResult, Explanation, NodeResult, Warning
 from gradflow.analysis.status import annotate
 from gradflow.engine.brief import answer
-from gradflow.engine.forward import Run, leaf_maker
+from gradflow.engine.forward import Run, forward, leaf_maker, make_leaves
 from gradflow.engine.nonfinite import find_nonfinite
 from gradflow.engine.results import backward, check_output, node_results
+from gradflow.errors import EvalError
 from gradflow.language.graph import Graph
 from gradflow.limits import Limits, current, using
 from gradflow.values.tensors import resolve_device, resolve_dtype
@@ -32,6 +33,8 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     run.warnings = warnings
     with using(limits or current()):
         run.run()
+        if any(n.op == "detach" and n.params for n in graph.nodes):
+            _saved_then_detached(graph, values, wrt, torch_dtype, torch_device)
     out = check_output(run)
     error = backward(out, run)
     if brief and (done := answer(run, out, error, values, wrt, dtype, device)) is not None:
@@ -47,6 +50,31 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     if brief:  # an answer that needs more than the run's grads: the full one, less its nodes and edges
         result.nodes, result.edges, result.brief = [], [], True
     return result
+
+
+def _saved_then_detached(graph: Graph, values: dict, wrt: list[str], dtype: torch.dtype,
+                         device: torch.device) -> None:
+    """`a.detach_()` after an op saved a for backward: torch refuses that backward. The measured run models
+    detach_() as a detached copy that later uses read, so torch itself is asked, once, on the graph exactly as
+    written: every detach_() done for real on its operand's tensor, then a backward."""
+    tensors = forward(graph, make_leaves(graph, values, wrt, dtype, device), dtype, device)
+    for node in graph.nodes:
+        if node.op == "detach" and node.params:
+            tensors[node.args[0]].detach_()
+    out = tensors[graph.output]
+    if not out.requires_grad or out.numel() != 1:
+        return  # the measured run's own checks say what is wrong
+    try:
+        torch.autograd.grad(out, [t for t in tensors.values() if t.requires_grad], allow_unused=True)
+    except RuntimeError as err:
+        if "detached in-place" not in str(err):
+            raise
+        node = next(n for n in graph.nodes if n.op == "detach" and n.params)
+        raise EvalError("detached_in_place", f"'{node.text}' detaches a tensor in place that an earlier operation "
+                        f"saved for backward, which torch refuses. torch says: {str(err).splitlines()[0]}",
+                        hint=f"use the out-of-place detach: {node.text.replace('.detach_()', '.detach()')} as a new "
+                        "name, and keep the old name for the uses before it", span=node.span,
+                        source=graph.source) from None
 
 
 def _against_float64(graph: Graph, nodes: list[NodeResult], edges: list[EdgeResult], wrt: list[str], dtype: str,

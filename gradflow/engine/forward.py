@@ -66,15 +66,6 @@ def _single_use(graph: Graph) -> list[bool]:
     return [u == 1 and n.op not in REGIONS and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
 
-def _numbers(graph: Graph) -> set[int]:
-    """Nodes computed from constants only (2, 2*3, exp(1)): in torch code these are Python numbers."""
-    numbers: set[int] = set()
-    for n in graph.nodes:
-        if n.op == "const" or (n.op != "var" and n.args and all(a in numbers for a in n.args)):
-            numbers.add(n.id)
-    return numbers
-
-
 class Run:
     """One forward pass: tensors by node id, edges (with aliases when measuring), flags set, warnings.
 
@@ -104,15 +95,11 @@ class Run:
         self.said: list = []  # every warning of the run, recorded by run()
         self.claimed: set[int] = set()
         self.total = 0  # elements over all values so far (limits.total)
-        self.numbers: set[int] | None = None  # _numbers(graph), once a node inside a region asks
 
     def modes(self, node: Node) -> tuple[str, ...]:
-        """The regions to enter: none for numbers (as in torch code: arithmetic on literals is Python's)."""
-        if not node.modes or not self.cuts:
-            return ()
-        if self.numbers is None:
-            self.numbers = _numbers(self.g)
-        return () if node.id in self.numbers else node.modes
+        """The regions to enter. Constants too: every value of a program is a tensor, so a number made under
+        inference_mode is an inference tensor, as torch.tensor(2.0) is in a `with torch.inference_mode():` block."""
+        return node.modes if self.cuts else ()
 
     @property
     def edges(self) -> list[EdgeResult]:
@@ -159,7 +146,10 @@ class Run:
         op = node.op
         if op == "var":
             return self.leaf(node)
-        if op == "const":  # a number in torch code is a Python number: no region makes it an inference tensor
+        if op == "const":
+            if node.modes and (modes := self.modes(node)):
+                with _context(modes):
+                    return scalar(node.value, self.dtype, self.device)
             return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         if op == "pow":

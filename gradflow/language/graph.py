@@ -234,14 +234,30 @@ class _Lowering:
         if e.op == "requires_grad_":
             self.steps.append(FlagStep(args[0], dict(e.params)["requires_grad"], e.span, self.text(e.span, e, args)[0]))
             return args[0]
-        if e.op == "detach" and e.inplace and self.nodes[args[0]].op == "var":
-            # a leaf's detach_(): requires_grad_(False)
-            self.steps.append(FlagStep(args[0], False, e.span, self.text(e.span, e, args)[0]))
-            return args[0]
-        nid = self.new(e.op, args, e.span, regions=reg, call=e)
-        if e.inplace and isinstance(e.args[0], Var):
-            self.env[e.args[0].name] = nid  # y.detach_(): y itself is detached for every later use
+        if e.op == "detach" and e.inplace:
+            if any(mode == "inference_mode" for _, mode in reg):
+                return args[0]  # torch's detach_() changes nothing under inference_mode: the tensor stays as it was
+            tensor = self.tensor_of(args[0])
+            if self.nodes[tensor].op == "var":  # a leaf's detach_(): requires_grad_(False)
+                self.steps.append(FlagStep(tensor, False, e.span, self.text(e.span, e, args)[0]))
+                return args[0]
+            nid = self.new(e.op, args, e.span, regions=reg, call=e)
+            self.rebind(tensor, nid)  # every later use of that tensor, by any name, reads it detached
+            return nid
+        return self.new(e.op, args, e.span, regions=reg, call=e)
+
+    def tensor_of(self, nid: int) -> int:
+        """The node whose tensor object `nid` is: a region (no_grad(a), inference_mode(a)) hands back its
+        argument itself, as torch's context managers do with a value computed outside them."""
+        while self.nodes[nid].op in _REGIONS:
+            nid = self.nodes[nid].args[0]
         return nid
+
+    def rebind(self, tensor: int, nid: int) -> None:
+        """Every name bound to `tensor` (`b = a`, `b = no_grad(a)`: one tensor object, two names) now reads nid."""
+        for name, bound in self.env.items():
+            if self.tensor_of(bound) == tensor:
+                self.env[name] = nid
 
     def run(self, program: Program) -> Graph:
         self.last = -1

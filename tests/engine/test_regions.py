@@ -151,7 +151,10 @@ def text(t) -> str:
 
 
 def torch_eval(t, env):
-    """The tree evaluated by plain torch code: contexts entered with `with`, detach() called."""
+    """The tree evaluated by plain torch code: contexts entered with `with`, detach() called; a number is a
+    tensor made where it is written (under inference_mode, an inference tensor)."""
+    if t == "2":
+        return torch.tensor(2.0, dtype=torch.float64)
     if isinstance(t, str):
         return env[t]
     if len(t) == 2:
@@ -162,7 +165,7 @@ def torch_eval(t, env):
 
 def torch_outcome(t):
     env = {"x": torch.tensor(2.0, dtype=torch.float64, requires_grad=True),
-           "y": torch.tensor(3.0, dtype=torch.float64), "2": 2.0}
+           "y": torch.tensor(3.0, dtype=torch.float64)}
     try:
         L = torch_eval(("*", t, "x"), env)
     except RuntimeError as err:
