@@ -9,7 +9,8 @@ text, random --wrt and tiny limits), so any failure is reproducible from its
 index alone. Every input goes through explain() + table + strict JSON, every
 `--cli-every`-th also through `gradflow eval` in-process; the same property as
 the Hypothesis tests in tests/system/test_fuzz.py. Prints the count, the outcome kinds,
-the failures (and exits 1 if there are any). Every `--batch-every`-th input also feeds a generated batch
+the failures (and exits 1 if there are any). Every `--alias-every`-th input also runs a program of aliases,
+in-place methods and regions (tests/aliasgen.py) and compares its gradients with the same program in plain torch. Every `--batch-every`-th input also feeds a generated batch
 input (bytes: nested JSON, invalid UTF-8, \r, \r\n, byte-order marks, binary) to `gradflow batch -`: one
 record per non-blank line, in order. `--user-code N` also runs `gradflow inspect` on N generated modules
 (tests/fuzz_user_code.py: sys.exit, exceptions, writes to fd 1, threads left running, broken hooks) in real
@@ -30,12 +31,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from typer.testing import CliRunner  # noqa: E402
 
+from tests.aliasgen import alias_case, run_torch  # noqa: E402
+from tests.engine.test_aliases import gradflow_grads, same  # noqa: E402
 from tests.fuzz_support import check_api, check_batch_bytes, check_cli, gen_batch_bytes, gen_case  # noqa: E402
 
 
 def run_one(i: int, opts, runner, outcomes) -> None:
     case = gen_case(random.Random(f"{opts.seed}:{i}"))
     outcomes[check_api(case)] += 1
+    if i % opts.alias_every == 0:  # aliases, in-place methods, regions: the same program in plain torch decides
+        alias = alias_case(opts.seed * 1_000_003 + i)
+        ours, theirs = gradflow_grads(alias), run_torch(alias)
+        if not same(ours, theirs):
+            raise AssertionError(f"alias program differs from plain torch: {alias.source!r}: {ours} vs {theirs}")
+        outcomes["alias programs agree with torch"] += 1
     if i % opts.cli_every == 0:
         outcomes[f"cli exit {check_cli(case, runner)}"] += 1
     if i % opts.batch_every == 0:  # a whole batch input as bytes: nested JSON, broken UTF-8, mixed line ends
@@ -97,6 +106,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start", type=int, default=0, help="first input index (to replay one: --start I --inputs 1)")
     ap.add_argument("--cli-every", type=int, default=10, help="also run every Nth input through the CLI")
+    ap.add_argument("--alias-every", type=int, default=5,
+                    help="also compare a generated alias/in-place/region program with plain torch every Nth")
     ap.add_argument("--batch-every", type=int, default=10, help="also run a generated batch input (bytes) every Nth")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the inputs are split between them)")
     ap.add_argument("--user-code", type=int, default=0,
