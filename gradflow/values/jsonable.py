@@ -85,11 +85,28 @@ def _clean(x):
     return x
 
 
+SUMMARY_CHUNK = 1 << 20  # elements widened to float64 at a time
+
+
 def summary(t) -> dict:
-    """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64)."""
-    f = t.detach().double()
-    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "mean": f.mean().item(),
-            "min": f.min().item(), "max": f.max().item(), "norm": f.norm().item()}
+    """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64).
+
+    A large tensor is widened a chunk at a time: a float64 copy of all of it would be the largest allocation of
+    the whole command (twice a float32 value), beyond what the `total` limit counts."""
+    head = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+    flat = t.detach().reshape(-1)
+    if flat.numel() <= SUMMARY_CHUNK:
+        f = flat.double()
+        return {**head, "mean": f.mean().item(), "min": f.min().item(), "max": f.max().item(),
+                "norm": f.norm().item()}
+    total = squares = 0.0
+    low, high = math.inf, -math.inf
+    for part in flat.split(SUMMARY_CHUNK):
+        f = part.double()
+        total += f.sum().item()
+        squares += f.square().sum().item()
+        low, high = min(low, f.min().item()), max(high, f.max().item())
+    return {**head, "mean": total / flat.numel(), "min": low, "max": high, "norm": math.sqrt(squares)}
 
 
 def _finite_flat(x: list) -> bool:

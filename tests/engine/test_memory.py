@@ -1,0 +1,40 @@
+"""The `total` limit's figure is what a user sees: each element more costs a command's peak memory within ~20%
+of the bytes the limit counts for it (values and the gradients they hold).
+
+Memory, not time: peak RSS of real `gradflow eval` processes (each read by a parent that waits for it), at two
+sizes, so what a process takes whatever its values (Python, torch, rich) cancels out.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.processes import PYTHON, run
+
+N = 10_000_000
+PEAK = """
+import resource, subprocess, sys
+subprocess.run([sys.executable, "-m", "gradflow", "eval", *sys.argv[1:]], stdout=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def peak_bytes(*args: str) -> int:
+    out = run([*PYTHON, "-c", PEAK, *args])
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in kilobytes on Linux")
+@pytest.mark.parametrize("program, counted", [
+    ("sum(exp(x))", 4),  # x and exp(x), each with its gradient
+    ("sum(x*x)", 6),  # x, x*x, and each of x's two uses measured
+])
+def test_peak_memory_is_what_the_total_limit_counts(program, counted):
+    small = peak_bytes(program, "--x", f"randn({N})")
+    big = peak_bytes(program, "--x", f"randn({2 * N})")
+    seen, limit = big - small, counted * N * 4
+    assert 0.8 * limit <= seen <= 1.2 * limit, f"{program}: {seen / 2**20:.0f} MB for {N:,} elements more, " \
+                                               f"the limit counts {limit / 2**20:.0f} MB"
