@@ -20,6 +20,10 @@ def write_file(path: Path, data: str | bytes) -> None:
     """Write `data` (text as UTF-8) to `path` atomically; a package error (exit 2) saying why it cannot."""
     raw = data.encode() if isinstance(data, str) else data
     target = Path(os.path.realpath(path))  # through a symlink: replace the file it points at, keep the link
+    if target.is_dir():  # `-o ""` reaches here as '.'
+        raise ValueInputError("usage", f"cannot write to '{path}': it is a directory, not a file",
+                              hint="give a file name, e.g. -o picture.svg (an empty -o \"\" names the current "
+                                   "directory)")
     try:
         mode = os.stat(target).st_mode
     except OSError:

@@ -90,10 +90,23 @@ def forward_reason(n: NodeResult, args: list[NodeResult], given=None) -> str:
     return f"{n.op} is undefined at these inputs"
 
 
+FLOAT64_INTS = 2**1024  # an int this large or larger has no float64: it is read as ±inf
+
+
+def _finite_list(n: NodeResult, given: list) -> bool:
+    try:
+        return not bad(n.value.double().new_tensor(given))
+    except (OverflowError, RuntimeError):  # an int beyond float64's range: read as ±inf
+        return False
+
+
 def _var_reason(n: NodeResult, given) -> str:
     """A value given as inf/nan says so; finite numbers that the dtype cannot hold (1e39 in float32) say that."""
+    if type(given) is int and not -FLOAT64_INTS < given < FLOAT64_INTS:
+        return f"the value given for {n.name} is an integer beyond float64's range (about 1.8e308), so it is " \
+               f"{what(n.value)}"
     finite = (type(given) in (int, float) and math.isfinite(given)) or (
-        isinstance(given, list) and not bad(n.value.double().new_tensor(given)))
+        isinstance(given, list) and _finite_list(n, given))
     if not finite:
         return f"the value given for {n.name} is {what(n.value)}"
     dtype = str(n.value.dtype).removeprefix("torch.")

@@ -5,7 +5,7 @@ from typing import Any
 
 from gradflow.errors import EvalError, GradflowError
 from gradflow.language.graph import Node
-from gradflow.language.ops import OPS
+from gradflow.language.ops import OPS, OpInputError
 
 _SHAPE_WORDS = ("size of tensor", "shapes cannot", "mat1 and mat2", "dimension", "at least 1D", "size mismatch",
                 "inconsistent", "Sizes of tensors", "must have same number of dimensions", "equal size",
@@ -25,6 +25,8 @@ def torch_error(node: Node, args, err: Exception, source: str) -> GradflowError:
     def error(kind: str, message: str, hint: str | None = None) -> EvalError:
         return EvalError(kind, message, hint=hint, span=node.span, source=source)
 
+    if isinstance(err, OpInputError):
+        return error(err.kind, f"at '{node.text}': {text}", err.hint)
     if "Inference tensors cannot be saved for backward" in text:
         return error("inference_tensor", f"'{node.text}' needs to save a tensor made under inference_mode() for "
                      f"backward, which torch refuses. torch says: {text}",

@@ -143,15 +143,37 @@ def _mean(a, dim=None, keepdim=False):
     return a.mean() if dim is None and not keepdim else a.mean(dim=dim, keepdim=keepdim)
 
 
+class OpInputError(ValueError):
+    """An op's operands that torch would misread or reject with a message about something else: the engine
+    reports `message` and `hint` at the op's node (engine/torch_errors.py)."""
+
+    def __init__(self, kind: str, message: str, hint: str):
+        super().__init__(message)
+        self.kind, self.hint = kind, hint
+
+
+IGNORE_INDEX = -100  # torch's default ignore_index: a target of -100 counts for no class
+
+
 def _class_target(a, target):
     """cross_entropy's target: class indices when it has one dimension fewer than the input (as torch takes
     them, as integers: they carry no gradient), else class probabilities of the input's shape."""
+    if a.dim() == 0:
+        raise OpInputError("shape", "cross_entropy needs a score per class, and its input is a single number",
+                           "give C scores as a vector (its target one class index) or an N×C matrix (N indices)")
     if target.dim() != a.dim() - 1:
         return target
     if target.is_floating_point():
         if not bool((target == target.round()).all()):
-            raise ValueError("cross_entropy's target holds class indices (it has one dimension fewer than the "
-                             "input), and they must be whole numbers")
+            raise OpInputError("argument", "cross_entropy's target holds class indices (it has one dimension fewer "
+                               "than the input), and they must be whole numbers",
+                               "give class indices 0..C-1, or class probabilities of the input's shape")
+        classes = a.shape[0 if a.dim() == 1 else 1]
+        bad = target[((target < 0) | (target >= classes)) & (target != IGNORE_INDEX)]
+        if bad.numel():  # before .long(): 1e30 would wrap round to a negative index
+            raise OpInputError("index", f"cross_entropy's target {bad.flatten()[0].item():g} is not a class index: the "
+                               f"input has {classes} classes", f"class indices run from 0 to {classes - 1} "
+                               f"({IGNORE_INDEX} marks a sample to ignore)")
         target = target.detach().long()
     return target
 

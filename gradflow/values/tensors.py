@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,10 @@ def scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tens
 def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A fresh floating-point leaf from a number, nested list, numpy array or tensor."""
     if type(value) in (int, float):  # a Python number (most values) is never complex, never a sparse tensor
-        try:
-            return scalar(float(value), dtype, device)  # an int through float64 first: torch refuses ints > 2**63
-        except OverflowError:
-            pass  # an int too big for a C double: as_tensor below says so in torch's words
+        return scalar(_as_float(value), dtype, device)  # an int through float64 first: torch refuses ints > 2**63
     check_value(name, value)
+    if isinstance(value, list):
+        value = _floats(value)
     if isinstance(value, torch.Tensor):
         _check_dense(name, "a tensor", value)
     try:
@@ -77,6 +77,21 @@ def to_tensor(name: str, value: Any, dtype: torch.dtype, device: torch.device) -
     if isinstance(value, (int, float, list)):  # as_tensor already made new memory
         return t
     return t.detach().clone()
+
+
+def _as_float(number: int | float) -> float:
+    """An int beyond float64's range is ±inf, as `--x 1e400` is on the command line (the nan/inf warning says so)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
+
+
+def _floats(value: list) -> list:
+    """A nested list with every int beyond float64's range as ±inf (as_tensor refuses those ints)."""
+    if all(type(v) is not int or -2**63 <= v < 2**63 for v in value):
+        return [_floats(v) if isinstance(v, list) else v for v in value]
+    return [_as_float(v) if type(v) is int else _floats(v) if isinstance(v, list) else v for v in value]
 
 
 def materialize(values: dict[str, Any], dtype: str = "float32", seed: int = 0) -> dict[str, Any]:
@@ -118,9 +133,24 @@ def build(spec: TensorSpec, dtype: torch.dtype, gen: torch.Generator) -> torch.T
 def load(name: str, path: str) -> torch.Tensor:
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ValueInputError("bad_value", f"the value of '{name}': no such file '{path}'",
-                              hint="give the path after @, relative to the current directory: --x @x.npy")
+        what = _not_a_file(p)
+        raise ValueInputError("bad_value", f"the value of '{name}': " + (f"'{path}' is {what}, not a regular file"
+                              if what else f"no such file '{path}'"),
+                              hint="save the value to a file (numpy.save or torch.save) and give its path after @, "
+                              "relative to the current directory: --x @x.npy" if what else
+                              "give the path after @, relative to the current directory: --x @x.npy")
     return _load_npy(name, p) if p.suffix.lower() == ".npy" else _load_pt(name, p)
+
+
+def _not_a_file(p: Path) -> str | None:
+    """What stands at p when it is there but is no regular file (values are read from files, twice for .npy)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return None
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def _check_size(name: str, path: Path, shape) -> None:
@@ -150,10 +180,15 @@ def _load_npy(name: str, path: Path) -> torch.Tensor:
 _NUMERIC_HINT = "save a float64 array: numpy.save('x.npy', np.asarray(a, dtype=np.float64))"
 
 
+_NOT_NUMBERS = {"O": "Python objects", "c": "complex numbers", "M": "dates and times (numpy datetime64)",
+                "m": "time spans (numpy timedelta64)", "U": "text (numpy str_)", "S": "bytes (numpy bytes_)",
+                "V": "structured records (numpy void)"}
+
+
 def _check_numeric(name: str, path: Path, kind: str, itemsize: int = 8):
     if kind not in "biuf":
         raise ValueInputError("bad_value", f"the value of '{name}', {path}, holds "
-                              f"{'Python objects' if kind == 'O' else 'non-real numbers'}, not real numbers",
+                              f"{_NOT_NUMBERS.get(kind, 'values of numpy kind ' + repr(kind))}, not real numbers",
                               hint=_NUMERIC_HINT)
     if kind == "f" and itemsize > 8:  # numpy.longdouble: torch has no such type; refused, never silently rounded
         raise ValueInputError("bad_value", f"the value of '{name}', {path}, holds {8 * itemsize}-bit long double "
@@ -162,6 +197,10 @@ def _check_numeric(name: str, path: Path, kind: str, itemsize: int = 8):
 
 
 def _load_pt(name: str, path: Path) -> torch.Tensor:
+    if not _saved_by_torch(path):
+        raise ValueInputError("bad_value", f"cannot read {path} (value of '{name}'): it is not a file torch.save "
+                              "wrote (neither its zip format nor its older pickle format), nor a .npy file",
+                              hint="write it with numpy.save (.npy) or torch.save(tensor) (.pt)")
     try:
         obj = _torch_load(path)
     except (RuntimeError, OSError, EOFError, ValueError) as err:
@@ -199,6 +238,17 @@ def _unpickle_reason(err: Exception) -> str:
     boiler = ("Weights only load failed", "Please file an issue", "Check the documentation")
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and not ln.strip().startswith(boiler)]
     return (lines or ["refused"])[0]
+
+
+def _saved_by_torch(path: Path) -> bool:
+    """torch.save writes a zip archive, or (before torch 1.6, `_use_new_zipfile_serialization=False`) a pickle,
+    which starts with the protocol byte 0x80."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True  # torch.load reports it
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
 def _torch_load(path: Path):

@@ -166,7 +166,7 @@ def test_files_that_are_not_one_numeric_tensor(tmp_path):
     np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     np.save(tmp_path / "c.npy", np.array([1 + 2j]))
     (tmp_path / "junk.npy").write_bytes(b"not numpy")
-    for name, message in [("d.pt", "a dict with keys w"), ("o.npy", "Python objects"), ("c.npy", "non-real"),
+    for name, message in [("d.pt", "a dict with keys w"), ("o.npy", "Python objects"), ("c.npy", "complex numbers"),
                           ("junk.npy", "cannot read"), ("missing.npy", "no such file"), ("x.csv", "only .npy and .pt")]:
         with pytest.raises(ValueInputError) as err:
             explain("sum(x)", x=f"@{tmp_path / name}")
