@@ -38,11 +38,27 @@ def _failure(rank: int, err: GradflowError) -> dict:
     return {"rank": rank, "failure": {**err.to_dict(), "exit_code": int(err.exit_code)}}
 
 
+RANK_NAMES = ("rank", "local_rank", "global_rank")
+WORLD_NAMES = ("world_size", "world", "nprocs", "num_ranks")
+
+
+def rank_arguments(func, rank: int, world: int) -> tuple[tuple, dict]:
+    """FUNCTION's arguments: its first two required parameters get rank and world size, in that order, and so
+    does any parameter named for them (`rank`, `world_size`, ...) even with a default, so a FUNCTION written to
+    run alone too (`def main(rank=0, world_size=1)`) still learns its rank."""
+    params = list(inspect.signature(func).parameters.values())
+    named = {p.name: rank if p.name in RANK_NAMES else world for p in params
+             if p.name in RANK_NAMES + WORLD_NAMES and p.kind != p.POSITIONAL_ONLY}
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty and p.name not in named]
+    return (rank, world)[:len(required)], named
+
+
 def call_function(func, name: str, rank: int, world: int):
-    """FUNCTION(rank, world_size), or FUNCTION() when it takes no arguments; it must return (model, step)."""
-    params = [p for p in inspect.signature(func).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    value = func(rank, world) if len(params) >= 2 else func(rank) if len(params) == 1 else func()
+    """FUNCTION(rank, world_size), FUNCTION(rank) or FUNCTION() (see rank_arguments); it must return
+    (model, step)."""
+    args, kwargs = rank_arguments(func, rank, world)
+    value = func(*args, **kwargs)
     pair = isinstance(value, tuple) and len(value) == 2
     if not pair or not callable(value[1]) or hasattr(value[0], "grad_fn"):  # (loss, model): inspect's shape
         got = "(loss, model), as for gradflow inspect" if pair and hasattr(value[0], "grad_fn") else \

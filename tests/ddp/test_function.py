@@ -11,6 +11,21 @@ def test_the_signatures_it_accepts():
     assert call_function(lambda rank: (rank, step), "f", 1, 2)[0] == 1
     assert call_function(lambda: ("model", step), "f", 1, 2)[0] == "model"
     assert call_function(lambda rank, world_size, seed=0: (seed, step), "f", 1, 2)[0] == 0
+    assert call_function(lambda r, w: ((r, w), step), "f", 1, 2)[0] == (1, 2)  # any names, by position
+
+
+@pytest.mark.parametrize("func", [
+    lambda rank=0, world_size=1: ((rank, world_size), print),  # written to run alone too
+    lambda world_size=1, rank=0: ((rank, world_size), print),
+    lambda *, rank=0, world_size=1: ((rank, world_size), print),
+    lambda local_rank=0, world=1, seed=7: ((local_rank, world), print),
+])
+def test_rank_and_world_size_reach_parameters_with_defaults(func):
+    assert call_function(func, "main", 1, 2)[0] == (1, 2)
+
+
+def test_other_defaults_are_left_alone():
+    assert call_function(lambda lr=0.1: (lr, print), "main", 1, 2)[0] == 0.1
 
 
 def test_a_loss_instead_of_model_and_step_is_bad_input():

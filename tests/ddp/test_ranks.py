@@ -195,3 +195,15 @@ def test_a_group_nobody_serves_is_a_distributed_error_not_a_bug():
     res = gradflow_ddp("examples/ddp_aux_loss.py:main", "--timeout", "2", env=env, timeout=90)
     assert res.returncode == 7, res.stderr[-2000:]
     assert f"error: rank 1 could not join the process group at 127.0.0.1:{port} within 2 s" in res.stderr
+
+
+def test_a_function_with_default_rank_learns_its_rank(tmp_path):
+    """`def main(rank=0, world_size=1)` (written to run alone too) is called with each rank's own rank: the
+    aux-loss example's rank-dependent branch is found divergent, as with `def main(rank, world_size)`."""
+    source = (ROOT / "examples/ddp_aux_loss.py").read_text().replace("def main(rank, world_size):",
+                                                                      "def main(rank=0, world_size=1):")
+    script = tmp_path / "aux_defaults.py"
+    script.write_text(source)
+    res = gradflow_ddp(f"{script}:main", "--json", "--fail-on", "divergent", timeout=120)
+    assert res.returncode == 6, res.stderr  # divergent, as plain DDP says (test_verdicts_match_plain_ddp)
+    assert "aux_head.weight" in res.stdout and "no divergence" not in res.stdout
