@@ -17,12 +17,6 @@ from gradflow.language.ops import is_region
 from gradflow.values.jsonable import PLAIN_MAX, UNCONVERTED, plain
 from gradflow.values.tensors import TORCH_ERRORS
 
-try:
-    from torch.autograd.graph import _engine_run_backward
-except ImportError:  # another torch: torch.autograd.grad (see _grads)
-    _engine_run_backward = None  # type: ignore[assignment]
-
-
 def check_output(run: Run) -> torch.Tensor:
     g = run.g
     out = run.t[g.output]
@@ -46,13 +40,7 @@ def _watched(run: Run) -> tuple[list[torch.Tensor], list[int]]:
 
 
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-    """torch.autograd.grad(out, inputs, allow_unused=True) for a one-element `out` and inputs that all require
-    grad, straight into autograd's engine where torch has it: torch.autograd.grad's own checks and argument
-    handling cost ~12 us, a third of a small program's backward (a batch line's)."""
-    if _engine_run_backward is None:  # another torch
-        return torch.autograd.grad(out, inputs, allow_unused=True)
-    return _engine_run_backward((out,), (torch.ones_like(out, memory_format=torch.preserve_format),), False, False,
-                                tuple(inputs), allow_unreachable=True, accumulate_grad=False)
+    return torch.autograd.grad(out, inputs, allow_unused=True)
 
 
 def backward(out: torch.Tensor, run: Run) -> GradflowError | None:

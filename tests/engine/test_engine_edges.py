@@ -21,13 +21,8 @@ def _flows(r):
     return {(r.nodes[e.src].name, r.nodes[e.dst].name, e.pos): e.flow for e in r.edges}
 
 
-@pytest.mark.parametrize("engine", ["direct", "autograd.grad"])  # torch's engine itself, or the public call
 @pytest.mark.parametrize("copies", [1, 2500])  # 2 elements (small: read into Python numbers), 5000 (kept as tensors)
-def test_every_edge_flow_matches_hand_derivation(copies, engine, monkeypatch):
-    from gradflow.engine import results
-
-    if engine != "direct":
-        monkeypatch.setattr(results, "_engine_run_backward", None)  # as with a torch without it
+def test_every_edge_flow_matches_hand_derivation(copies):
     xs = X * copies
     r = explain(EXPR, x=xs, dtype="float64")
     f = _flows(r)
