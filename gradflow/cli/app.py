@@ -5,19 +5,16 @@ evaluation stay fast. Results go to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
+import importlib
+import sys
+from typing import Annotated
+
+import typer
+
 from gradflow.cli import startup
-
-startup.begin()  # before the imports below: see startup.py
-
-import importlib  # noqa: E402
-import sys  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-import typer  # noqa: E402
-
-from gradflow.cli.common import EXTRA, long_options  # noqa: E402
-from gradflow.cli.help import Command, help_end  # noqa: E402
-from gradflow.errors import ExitCode  # noqa: E402
+from gradflow.cli.common import EXTRA, long_options
+from gradflow.cli.help import Command, help_end
+from gradflow.errors import ExitCode
 
 HELP_END = help_end([
     'gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
@@ -99,12 +96,7 @@ def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (test
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
     from gradflow.cli.streams import run_safely
 
-    startup.in_command()
     command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in NAMES else None  # else: help, --version, a typo
-    startup.begin()
     application = make_app(command)
-    startup.finish()
+    startup.before_run()
     run_safely(lambda: application(prog_name="gradflow"))
-
-
-startup.finish()

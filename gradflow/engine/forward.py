@@ -20,7 +20,6 @@ import torch
 
 from gradflow.analysis.explanation import EdgeResult, Warning
 from gradflow.engine.budget import account, account_flow, precheck
-from gradflow.engine.hooks import torch_imported
 from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
@@ -31,8 +30,6 @@ from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
 # The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
 REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
