@@ -5,7 +5,6 @@ Never prints JSON (that goes out through result.dumps and plain print).
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from rich import box
@@ -152,157 +151,46 @@ def nodes_view(result: Explanation, width: int):
     return node_table(result, cells) if _fits(result, cells, width) else node_blocks(result)
 
 
-# ---- the same, as plain lines -------------------------------------------------------------------------------
-# Rich spends ~0.2 ms per table row (measuring, wrapping and padding every cell), so a program of 19,200 nodes
-# took 4 s to print. Without colour (a pipe or a file: no styles to emit), plain_nodes_view() lays out the
-# very same lines itself; where rich's layout is not a plain one (a title or a header wider than the table
-# would fold) it returns None and rich does it. tests/render/test_plain_table.py checks both agree.
+# ---- the same, as plain lines, where that is simple ---------------------------------------------------------
+# rich measures, wraps and pads every cell it prints: for a program of thousands of nodes that was most of the
+# command's time (bench/program_size.py). Printed without colour, a table whose every cell is one line and that
+# fits its width whole is plain padding: plain_table_lines() writes it; everything else is rich's.
+# tests/render/test_plain_table.py checks the lines are rich's.
 
-_WIDER = "[^\x20-\x7e·—●○◌✂…]"  # neither printable ASCII nor one of the table's own one-cell characters
-_WIDER_LINES = "[^\x20-\x7e·—●○◌✂…\n]"  # the same, in lines joined by "\n"
-
-
-def _cells(text: str) -> int:
-    return len(text) if text.isascii() or re.search(_WIDER, text) is None else cell_len(text)
-
-
-def _breaks(line: str, width: int, one_cell: bool = False) -> list[int]:
-    """rich._wrap.divide_line(line, width): where rich breaks a line, found with rfind() instead of a Python
-    step per word when every character is one cell and the only white space is ' ' (else rich's own).
-    `one_cell`: the caller knows both already."""
-    from rich._wrap import divide_line
-
-    if not one_cell and (_cells(line) != len(line) or not line.replace(" ", "x").isprintable()):
-        return divide_line(line, width, fold=True)
-    breaks, start, n = [], 0, len(line)
-    while start + width < n:
-        end = start + width  # the first character that does not fit
-        if line[end] == " ":  # the word before it fits; the next word starts the next line
-            nxt = len(line) - len(line[end:].lstrip(" "))
-            if nxt >= n:
-                break
-        else:  # the word under `end` starts the next line
-            nxt = line.rfind(" ", start, end) + 1
-            if nxt <= start or line[start:nxt].strip(" ") == "":
-                return divide_line(line, width, fold=True)  # a word longer than the line: rich folds it
-        breaks.append(nxt)
-        start = nxt
-    return breaks
-
-
-def _wrap(text: str, width: int, pad: bool = False, one_cell: bool = False) -> list[str]:
-    """rich's Text.wrap() of plain text (overflow fold, default justify); `pad`: each line padded to `width`
-    (as a Padding around it prints it); `one_cell`: every character of `text` is known to take one cell, and its
-    only white space is ' '."""
-    if "\n" not in text:  # one line (most): as the loop below does it, without the loop
-        cells = len(text) if one_cell else _cells(text)
-        if cells <= width:
-            return [_pad(text, width, cells=cells) if pad else text]
-    lines = []
-    for line in text.split("\n"):
-        cells = len(line) if one_cell else _cells(line)
-        one = cells == len(line)  # every piece's width is its length
-        cuts = [0, *_breaks(line, width, one_cell), len(line)] if cells > width else [0, len(line)]
-        for a, b in zip(cuts, cuts[1:]):
-            piece = line[a:b]
-            excess = (len(piece) if one else _cells(piece)) - width
-            if excess > 0:  # rich's rstrip_end(): spaces beyond the width go
-                piece = piece[:len(piece) - min(excess, len(piece) - len(piece.rstrip()))]
-            lines.append(_pad(piece, width, cells=len(piece) if one else None) if pad else piece)
-    return lines
-
-
-def _pad(text: str, width: int, right: bool = False, cells: int | None = None) -> str:
-    gap = width - (_cells(text) if cells is None else cells)
-    return (" " * gap + text if right else text + " " * gap) if gap > 0 else text
-
-
-def _column(texts: list[str]) -> tuple[int, bool, bool]:
-    """A column's widest line in cells; whether every character of it is one cell (so a cell's width is its
-    length); whether some cell has several lines. Looked at whole, with one C-level pass where it can be."""
-    joined = "\n".join(texts)
-    lines = joined.split("\n")
-    multi = len(lines) != len(texts)
-    if joined.isascii() or re.search(_WIDER_LINES, joined) is None:
-        return max(map(len, lines), default=0), True, multi
-    return max(map(_cells, lines), default=0), False, multi
-
-
-def _plain_table(result: Explanation, cells: list[tuple[str, str]], width: int) -> list[str] | None:
-    marked = anomalies(result)
-    ids = abbreviated(result)
-    heads = (["id"] if ids else []) + [col for col, _ in _COLUMNS]
-    right = ([True] if ids else []) + [kw.get("justify") == "right" for _, kw in _COLUMNS]
+def plain_table_lines(result: Explanation, width: int) -> list[str] | None:
+    """The node table's lines as rich prints them without colour, or None where rich must lay it out: a cell
+    or the title over several lines or with a character rich escapes, a table wider than `width`."""
+    marked, ids, cells = anomalies(result), abbreviated(result), _tensor_cells(result)
     mark = {status: f"{m} " for status, (m, _, _) in _STATUS.items()}
     columns = [[mark[n.status] + n.name + (" " + ANOMALY if n.id in marked else "") for n in result.nodes],
                [n.op for n in result.nodes], [v for v, _ in cells], [str(n.requires_grad) for n in result.nodes],
                [str(n.is_leaf) for n in result.nodes], [n.grad_fn or DASH for n in result.nodes], [g for _, g in cells]]
-    if ids:
-        columns.insert(0, [f"%{n.id}" for n in result.nodes])
-    info = [_column(col) for col in columns]
-    widths = [max(_cells(h), w) for h, (w, _, _) in zip(heads, info)]
-    for i, (_, kw) in enumerate(_COLUMNS, start=len(heads) - len(_COLUMNS)):
-        widths[i] = max(widths[i], kw.get("min_width", 0))
-    at = len(heads) - len(_COLUMNS)  # the node column
-    inner = sum(widths) + 2 * (len(widths) - 1)
-    if inner + 2 > width:  # rich folds the node column (the only one that wraps) to what is left
-        widths[at] -= inner + 2 - width
-        inner = width - 2
-        if widths[at] < _COLUMNS[0][1]["min_width"]:
-            return None
-        columns[at] = [c if _cells(c) <= widths[at] else "\n".join(line.rstrip() for line in _wrap(c, widths[at]))
-                       for c in columns[at]]
-        info[at] = _column(columns[at])
+    specs = [("id", {"justify": "right"})] * ids + _COLUMNS
+    columns = [[f"%{n.id}" for n in result.nodes]] * ids + columns
     title = f"{_out_label(result)} = {result.output.expr}"
-    if _cells(title) > inner + 2 or "\n" in title:
-        return None  # rich would fold the title: its own layout
-
-    def line(cells_of_row: list[str]) -> str:
-        return " " + "  ".join(_pad(c, w, r) for c, w, r in zip(cells_of_row, widths, right)) + " "
-
-    out = [_pad(title, inner + 2), " " * (inner + 2), line(heads), " " + "─" * inner + " "]
-    if any(multi for _, _, multi in info):  # a cell over several lines: row by row
-        for r in zip(*columns):
-            parts = [c.split("\n") for c in r]
-            for k in range(max(len(p) for p in parts)):
-                out.append(line([p[k] if k < len(p) else "" for p in parts]))
-    else:  # every cell one line: each column padded at once (a cell's width is its length where `one`)
-        padded = [[c.rjust(w) for c in col] if one and r else [c.ljust(w) for c in col] if one
-                  else [_pad(c, w, r) for c in col] for col, w, r, (_, one, _) in zip(columns, widths, right, info)]
-        out += [" " + "  ".join(row) + " " for row in zip(*padded)]
-    out.append(" " * (inner + 2))
-    return out
-
-
-def _plain_blocks(result: Explanation, width: int, cells: list[tuple[str, str]]) -> list[str] | None:
-    marked = anomalies(result)
-    ids = abbreviated(result)
-    out = _wrap(f"{_out_label(result)} = {result.output.expr}\n", width)
-    for n, (value, grad) in zip(result.nodes, cells):  # a cell without "\n" is what format_tensor(t) gives
-        node = f"{_STATUS[n.status][0]} {n.name}" + (" " + ANOMALY if n.id in marked else "")
-        out += _wrap(f"%{n.id} " * ids + node + f"  {n.op}", width, one_cell=n.name.isascii()
-                     and n.name.isprintable() and n.id not in marked)
-        value = format_tensor(n.value) if "\n" in value else value
-        grad = format_tensor(n.grad) if "\n" in grad else grad
-        details = (f"grad {grad} · value {value} · requires_grad "
-                   f"{n.requires_grad} · is_leaf {n.is_leaf} · grad_fn {n.grad_fn or DASH}")
-        # numbers, torch's class names and the table's own characters: one cell each, no need to measure them
-        one = grad.isascii() and value.isascii() and (n.grad_fn is None or n.grad_fn.isascii())
-        out += ["  " + line for line in _wrap(details, width - 2, pad=True, one_cell=one)]
-    out.append("")
-    return out
-
-
-def plain_nodes_view(result: Explanation, width: int) -> list[str] | None:
-    """nodes_view()'s lines as rich prints them without colour, or None where rich must lay them out (also
-    for text with a tab or a control character in it: rich expands and escapes those its own way)."""
-    if not all(n.name.isprintable() or n.name.replace("\n", "").isprintable() for n in result.nodes) \
-            or not result.output.expr.isprintable():
+    if not " ".join([title, *(" ".join(column) for column in columns)]).isprintable():
         return None
-    cells = _tensor_cells(result)
-    fits = _fits(result, cells, width)
-    lines = _plain_table(result, cells, width) if fits else _plain_blocks(result, width, cells)
-    return None if lines is None else [ln if ln.isprintable() else visible(ln) for ln in lines]
+    widths, padded = [], []
+    for (head, kw), column in zip(specs, columns):
+        one = " ".join(column).translate(_ONE_CELL).isascii()  # every character one cell: a width is a length
+        widths.append(max(cell_len(head), kw.get("min_width", 0), *map(len if one else cell_len, column)))
+        right = kw.get("justify") == "right"
+        padded.append([c.rjust(widths[-1]) if right else c.ljust(widths[-1]) for c in column] if one
+                      else [_pad(c, widths[-1], right) for c in column])
+    inner = sum(widths) + 2 * (len(widths) - 1)
+    if inner + 2 > width or cell_len(title) > inner + 2:
+        return None
+    head = " " + "  ".join(_pad(h, w, kw.get("justify") == "right") for (h, kw), w in zip(specs, widths)) + " "
+    return [_pad(title, inner + 2), " " * (inner + 2), head, " " + "─" * inner + " ",
+            *(" " + "  ".join(row) + " " for row in zip(*padded)), " " * (inner + 2)]
+
+
+_ONE_CELL = dict.fromkeys(map(ord, "●○◌✂⚠—"))  # the table's own marks, one cell each: left out of the test
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    gap = " " * (width - cell_len(text))
+    return gap + text if right else text + gap
 
 
 def grad_lines(result: Explanation) -> Text:
@@ -323,10 +211,10 @@ def grad_lines(result: Explanation) -> Text:
 def print_explanation(result: Explanation, out: Console, err: Console):
     note = [abbreviation_note()] if abbreviated(result) else []
     # a pipe or a file, without colour, in UTF-8: an ASCII output has rich draw its boxes in ASCII
-    plain = None if out.is_terminal or out.color_system or out.options.ascii_only else plain_nodes_view(result,
-                                                                                                        out.width)
+    plain = None if out.is_terminal or out.color_system or out.options.ascii_only else plain_table_lines(result,
+                                                                                                         out.width)
     if plain is not None:
-        out.file.write("\n".join(plain) + "\n")  # see plain_nodes_view: the lines rich would print
+        out.file.write("\n".join(plain) + "\n")  # the lines rich would print
     view = [] if plain is not None else [nodes_view(result, out.width)]
     out.print(Group(*view, legend(result), *note, cut_lines(result), grad_lines(result)))
     print_warnings(result, err)
