@@ -5,6 +5,7 @@ evaluation stay fast. Results go to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from typing import Annotated
@@ -33,13 +34,14 @@ def _version(value: bool):
         raise typer.Exit()
 
 
-def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                               help="Show the version and exit.")] = False):
+def main(ctx: typer.Context, version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                                   help="Show the version and exit.")] = False):
     """Show how gradients flow through a PyTorch computation.
 
     Values are given as --NAME VALUE for each variable (--x 1, --x=-2, --w "[1,2]").
     Each command's --help lists its options, examples and exit codes.
     """
+    ctx.obj = option_table  # what a command asks for every command's options (cli/common.option_owners)
 
 
 # One module per command, gradflow/cli/NAME_command.py with a function NAME_cmd and a HELP_END epilog;
@@ -75,8 +77,11 @@ def make_app(only: str | None = None) -> typer.Typer:
     return application
 
 
+@functools.cache
 def option_table() -> dict[str, tuple[str, ...]]:
-    """Every long option (without --) of every command, and the commands that have it (cli/option_names.py)."""
+    """Every long option (without --) of every command, and the commands that have it: read from the app with
+    every command, built when first asked (a run builds only its own command, and asks only once the program
+    has parsed, so a syntax error never builds the others)."""
     root = typer.main.get_command(make_app())
     owners: dict[str, list[str]] = {}
     for cname, command in getattr(root, "commands", {}).items():
