@@ -24,7 +24,7 @@ from gradflow.limits import (
     MAX_NODES,
     MAX_TOTAL_ELEMENTS,
 )
-from gradflow.studies.extras import EVAL_GRAPH_FORMATS
+from gradflow.studies.eval_extras import EVAL_GRAPH_FORMATS
 
 if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
     from rich.console import Console
@@ -310,7 +310,7 @@ def _once(values: dict[str, str], name: str, first: str, second: str | None = No
 def print_warnings(result) -> None:
     """A result's warnings to stderr, as eval prints them (--json also has them in `warnings`)."""
     if result.warnings:
-        from gradflow.render.table import print_warnings as show
+        from gradflow.render.node_table import print_warnings as show
 
         show(result, consoles()[1])
 

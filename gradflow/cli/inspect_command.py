@@ -210,7 +210,7 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
 
 def _json_error(err: GradflowError) -> int:
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
     from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
@@ -266,7 +266,7 @@ def _inspect(target: str, o: Opts) -> int:
         _free(report)
     code = 0
     if report.error is not None:
-        from gradflow.render.table import print_error
+        from gradflow.render.node_table import print_error
 
         print_error(report.error, consoles()[1])
         code = int(report.error.exit_code)
@@ -278,7 +278,7 @@ def _gate(report, o: Opts) -> int:
     if not o.fail_on:
         return 0
     from gradflow.inspect.gate import failures, gate_error, unmatched
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
 
     err = consoles()[1]
     for pat in unmatched(report, o.allow):

@@ -114,7 +114,7 @@ def _script(file: Path, args: list[str], json_: bool, options: set[str], summary
 def _json_error(err: GradflowError) -> int:
     """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
     from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "call": None, "line": None, "code": None, "outputs": [],

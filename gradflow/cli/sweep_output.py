@@ -178,7 +178,7 @@ class _TableStream:
 
     def close(self, first) -> None:
         """The rows still held back (a short sweep), then the first point's cut lines."""
-        from gradflow.render.table import cut_lines
+        from gradflow.render.node_table import cut_lines
 
         if self.widths is None:
             self._open()
@@ -230,7 +230,7 @@ class _Tally:
     def finish(self) -> int:
         from rich.text import Text
 
-        from gradflow.render.table import print_error
+        from gradflow.render.node_table import print_error
 
         err = consoles()[1]
         for msg in self.warnings:

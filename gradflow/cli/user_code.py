@@ -37,7 +37,7 @@ def preload() -> None:
     import gradflow.inspect.report_build  # noqa: F401
     import gradflow.inspect.table  # noqa: F401
     import gradflow.inspect.teardown  # noqa: F401
-    import gradflow.render.table  # noqa: F401
+    import gradflow.render.node_table  # noqa: F401
     import gradflow.values.jsonable  # noqa: F401
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gradflow.render.checks import check_table, hessian_view, note_lines
 from gradflow.render.graph import print_picture, to_dot, to_mermaid
-from gradflow.studies.extras import Extras
+from gradflow.studies.eval_extras import Extras
 
 
 def add_to(extras: Extras, doc: dict) -> dict:

@@ -3,7 +3,7 @@
 tests/ddp/test_merge.py writes them: what each rank's inspect verdict says of each parameter."""
 import pytest
 
-from gradflow.ddp.gate import error, gate
+from gradflow.ddp.fail_on import error, gate
 from gradflow.ddp.merge import merge
 from gradflow.errors import ExitCode, ValueInputError
 from gradflow.inspect.gate import parse_classes

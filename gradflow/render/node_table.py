@@ -155,7 +155,7 @@ def nodes_view(result: Explanation, width: int):
 # rich measures, wraps and pads every cell it prints: for a program of thousands of nodes that was most of the
 # command's time (bench/program_size.py). Printed without colour, a table whose every cell is one line and that
 # fits its width whole is plain padding: plain_table_lines() writes it; everything else is rich's.
-# tests/render/test_plain_table.py checks the lines are rich's.
+# tests/render/test_node_table.py checks the lines are rich's.
 
 def plain_table_lines(result: Explanation, width: int) -> list[str] | None:
     """The node table's lines as rich prints them without colour, or None where rich must lay it out: a cell

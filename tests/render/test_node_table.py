@@ -1,5 +1,5 @@
 """Without colour (a pipe, a file) a node table of one-line cells that fits its width is padded by
-render/table.py itself, not laid out by rich (rich's per-cell layout was most of the time of a big program's
+render/node_table.py itself, not laid out by rich (rich's per-cell layout was most of the time of a big program's
 command). Its lines must be exactly rich's; every other layout (a folded node column, cells of several lines,
 the per-node blocks of a narrow console) is left to rich."""
 import io
@@ -9,7 +9,7 @@ from rich.console import Group
 
 from gradflow import explain
 from gradflow.render.console import new_console
-from gradflow.render.table import nodes_view, plain_table_lines
+from gradflow.render.node_table import nodes_view, plain_table_lines
 
 BIG = {"length": 10**6, "depth": 10**6, "nodes": 10**6}
 PROGRAMS = [

@@ -1,6 +1,6 @@
 """The optional views `gradflow eval` adds on request: --check, --order 2, --graph FORMAT.
 
-Computed before anything is printed (so an error exits cleanly); render/extras.py adds them to the
+Computed before anything is printed (so an error exits cleanly); render/extras_output.py adds them to the
 table output or as extra top-level JSON fields ("check", "hessian", "graph").
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Extras:
 
             extras.hessian = from_explanation(result)
         if graph is not None:
-            from gradflow.studies.picture import picture
+            from gradflow.studies.torch_graph import picture
 
             extras.graph = picture(result)
         return extras
