@@ -30,7 +30,7 @@ _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_progr
 
 
 def _version() -> str:
-    try:  # importlib.metadata costs ~0.1 s of start-up: only when asked
+    try:  # importlib.metadata is slow to import: only when asked
         from importlib.metadata import version
 
         return version("gradflow")

@@ -63,8 +63,8 @@ NAMES = [name for name, _ in _COMMANDS]
 def make_app(only: str | None = None) -> typer.Typer:
     """The Typer app with every command, or with the one command `only` (what a run of that command needs).
 
-    Building a command (importing its module, and Typer reading its signature) costs ~1-3 ms each, so a run
-    builds only the command it runs: a syntax error or `gradflow eval --help` never pays for the other seven.
+    A run builds only the command it runs (importing its module, Typer reading its signature): a syntax error
+    or `gradflow eval --help` never pays for the other eight.
     """
     application = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                               epilog=HELP_END, help="Show how gradients flow through a PyTorch computation.")

@@ -179,7 +179,7 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     """Every record to stdout, then `N of M lines failed` and the unused defaults on stderr; the exit code."""
     done = failed = 0
     # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
-    # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
+    # in blocks (a flush per record is a system call each). Ctrl-C still writes every finished record:
     # streams.run_safely flushes stdout on the way out.
     streaming = regular is None  # stdin, a pipe or a FIFO
     freezer = Freezer()

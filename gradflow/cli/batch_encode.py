@@ -1,6 +1,6 @@
 """`gradflow batch`'s records as JSON lines: the encoder its workers run (batch_pool), in a module of its own so
 that the fork server of `--jobs N`, which preloads the encoder's module before it forks a worker, does not import
-Typer and the command's options with it (~25 ms more before the first worker, once per batch)."""
+Typer and the command's options with it (which would delay the first worker)."""
 from __future__ import annotations
 
 

@@ -26,7 +26,7 @@ from gradflow.limits import (
 )
 from gradflow.studies.eval_extras import EVAL_GRAPH_FORMATS
 
-if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
+if TYPE_CHECKING:  # rich.console is slow to import: imported only when something is printed through it
     from rich.console import Console
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -136,7 +136,7 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table
 
 
 class _TableStream:
-    """The sweep table, a row at a time: the swept values (known before any point: ~2 µs each) set their
+    """The sweep table, a row at a time: the swept values (known before any point) set their
     column's width, the rows of the first BLOCK points (or of BLOCK_SECONDS from the first) the others'; then
     each row goes out as soon as its point is computed (`| head` returns at once, memory stays flat). A later
     cell wider than its column widens only its own row. The layout is the one rich gave the whole table

@@ -48,7 +48,7 @@ def _watched(run: Run) -> tuple[list[torch.Tensor], list[int]]:
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
     """torch.autograd.grad(out, inputs, allow_unused=True) for a one-element `out` and inputs that all require
     grad, straight into autograd's engine where torch has it: torch.autograd.grad's own checks and argument
-    handling cost ~12 us, a third of a small program's backward (a batch line's)."""
+    handling are a large part of a small program's backward (a batch line's)."""
     if _engine_run_backward is None:  # another torch
         return torch.autograd.grad(out, inputs, allow_unused=True)
     return _engine_run_backward((out,), (torch.ones_like(out, memory_format=torch.preserve_format),), False, False,
