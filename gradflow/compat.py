@@ -35,3 +35,32 @@ def _version(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(".")[:2])
     except ValueError:
         return ()
+
+
+# lark versions whose insides language/fastparse.py reads (its parse table, its lexers, its callbacks).
+LARK_INSIDES_VERSIONS = ((1, 3),)
+
+
+def lark_rule_callbacks(parser: Lark, transformer: Any) -> dict:
+    """What lark's LALR parser calls when it reduces by each rule, with `transformer`'s methods (as the
+    `transformer=` option builds them), through lark's private `Lark._parse_tree_builder`. On another lark, or
+    without the name: TypeError, and language/parser.py keeps to lark's own parser."""
+    builder = getattr(parser, "_parse_tree_builder", None)
+    if builder is None or not _insides_known():
+        raise TypeError("lark's rule callbacks are not where this lark version keeps them")
+    return builder.create_callback(transformer)
+
+
+def lark_scanner_patterns(scanner: Any) -> list:
+    """The compiled regular expressions of one of lark's lexers (every terminal a named group, in lark's order),
+    through lark's private `Scanner._mres`. On another lark, or without the name: TypeError, as above."""
+    patterns = getattr(scanner, "_mres", None)
+    if patterns is None or not _insides_known():
+        raise TypeError("lark's lexer patterns are not where this lark version keeps them")
+    return list(patterns)
+
+
+def _insides_known() -> bool:
+    import lark
+
+    return _version(lark.__version__) in LARK_INSIDES_VERSIONS

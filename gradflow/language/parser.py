@@ -3,6 +3,12 @@ turns the tree into typed nodes.
 
 Errors become `ParseError`s carrying a span, so the CLI can underline the bad token. Nothing is ever handed to
 Python's eval.
+
+Why a tree and not lark's `transformer=` option (nodes built during the parse, as lark's calc example does):
+that is a little faster, but it would report an unknown name before a syntax error later in the text, load the
+node classes before a syntax error is found, and share one transformer (which quotes the text in its errors)
+between threads. Parsing first, then building, gives all three for free. Neither is fast enough for a batch of
+all-distinct programs: fastparse.py is, once a first text has parsed (`parse`).
 """
 from __future__ import annotations
 
@@ -87,7 +93,51 @@ def parse(source: str) -> Program:
 
     lark's LALR parser builds the parse tree, then Build turns it into typed nodes. Parsing the whole text
     first means a syntax error anywhere wins over an unknown name before it, and a text with a syntax error
-    never loads the node classes."""
+    never loads the node classes. Once a text has parsed, later texts go through fastparse.py first (the
+    same nodes, faster, for a process that parses many); on any error there, lark's parser reports it."""
+    if _FAST:
+        fast = _FAST[0]
+        if fast is not None:
+            try:
+                return _program()(source, fast.parse(source))
+            except _fast_errors():
+                pass  # lark's parser below reports the error, exactly as always
+    program = _tree_parse(source)
+    if not _FAST:
+        _FAST.append(_fast())
+    return program
+
+
+_FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ from what it reads
+
+
+def _fast():
+    """fastparse's parser over this lark, or None where lark's insides differ from what it reads."""
+    from gradflow.language.fastparse import Fast
+
+    try:
+        return Fast(_lark())
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def _fast_errors() -> tuple[type[Exception], ...]:
+    """What fastparse raises on a text with an error: then lark's parser parses it again and reports it."""
+    from gradflow.language.fastparse import NotFast
+
+    return NotFast, KeyError, ParseError, IndentationProblem
+
+
+@functools.cache
+def _program() -> type[Program]:
+    from gradflow.language.syntax import Program
+
+    return Program
+
+
+def _tree_parse(source: str) -> Program:
+    """lark's parse tree, then Build over it: every error is reported from here."""
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:
