@@ -2,7 +2,6 @@
 tree path (lark's contextual lexer and parse tree, then Build over the tree): the same typed program whenever
 the text parses, and every error reported by the tree path, so error kinds, messages and spans never change."""
 import functools
-import threading
 
 import lark
 import pytest
@@ -90,23 +89,6 @@ def test_valid_texts_take_the_fast_path():
     for text in ["x * True", "true_divide = x; true_divide*2", "x.requires_grad_(False); x", "x.sum(0, True)",
                  "requires_grad = x\nrequires_grad*2", "x.requires_grad = true\nx*2", "x*1 + x*2"]:
         assert fast().parse(text) == parser._tree_parse(text).stmts
-
-
-def test_threads_parse_their_own_texts():
-    """Each thread has its own parser state (Build keeps the text it reports against)."""
-    texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
-    want = [parser._tree_parse(t).stmts for t in texts]
-    got: dict[int, list] = {}
-
-    def work(i):
-        got[i] = [fast().parse(texts[i]) for _ in range(30)]
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(runs == [want[i]] * 30 for i, runs in got.items()) and len(got) == len(texts)
 
 
 def test_without_the_fast_path_everything_still_parses(monkeypatch):

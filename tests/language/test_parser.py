@@ -233,7 +233,8 @@ def test_a_build_error_before_a_syntax_error_is_still_the_syntax_error():
 
 
 def test_threads_parse_their_own_texts():
-    """Each parse builds its nodes against its own text (errors quote it), whichever thread runs it."""
+    """Each parse builds its nodes against its own text (errors quote it), whichever thread runs it: lark's
+    parser, and fastparse's per-thread state once a text has parsed."""
     texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
     want = [parse(t).stmts for t in texts]
     got: dict[int, list] = {}
