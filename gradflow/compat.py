@@ -1,11 +1,76 @@
-"""Every private use of another library lives here.
+"""Every private use of another library lives here, each in one function of its own.
 
-Each one is checked against the library's version and the names it needs, and has a fallback that works
-when they are gone: the public way, slower. Nothing here runs at import time; callers decide when.
+Each one is pinned to the library versions it was checked with and to the names it needs, and has a fallback
+through the library's public API when they are gone or the version differs: the same result, slower. Nothing
+else in gradflow reaches into lark's, Typer's or rich's insides, and nothing here runs at import time: callers
+decide when.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lark import Lark
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'1.3.1' -> (1, 3): major and minor, the part a change of insides would come with."""
+    parts = []
+    for part in text.split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+# ---- lark: the shipped parse tables and the fast parser's view of lark's insides -----------------------
+# lark versions whose private `Lark._load_from_dict` reads the tables `Lark.memo_serialize` wrote (lark's own
+# cache format): the format is lark's business and may change in any release.
+LARK_TABLE_VERSIONS = ((1, 2), (1, 3))
+
+
+def lark_from_tables(tables: tuple[dict, dict] | None, grammar: str, postlex: Any, **options: Any) -> Lark:
+    """lark's parser for `grammar`: loaded from `tables` (the `(data, memo)` that lark's `memo_serialize` gave
+    for this grammar and `options`) on a lark known to read them, else built from the grammar text: the same
+    parser, built in each process instead of loaded."""
+    import lark
+
+    load = getattr(lark.Lark, "_load_from_dict", None)
+    if tables is not None and load is not None and _version(lark.__version__) in LARK_TABLE_VERSIONS:
+        try:
+            return load(*tables, postlex=postlex)
+        except (AttributeError, KeyError, TypeError, ValueError):  # tables this lark reads otherwise after all
+            pass
+    return lark.Lark(grammar, postlex=postlex, **options)
+
+
+# lark versions whose insides language/fastparse.py reads (its parse table, its lexers, its callbacks).
+LARK_INSIDES_VERSIONS = ((1, 3),)
+
+
+def lark_rule_callbacks(parser: Lark, transformer: Any) -> dict:
+    """What lark's LALR parser calls when it reduces by each rule, with `transformer`'s methods (as the
+    `transformer=` option builds them), through lark's private `Lark._parse_tree_builder`. On another lark, or
+    without the name: TypeError, and language/parser.py keeps to lark's own parser."""
+    builder = getattr(parser, "_parse_tree_builder", None)
+    if builder is None or not _insides_known():
+        raise TypeError("lark's rule callbacks are not where this lark version keeps them")
+    return builder.create_callback(transformer)
+
+
+def lark_scanner_patterns(scanner: Any) -> list:
+    """The compiled regular expressions of one of lark's lexers (every terminal a named group, in lark's order),
+    through lark's private `Scanner._mres`. On another lark, or without the name: TypeError, as above."""
+    patterns = getattr(scanner, "_mres", None)
+    if patterns is None or not _insides_known():
+        raise TypeError("lark's lexer patterns are not where this lark version keeps them")
+    return list(patterns)
+
+
+def _insides_known() -> bool:
+    import lark
+
+    return _version(lark.__version__) in LARK_INSIDES_VERSIONS
+
 
 # ---- Typer: coercion without pydantic ------------------------------------------------------------------
 # Typer 0.2x builds a pydantic TypeAdapter for every parameter of the command being run, so a syntax error's
@@ -15,14 +80,6 @@ from typing import Any
 TYPER_CHECKED = ((0, 29), (0, 30))  # the Typer versions this was checked with (from, up to but not including)
 
 _NOT_PLAIN = object()
-
-
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for part in text.split(".")[:2]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def _typer_internals() -> tuple[Any, Any] | None:
