@@ -51,7 +51,7 @@ from typing import Any
 
 from gradflow.batch.chunks import Chunk, Order, Worker, WorkerBug, crash_out, kill, split, startup_failed
 from gradflow.batch.records import Out, error_record, out
-from gradflow.batch.worker import forget_forkserver, main_not_rerun, work
+from gradflow.batch.worker import forget_forkserver, main_not_rerun, stop_forkserver, work
 from gradflow.errors import GradflowError
 
 CHUNK = 32  # lines per message: enough work that a round trip per chunk is a small part of it
@@ -337,7 +337,7 @@ class Pool:
 
             _HARD_EXIT.append(True)
             util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
-            forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
+            stop_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
 
 
 _HARD_EXIT: list[bool] = []
@@ -358,6 +358,12 @@ def _start_fork_server() -> None:
     finally:
         if in_main:
             signal.signal(signal.SIGINT, handler)
+
+
+def end_of_command() -> None:
+    """The `gradflow batch` command is done and about to exit: its fork server goes now (worker.stop_forkserver).
+    A library's batches leave it running for the next batch in the process."""
+    stop_forkserver()
 
 
 def needs_hard_exit() -> bool:
