@@ -116,3 +116,33 @@ def test_a_busy_worker_gets_a_chunk_more_only_if_it_fits_in_its_pipe(pool):
     assert pool._give(worker, big)
     assert [ForkingPickler.loads(m) for m in worker.conn.messages] == [(1, ["x"]), (2, ["y" * 2000])]
 
+
+
+def _fork_servers() -> list[int]:
+    """This process's children that are multiprocessing's fork server (Linux: read from /proc)."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == os.getpid() and b"forkserver" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/stat"), reason="finds the fork server through /proc")
+def test_the_command_ends_its_fork_server_when_it_is_done():
+    """Left alone, the fork server would end after the command by tearing down torch, holding the command's
+    stdout meanwhile (a reader of the output waited for that)."""
+    from typer.testing import CliRunner
+
+    from gradflow.cli.app import app
+
+    res = CliRunner().invoke(app, ["batch", "-", "--text", "--jobs", "2", "--x", "3"], input="x*2\nx^2\n")
+    assert res.exit_code == 0 and [json.loads(line)["grads"]["x"] for line in res.stdout.splitlines()] == [2.0, 6.0]
+    assert _fork_servers() == []
