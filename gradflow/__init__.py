@@ -26,7 +26,7 @@ _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_progr
          "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "inspect.tracer",
          "watch": "inspect.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
-         "run_batch": "studies.batch"}
+         "run_batch": "batch.run"}
 
 
 def _version() -> str:

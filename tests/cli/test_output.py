@@ -107,7 +107,7 @@ def ran(tmp_path_factory):
     jobs = _jobs(tmp)
     preload = ("torch", "matplotlib.pyplot", "gradflow.cli.sweep_output", "gradflow.studies.sweeps",
                "gradflow.render.plot", "gradflow.render.node_table", "gradflow.studies.torch_graph", "gradflow.render.graph",
-               "gradflow.engine.explain", "gradflow.studies.batch", "gradflow.cli.files", "typer._adapters",
+               "gradflow.engine.explain", "gradflow.batch.run", "gradflow.cli.files", "typer._adapters",
                "pydantic", "plotille", "rich.progress", "rich.tree")
     warm = [["eval", "x*2", "--x", "1"], SWEEP, ["eval", "x^2", "--x=-1:1:3", "--plot", tmp / "warm.svg"],
             ["graph", "x*2", "--x", "1", "--format", "dot"], ["batch", tmp / "progs.txt", "--text", "--x", "2"]]

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gradflow.analysis.explanation import error_document
+from gradflow.batch import run_batch
 from gradflow.cli.app import app
 from gradflow.errors import GradflowError
-from gradflow.studies.batch import run_batch
 
 UNUSED = "a value was given for 'y2', which the program does not use"
 TYPO = "a value was given for 'yy1', which the program does not use; did you mean 'y1'?"

@@ -29,17 +29,6 @@ def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
         assert "pydantic" not in mods
 
 
-def test_the_batch_encoder_brings_no_typer_into_the_fork_server():
-    """`batch --jobs N`'s fork server preloads the module of the encoder its workers run before it forks the first
-    one (batch_pool): that module must not bring Typer and the command's options with it (~25 ms on that path)."""
-    from gradflow.cli import batch_command
-    from gradflow.cli.batch_encode import dumps_record
-
-    assert batch_command.dumps_record is dumps_record
-    res = run([*PYTHON, "-X", "importtime", "-c", "import gradflow.cli.batch_encode"], text=True)
-    assert res.returncode == 0 and not {"typer", "click", "rich"} & _imported(res.stderr)
-
-
 _MODULES_AT_EXIT = """
 import atexit, sys
 atexit.register(lambda: print(" ".join(sorted(sys.modules)), file=sys.__stderr__))
@@ -95,14 +84,13 @@ def test_importing_the_command_changes_no_global_state():
 
 @pytest.mark.slow
 def test_importing_any_gradflow_module_changes_no_global_state():
-    """Every module but the entry point and the batch fork server's preloads (studies/batch_cold, batch_warm:
-    they set up the fork server's own process)."""
+    """Every module but the entry point."""
     import pkgutil
 
     import gradflow
 
     names = [m.name for m in pkgutil.walk_packages(gradflow.__path__, "gradflow.")
-             if m.name != "gradflow.__main__" and m.name.rsplit(".", 1)[-1] not in ("batch_cold", "batch_warm")]
+             if m.name != "gradflow.__main__"]
     assert len(names) > 100
     assert _state_after_importing(*names) == ["True", "0", "True"]
 

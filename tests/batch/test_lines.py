@@ -7,11 +7,12 @@ import json
 
 import pytest
 
+from gradflow.batch import lines as batch_lines
+from gradflow.batch import records as batch_records
+from gradflow.batch import run_batch
+from gradflow.batch.lines import read_lines
 from gradflow.errors import LimitError
 from gradflow.limits import LINE_SKIP_FACTOR, MAX_JSON_DEPTH
-from gradflow.studies import batch
-from gradflow.studies.batch import run_batch
-from gradflow.studies.batch_lines import read_lines
 
 
 def _records(stdout: str) -> list[dict]:
@@ -36,7 +37,7 @@ def test_nesting_is_counted_outside_strings_only():
     brackets = "[" * 3000  # inside a string: text, not nesting
     (rec,) = run_batch([json.dumps({"expr": "x*4", "vars": {"x": 1}, "id": brackets})])
     assert rec["grads"] == {"x": 4.0} and rec["id"] == brackets
-    assert batch.json_depth('{"a": "[[[[", "b": [[1]]}') == 3
+    assert batch_lines.json_depth('{"a": "[[[[", "b": [[1]]}') == 3
 
 
 def test_a_value_nested_past_its_own_limit_still_gets_the_value_message():
@@ -47,14 +48,14 @@ def test_a_value_nested_past_its_own_limit_still_gets_the_value_message():
 
 @pytest.mark.parametrize("stage", ["read_job", "evaluate_job"])
 def test_any_exception_from_one_line_becomes_its_record(monkeypatch, stage):
-    real = getattr(batch, stage)
+    real = getattr(batch_records, stage)
 
     def flaky(*args, **kw):
         if "boom" in str(args):
             raise RecursionError("deep inside")
         return real(*args, **kw)
 
-    monkeypatch.setattr(batch, stage, flaky)
+    monkeypatch.setattr(batch_records, stage, flaky)
     recs = list(run_batch(['"x*2"', '"x*boom"', '"x*3"'], values={"x": 1}))
     assert _summary(recs) == [(1, 1, {"x": 2.0}, None), (2, 2, {}, "internal"), (3, 3, {"x": 3.0}, None)]
     assert "RecursionError: deep inside" in recs[1]["error"]["message"]

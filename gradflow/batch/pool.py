@@ -1,17 +1,17 @@
 """`gradflow batch --jobs N`: the records of a batch made by N worker processes, yielded in input order (the
-command side; what a worker runs is batch_worker.py).
+command side; what a worker runs is worker.py, the bookkeeping of chunks chunks.py).
 
 Standard library only: `multiprocessing` with the *forkserver* context, one duplex Pipe per worker, and
 `multiprocessing.connection.wait` over the pipes, the workers' sentinels and a wake-up pipe of the reader.
 
-- **Reading**: a thread reads the input (batch_lines.read_lines: a file, a pipe or stdin) into a bounded queue.
+- **Reading**: a thread reads the input (lines.read_lines: a file, a pipe or stdin) into a bounded queue.
   The main thread cuts what has arrived into chunks of up to CHUNK consecutive lines and gives each chunk to an
   idle worker: one message per chunk each way, never one per record. A busy worker gets one chunk more
   (QUEUED), which waits in its pipe: it starts it as soon as it has sent its records, without a round trip
-  through the command (that left each worker idle 0.2-1 s of a 10,000-line batch). A chunk is closed early only
-  when a worker would otherwise wait, so a file goes in full chunks while a slow pipe is answered line by line.
-- **Order and streaming**: chunks are numbered slots in input order; a slot's records are yielded as soon as it
-  and every slot before it are done. At most WINDOW_PER_JOB chunks per worker are read ahead (memory stays
+  through the command (which would leave it idle). A chunk is closed early only when a worker would otherwise
+  wait, so a file goes in full chunks while a slow pipe is answered line by line.
+- **Order and streaming**: chunks are kept in input order; a chunk's records are yielded as soon as it and every
+  chunk before it are done. At most WINDOW_PER_JOB chunks per worker are read ahead (memory stays
   bounded, and a worker never waits for the reader of a file).
 - **Workers**: forked from multiprocessing's fork server, which has imported torch and gradflow's engine once
   (`set_forkserver_preload`) but has run no torch operation: a worker never inherits a thread pool that fork
@@ -21,12 +21,10 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   per core would have N x N threads competing for N cores. The fork server, not the command, forks: the
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
-- **The first second**: the fork server imports torch (~1-1.5 s) before it can fork a worker. The main thread
-  spawns it as soon as the first chunk is read, and a thread waits for the first worker (batch_first.py);
-  meanwhile the main thread reads ahead (up to AHEAD_LINES lines), and a thread at the lowest priority compiles
-  the programs of what it has read, a chunk at a time (batch_ahead.py): each chunk then goes to its worker with
-  them, and the worker finds them in its compile cache. Once the first worker is there, the others start as
-  there is work for them, and later chunks go as they are (the cores are the workers' then).
+- **The first worker** waits for the fork server's preload (torch): the command spawns the fork server with
+  SIGINT ignored (a terminal's Ctrl-C reaches the whole process group, and the fork server, still importing torch,
+  would die in that import with a KeyboardInterrupt traceback; the command handles Ctrl-C and the fork server ends
+  once the command has gone).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -39,11 +37,9 @@ every pending task; neither says which record was in flight. Both also pickle on
 chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`),
 in four steps.
 
-The fork server preloads torch, the batch modules, the encoder's module and batch_warm (each worker's
-first-record work done once, then gc.freeze() so no worker copies torch's objects page by page), with the
-collector off until then (batch_cold).
+The fork server preloads torch, the worker's modules and the encoder's module.
 
-`jobs <= 1` runs in this process, exactly as run_batch does (torch imported here, no threads, no workers).
+`jobs <= 1` runs in this process (records_out): exactly run_batch, no threads, no workers.
 """
 from __future__ import annotations
 
@@ -53,19 +49,16 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
+from gradflow.batch.chunks import Chunk, Order, Worker, WorkerBug, crash_out, kill, split, startup_failed
+from gradflow.batch.records import Out, error_record, out
+from gradflow.batch.worker import forget_forkserver, main_not_rerun, stop_forkserver, work
 from gradflow.errors import GradflowError
-from gradflow.studies.batch_ahead import AHEAD_BYTES, AHEAD_LINES, Ahead
-from gradflow.studies.batch_first import FirstWorker
-from gradflow.studies.batch_slots import Order, Slot, Worker, WorkerBug, crash_out, kill, split, startup_failed
-from gradflow.studies.batch_worker import Out, forget_forkserver, main_not_rerun, out, work
 
-CHUNK = 32  # lines per message: ~30 ms of work at ~1 ms a record, so one round trip per chunk costs ~0.3 %
+CHUNK = 32  # lines per message: enough work that a round trip per chunk is a small part of it
 QUEUED = 1  # chunks a busy worker has waiting in its pipe: it starts the next one without a round trip
 WINDOW_PER_JOB = 4  # chunks read ahead per worker
 QUEUE_LINES = 4096  # lines the reader thread may hold before it waits
-# batch_cold first (the collector off), then the encoder's module, then batch_warm (frozen, the collector on)
-_PRELOAD = ["gradflow.studies.batch_cold", "torch", "gradflow.studies.batch", "gradflow.studies.batch_worker",
-            "gradflow.engine.explain"]
+_PRELOAD = ["torch", "gradflow.batch.worker", "gradflow.batch.run", "gradflow.engine.explain"]
 
 
 def usable_cores() -> int:
@@ -76,34 +69,31 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def batch_lines_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callable[[dict], str], *,
-                    first_line: int = 1, **options: Any) -> Generator[Out, None, None]:
-    """(line, JSON text, failed) per record of `run_batch(lines, first_line=first_line, **options)`, in input
-    order, made by `jobs` worker processes. `encode` turns a record into its JSON line; with jobs > 1 it runs in
-    the workers, so it must pickle (a module-level function, or a functools.partial of one), as must `options`."""
-    from gradflow.studies.batch import run_batch
-
+def records_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callable[[dict], str], *,
+                first_line: int = 1, **options: Any) -> Generator[Out, None, None]:
+    """(line, JSON text, error kind, source) per record of `run_batch(lines, first_line=first_line, **options)`,
+    in input order, made by `jobs` worker processes (`jobs <= 1`: in this process, no threads, no workers).
+    `encode` turns a record into its JSON line; with jobs > 1 it runs in the workers, so it must pickle (a
+    module-level function, or a functools.partial of one), as must `options`."""
     if jobs <= 1:
+        from gradflow.batch.run import run_batch
+
         for rec in run_batch(lines, first_line=first_line, **options):
             yield out(rec, encode)
         return
-    pool = _Pool(jobs, encode, options)
+    pool = Pool(jobs, encode, options)
     try:
         yield from pool.records(lines, first_line)
     finally:
         pool.close()
 
 
-# ---- the command side (its bookkeeping: batch_slots.py) ---------------------------------------------------
-
 _AT_FORK: list[bool] = []
 
 
-class _Pool:
+class Pool:
     def __init__(self, jobs: int, encode: Callable[[dict], str], options: dict):
         import multiprocessing
-
-        from gradflow.limits import as_limits
 
         if not _AT_FORK:
             os.register_at_fork(after_in_child=forget_forkserver)
@@ -112,7 +102,7 @@ class _Pool:
         self.jobs, self.encode, self.options = jobs, encode, options
         self.ctx = multiprocessing.get_context("forkserver")
         module = getattr(getattr(encode, "func", encode), "__module__", None)  # the encoder's module, pre-imported
-        self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []) + ["gradflow.studies.batch_warm"])
+        self.ctx.set_forkserver_preload(_PRELOAD + ([module] if module else []))
         self.workers: list[Worker] = []
         self.wake_r, self.wake_w = os.pipe()
         self.lines: queue.Queue = queue.Queue(QUEUE_LINES)
@@ -120,12 +110,7 @@ class _Pool:
         self.stopping = threading.Event()
         self.fruitless = 0  # workers that died in a row without making a record (they cannot start)
         os.set_blocking(self.wake_w, False)  # a full pipe already says "wake up": the reader never waits on it
-        self.ahead_bytes = self.ahead_lines = 0
         self.room = 0  # bytes a message to a busy worker may have (_give): a quarter of its pipe's buffer
-        # the first worker is started by a thread (its fork server imports torch first): meanwhile another
-        # compiles the programs of the lines read (batch_ahead.py), until it is there
-        self.ahead = Ahead(options.get("text", False), as_limits(options.get("limits")))
-        self.first = FirstWorker(self._launch, self.stopping, self._first_done)
 
     # -- reading (a thread) --
     def _read(self, lines: Iterable[str | GradflowError], first: int) -> None:
@@ -171,14 +156,11 @@ class _Pool:
         return Worker(proc, here, current)
 
     def _start_worker(self) -> Worker:
+        if not self.workers:
+            _start_fork_server()
         worker = self._launch()
         self.workers.append(worker)
         return worker
-
-    def _first_done(self) -> None:
-        """The first worker is there (or has failed): the cores are the workers' now."""
-        self.ahead.stop()
-        self._wake()
 
     def _wake(self) -> None:
         try:
@@ -186,40 +168,37 @@ class _Pool:
         except OSError:  # full (a wake-up is pending anyway), or closed: the command is done
             pass
 
-    def _give(self, worker: Worker, slot: Slot) -> bool:
+    def _give(self, worker: Worker, chunk: Chunk) -> bool:
         """Send a chunk to a worker; False if it cannot take it now. An idle worker waits in recv(), so the send
         never blocks for long. A busy one gets a chunk only if the message fits in its pipe's buffer with room to
         spare: the command must never wait on a busy worker, which may itself be waiting to send its records."""
-        if slot.message is None:
+        if chunk.message is None:
             from multiprocessing.reduction import ForkingPickler
 
-            slot.message = bytes(ForkingPickler.dumps((slot.first, slot.lines, slot.ahead)))
-            slot.ahead = None
-        if worker.slots and len(slot.message) > self.room:
+            chunk.message = bytes(ForkingPickler.dumps((chunk.first, chunk.lines)))
+        if worker.chunks and len(chunk.message) > self.room:
             return False
-        worker.slots.append(slot)
+        worker.chunks.append(chunk)
         try:
-            worker.conn.send_bytes(slot.message)
+            worker.conn.send_bytes(chunk.message)
         except OSError:  # it has just died: its sentinel says so next, and the chunk is run again
             pass
         return True
 
-    def _crashed(self, worker: Worker) -> tuple[Slot | None, list[Slot], list[Slot]]:
+    def _crashed(self, worker: Worker) -> tuple[Chunk | None, list[Chunk], list[Chunk]]:
         """A worker died: its chunk in flight (None: it had none), what that chunk becomes (lines to run again,
         and the error record of the one in flight), and its chunks not started (to give to another)."""
         self.workers.remove(worker)
         worker.proc.join(5)
         worker.conn.close()
-        if not worker.slots:
+        if not worker.chunks:
             return None, [], []
-        slot, *waiting = worker.slots
-        worker.slots.clear()
-        return slot, split(slot, worker.current.value, lambda number, line: crash_out(
+        chunk, *waiting = worker.chunks
+        worker.chunks.clear()
+        return chunk, split(chunk, worker.current.value, lambda number, line: crash_out(
             number, line, worker.proc.exitcode, self.options.get("text", False), self.encode)), waiting
 
     def _error_out(self, number: int, error: GradflowError) -> Out:
-        from gradflow.studies.batch import error_record
-
         return out(error_record(number, number, None, error), self.encode)
 
     # -- the main loop: lines into chunks (1), chunks to workers (2), records out in order (3), then wait (4) --
@@ -228,32 +207,26 @@ class _Pool:
                                        daemon=True)
         self.reader.start()
         order = Order(first)
+        window = WINDOW_PER_JOB * self.jobs
         while True:
-            if order.early and (worker := self.first.ready()) is not None:
-                self.workers.append(worker)
-                order.early = False
-            ahead = order.early and self.ahead_lines < AHEAD_LINES and \
-                self.ahead_bytes + self.ahead.bytes < AHEAD_BYTES
-            window = AHEAD_LINES // CHUNK if ahead else WINDOW_PER_JOB * self.jobs
             self._take(order, window)
-            idle = [w for w in self.workers if not w.slots]
+            idle = [w for w in self.workers if not w.chunks]
             if order.building and (order.ended or not order.todo and (idle or len(self.workers) < self.jobs)):
                 self._close(order)  # somebody would wait: do not wait for a full chunk
             self._hand_out(order, idle)
             yield from self._finished(order)
-            if order.ended and not order.slots and not order.building:
+            if order.ended and not order.chunks and not order.building:
                 if order.end_error is not None:
                     raise order.end_error
                 return
-            if not order.ended and len(order.slots) < window and not self.lines.empty():
+            if not order.ended and len(order.chunks) < window and not self.lines.empty():
                 continue  # lines wait for room just made: take them first
             self._wait(order)
 
     def _take(self, order: Order, window: int) -> None:
-        """1. What the reader has read, into slots (up to the window): full chunks, and a line that cannot be read
-        as its own slot, its error record made here."""
-        while not order.ended and len(order.slots) < window and \
-                not (order.early and not self.first.begun and order.todo):
+        """1. What the reader has read, into chunks (up to the window): full chunks, and a line that cannot be read
+        as its own chunk, its error record made here."""
+        while not order.ended and len(order.chunks) < window:
             try:
                 number, item = self.lines.get_nowait()
             except queue.Empty:
@@ -263,7 +236,7 @@ class _Pool:
             elif isinstance(item, GradflowError):
                 if order.building:
                     self._close(order)
-                order.slots.append(Slot(number, [], [self._error_out(number, item)]))
+                order.chunks.append(Chunk(number, [], [self._error_out(number, item)]))
                 order.first = number + 1
             else:
                 if not order.building:
@@ -273,43 +246,35 @@ class _Pool:
                     self._close(order)
 
     def _close(self, order: Order) -> None:
-        """The lines read so far become a chunk (read ahead while no worker has started: batch_ahead.py)."""
-        slot = Slot(order.first, order.building)
+        """The lines read so far become a chunk."""
+        chunk = Chunk(order.first, order.building)
         order.building = []
-        order.slots.append(slot)
-        order.todo.append(slot)
-        if order.early:
-            self.ahead.add(slot)
-            self.ahead_lines += len(slot.lines)
-            self.ahead_bytes += sum(map(len, slot.lines))
+        order.chunks.append(chunk)
+        order.todo.append(chunk)
 
     def _hand_out(self, order: Order, idle: list[Worker]) -> None:
-        """2. Work to the workers, the idle first (starting them as there is work for them: the first one by a
-        thread), then a chunk more to each busy one."""
+        """2. Work to the workers, the idle first (starting them as there is work for them), then a chunk more
+        to each busy one."""
         while order.todo:
             if not idle and len(self.workers) < self.jobs:
-                if order.early:
-                    if not self.first.begun:
-                        self.first.begin()
-                    break
                 idle.append(self._start_worker())
-            worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.slots), default=None)
-            if worker is None or len(worker.slots) > QUEUED or not self._give(worker, order.todo[0]):
+            worker = idle.pop() if idle else min(self.workers, key=lambda w: len(w.chunks), default=None)
+            if worker is None or len(worker.chunks) > QUEUED or not self._give(worker, order.todo[0]):
                 break
             order.todo.popleft()
 
     @staticmethod
     def _finished(order: Order) -> Iterator[Out]:
-        """3. Records out, in order: those of the first slot as they come, then the next once it is done."""
-        slots = order.slots
-        while slots:
-            head = slots[0]
+        """3. Records out, in order: those of the first chunk as they come, then the next once it is done."""
+        chunks = order.chunks
+        while chunks:
+            head = chunks[0]
             if head.given < len(head.out):
                 given, head.given = head.given, len(head.out)
                 yield from head.out[given:]
             if not head.done:
                 break
-            slots.popleft()
+            chunks.popleft()
 
     def _wait(self, order: Order) -> None:
         """4. Wait for a worker's answer or death, or for more input; a dead worker's chunks are taken back
@@ -324,26 +289,26 @@ class _Pool:
                 dead, pieces, waiting = self._hear(worker)
                 order.todo.extendleft(reversed(waiting))
                 if dead is not None:
-                    at = order.slots.index(dead)  # identity: Slot has no __eq__
-                    del order.slots[at]
+                    at = order.chunks.index(dead)  # identity: Chunk has no __eq__
+                    del order.chunks[at]
                     for piece in reversed(pieces):
-                        order.slots.insert(at, piece)
+                        order.chunks.insert(at, piece)
                         if not piece.done:
                             order.todo.appendleft(piece)
 
-    def _hear(self, worker: Worker) -> tuple[Slot | None, list[Slot], list[Slot]]:
+    def _hear(self, worker: Worker) -> tuple[Chunk | None, list[Chunk], list[Chunk]]:
         """Read a worker's answers; if it has died, _crashed's account of its chunks (else None, [], [])."""
         try:
             while worker.conn.poll():
                 kind, body = worker.conn.recv()
                 if kind == "bug":
                     raise WorkerBug(f"a worker process failed:\n{body}")
-                slot = worker.slots[0]
-                slot.out += body
+                chunk = worker.chunks[0]
+                chunk.out += body
                 self.fruitless = 0
                 if kind == "done":
-                    slot.done = True
-                    worker.slots.popleft()
+                    chunk.done = True
+                    worker.chunks.popleft()
             if worker.proc.is_alive():
                 return None, [], []
         except (EOFError, OSError):
@@ -360,8 +325,6 @@ class _Pool:
         still blocked on a pipe cannot be stopped: the process must then end without joining it (needs_hard_exit),
         so multiprocessing's exit work (removing its temporary folder) is done here, now."""
         self.stopping.set()
-        self.ahead.stop()
-        self.workers += self.first.left()
         kill(self.workers)
         self.workers.clear()
         for fd in (self.wake_r, self.wake_w):
@@ -374,10 +337,33 @@ class _Pool:
 
             _HARD_EXIT.append(True)
             util._run_finalizers()  # type: ignore[attr-defined]  # as at exit: its folder in /tmp goes
-            forget_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
+            stop_forkserver()  # its socket was in that folder: a later batch in this process starts a new one
 
 
 _HARD_EXIT: list[bool] = []
+
+
+def _start_fork_server() -> None:
+    """multiprocessing's fork server, spawned (if not running yet) with SIGINT ignored: inherited through its exec,
+    so Ctrl-C while it still imports torch leaves it quiet (the module's docstring says why)."""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        with main_not_rerun():
+            forkserver.ensure_running()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, handler)
+
+
+def end_of_command() -> None:
+    """The `gradflow batch` command is done and about to exit: its fork server goes now (worker.stop_forkserver).
+    A library's batches leave it running for the next batch in the process."""
+    stop_forkserver()
 
 
 def needs_hard_exit() -> bool:

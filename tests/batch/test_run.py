@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from gradflow.batch import run_batch
 from gradflow.language.compile import compile_program
-from gradflow.studies.batch import run_batch
 
 from ..processes import GRADFLOW, PYTHON, child, run
 
@@ -125,7 +125,7 @@ def test_broken_pipe_is_quiet(tmp_path):
 
 
 def test_bad_lines_only_do_not_import_torch():
-    code = ("import sys; from gradflow.studies.batch import run_batch; "
+    code = ("import sys; from gradflow.batch import run_batch; "
             "r = list(run_batch(['x+', '{', '\"sin(\"'])); "
             "assert [x['error']['kind'] for x in r] == ['bad_json', 'bad_json', 'syntax'], r; "
             "assert 'torch' not in sys.modules")
