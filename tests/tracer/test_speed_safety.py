@@ -1,0 +1,1011 @@
+"""What the tracer's speed work must not change: Python's garbage collector is left as it was found, and cyclic
+garbage made inside a long traced block is still collected."""
+import copy
+import dataclasses
+import gc
+import pickle
+import weakref
+
+import pytest
+import torch
+
+import gradflow
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_state_is_restored_after_trace_and_explain(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        w = torch.nn.Parameter(torch.ones(3))
+        with gradflow.trace() as t:
+            loss = (w * 2).sum()
+        assert gc.isenabled() is enabled
+        t.explain(loss, params={"w": w})
+        assert gc.isenabled() is enabled
+        with pytest.raises(ValueError), gradflow.trace():
+            raise ValueError("user code failed")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+    from gradflow.tracer import recording as trace_ops
+
+    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
+
+    class Cycle:
+        pass
+
+    gc.enable()
+    refs = []
+    x = torch.ones(2, requires_grad=True)
+    with gradflow.trace():
+        for _ in range(10):
+            c = Cycle()
+            c.me = c  # only the cyclic collector frees it
+            refs.append(weakref.ref(c))
+            del c
+        for _ in range(200):
+            x = x * 1.0
+        assert all(r() is None for r in refs)  # collected inside the block, not only after it
+
+
+def test_batched_grad_norms_are_torch_norms_exactly():
+    """Norms taken in one torch call per dtype are bit for bit the per-tensor ones, and keep the float64 rescue of
+    float32 under- and overflow (hand-derived: |(1e-30,)*4| = 2e-30, |(1e30,)*4| = 2e30)."""
+    import math
+
+    from gradflow.report.norms import grad_norms
+
+    torch.manual_seed(0)
+    gs = [torch.randn(s) * 10.0 ** k for s, k in [((64, 64), -3), ((64,), 2), ((3,), 0), ((7, 5), 5)] * 5]
+    gs += [torch.randn(8, 8).t(), torch.randn(4).double(), torch.randn(4, dtype=torch.bfloat16)]
+    gs += [torch.randn(5, 3).t() * 10.0 ** k for k in range(-2, 3)] + [torch.randn(300, 200)] * 2  # stacked by
+    #                                            shape (a Linear weight's grad is transposed); too big to stack
+    gs += [torch.randn(4, 6)[:, ::2], torch.randn(4, 6)[:, ::2], torch.randn(2, 3, 4).permute(2, 0, 1),
+           torch.empty(0, 3), torch.empty(0, 3)]  # neither contiguous nor transposed; empty
+    got = grad_norms(gs + [torch.full((4,), 1e-30), torch.full((4,), 1e30), torch.zeros(3),
+                           torch.tensor([float("nan"), 1.0])])
+    assert got[:len(gs)] == [float(torch.linalg.vector_norm(g)) for g in gs]
+    assert math.isclose(got[-4], 2e-30, rel_tol=1e-6) and math.isclose(got[-3], 2e30, rel_tol=1e-6)
+    assert got[-2] == 0.0 and math.isnan(got[-1])
+
+
+def _shares(report, name):
+    return [r.share for r in report.param(name).routes]
+
+
+def test_routes_of_parameters_used_once_and_more_are_hand_derived():
+    """A parameter's only use is not hooked (its flow is its whole grad); one used twice is, per use; and when
+    part of the loss was computed before the trace, the traced use's share is its own, not the whole grad's.
+    Hand-derived: d/dw sum(w*a + w*b) = a + b per use; share of use k = <g_k, g> / |g|^2."""
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
+    once, twice = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    with gradflow.trace() as t:
+        loss = (once * a).sum() + (twice * a).sum() + (twice * b).sum()
+    report = t.explain(loss, params={"once": once, "twice": twice})
+    g = a + b
+    assert _shares(report, "once") == [1.0]
+    assert report.param("once").routes[0].norm == pytest.approx(float(a.norm()))
+    assert _shares(report, "twice") == pytest.approx([float(a @ g / (g @ g)), float(b @ g / (g @ g))])
+    assert [r.norm for r in report.param("twice").routes] == pytest.approx([float(a.norm()), float(b.norm())])
+
+    w = torch.nn.Parameter(torch.ones(2))
+    before = (w * a).sum()  # computed outside the trace
+    with gradflow.trace() as t:
+        loss = before * 1.0 + (w * b).sum()
+    report = t.explain(loss, params={"w": w})
+    g = a + b
+    route = report.param("w").routes[0]
+    assert route.share == pytest.approx(float(b @ g / (g @ g)))  # not 1: the grad also came from outside
+    assert route.norm == pytest.approx(float(b.norm()))
+    assert report.param("w").grad_norm == pytest.approx(float(g.norm()))
+
+
+def test_parameter_and_module_names_from_one_walk_are_torchs():
+    """One walk names parameters (tied ones with their aliases) and modules as named_parameters(remove_duplicate=
+    False) and named_modules() do, shared submodules and a None parameter included."""
+    from gradflow.report.naming import _names
+
+    shared = torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    model[2].bias = None
+    model[2].weight = shared.weight  # tied
+    named, modules = _names([model])
+    assert {k: [v[0], *v[1:]] for k, v in named.items()} == {"0.weight": [shared.weight, "1.0.weight", "2.weight"],
+                                                             "0.bias": [shared.bias, "1.0.bias"]}
+    assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
+
+
+def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+    """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
+    from gradflow.tracer import recording as trace_ops
+
+    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
+
+    class Cycle:
+        pass
+
+    gc.enable()
+    x = torch.ones(2, requires_grad=True)
+    with gradflow.trace():
+        c = Cycle()
+        c.me = c
+        ref = weakref.ref(c)
+        for _ in range(200):  # young collections: c survives them, alive
+            x = x * 1.0
+        del c
+        for _ in range(8 * 64):
+            x = x * 1.0
+        assert ref() is None
+
+
+def test_a_submodule_with_its_own_named_modules_is_named_as_torch_names_it():
+    """The one-walk naming gives way to torch's own walk when a submodule overrides named_modules (oracle: torch's
+    named_parameters on the same model)."""
+
+    class Hiding(torch.nn.Sequential):
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):  # hides its second child
+            yield prefix, self
+            yield from self[0].named_modules(memo, f"{prefix}.first" if prefix else "first", remove_duplicate)
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), Hiding(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    x = torch.ones(1, 2)
+    with gradflow.trace() as t:
+        loss = model(x).sum()
+    report = t.explain(loss, params=model)
+    assert [p.name for p in report.params] == [n for n, _ in model.named_parameters()]
+    assert "1.first.weight" in [p.name for p in report.params]
+
+
+def test_module_calls_are_seen_and_torch_is_left_as_found():
+    """Module calls are seen through nn.Module._call_impl while a trace records: restored after it (also when the
+    user's code raises, and after nested traces), the user's own hooks still run, a module overriding __call__ is
+    seen, and each op is attributed to the innermost module running (oracle: the modules' own names)."""
+    plain = torch.nn.Module._call_impl
+    fired = []
+
+    class Wrapped(torch.nn.Linear):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs) * 1.0
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), Wrapped(2, 1))
+    handle = model[0].register_forward_hook(lambda m, a, out: fired.append(m))
+    try:
+        with gradflow.trace() as outer:
+            with gradflow.trace() as inner:
+                loss = model(torch.ones(1, 2)).sum()
+            model(torch.ones(1, 2))
+        assert torch.nn.Module._call_impl is plain
+        with pytest.raises(ValueError), gradflow.trace():
+            model(torch.ones(1, 2))
+            raise ValueError("user code failed")
+        assert torch.nn.Module._call_impl is plain
+        with gradflow.trace() as patched:  # something else replaces _call_impl meanwhile: theirs stays after
+            ours = torch.nn.Module._call_impl
+            torch.nn.Module._call_impl = lambda self, *a, **k: ours(self, *a, **k)  # type: ignore[method-assign]
+            model(torch.ones(1, 2))
+        theirs = torch.nn.Module._call_impl
+        assert theirs is not plain and len(patched.ops) == 5
+        model(torch.ones(1, 2))  # ours, called by theirs after the trace, passes the call straight on
+    finally:
+        torch.nn.Module._call_impl = plain  # type: ignore[method-assign]
+        handle.remove()
+    assert fired == [model[0]] * 5 and len(patched.ops) == 5 and patched.state.stack == []
+    report = inner.explain(loss, params=model)
+    assert {p.name: p.routes[0].module for p in report.params} == {"0.weight": "0", "0.bias": "0",
+                                                                    "2.weight": "2", "2.bias": "2"}
+    forward = ["ones", "linear", "relu", "linear", "mul"]
+    assert [r.name for r in inner.ops] == [*forward, "sum"]
+    assert [r.name for r in outer.ops] == [*forward, "sum", *forward]  # both saw the first forward
+    assert [r.module for r in outer.ops[1:5]] == [id(model[0]), id(model[1]), id(model[2]), id(model)]
+    assert not inner.state.stack and not outer.state.stack and outer.state.roots == [model]
+
+
+def test_the_flow_graph_is_the_trace_as_explained():
+    """The data-flow graph built lazily is the one of the ops recorded when explain ran, not of ops recorded later
+    by the same trace entered again (hand-derived: y = w * 2 and loss = y.sum(): two ops)."""
+    w = torch.nn.Parameter(torch.ones(2))
+    t = gradflow.trace()
+    with t:
+        loss = (w * 2).sum()
+    report = t.explain(loss, params={"w": w})
+    with t:
+        (w * 3).sum()
+    assert len(t.ops) == 4
+    graph = report.graph
+    assert [r.name for r in graph.relevant_ops()] == ["mul", "sum"]
+    assert len(graph.to_loss) == 3  # w, y and the loss
+
+
+def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
+    """The search for the node consuming a parameter stops at nodes made before the op (its inputs'), so the
+    second of two chained uses is not also credited with the first (each F.linear makes two nodes here). Oracle:
+    plain torch with the two uses given separate copies A and B of W: their grads are the per-use flows."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(3, 3))
+    x = torch.randn(2, 3)
+    with gradflow.trace() as t:
+        loss = torch.nn.functional.linear(torch.nn.functional.linear(x, w), w).pow(2).sum()
+    report = t.explain(loss, params={"w": w})
+    a, b = w.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ga, gb = torch.autograd.grad(torch.nn.functional.linear(torch.nn.functional.linear(x, a), b).pow(2).sum(), [a, b])
+    g = ga + gb
+    routes = report.param("w").routes
+    assert [r.op for r in routes] == ["linear", "linear"]
+    assert torch.allclose(routes[0].flow, ga) and torch.allclose(routes[1].flow, gb)
+    expected = [float((f * g).sum() / (g * g).sum()) for f in (ga, gb)]
+    assert [round(r.share, 5) for r in routes] == [round(e, 5) for e in expected]
+
+
+def _traced(build, whole: bool, monkeypatch):
+    """(ops, modules, uses, (report, modules seen and updating stats, roots, stack left), leaf calls recorded
+    whole) of one traced forward + explain of `build()`'s model, with torch's leaf modules recorded whole
+    (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
+    from gradflow.tracer import torch_mode as trace_mode
+
+    calls = []
+    bare = trace_mode._bare  # (a wrapper of _leaf_call would be a frame of the test's own: the ops' line)
+    monkeypatch.setattr(trace_mode, "_bare", lambda m, t: bare(m, t) and not calls.append(m))
+    if not whole:
+        monkeypatch.setattr(trace_mode, "LEAVES", {})
+    torch.manual_seed(0)
+    model, step = build()
+    with gradflow.trace() as t:
+        loss = step()
+    report = t.explain(loss, params=model)
+    monkeypatch.undo()
+    ops = [tuple(getattr(r, f) for f in r.__slots__ if f != "module") for r in t.ops]
+    names = {id(m): n for n, m in model.named_modules()}
+    modules = [names.get(r.module, r.module) for r in t.ops]
+    uses = [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses]
+    st = t.state  # the modules seen, called from outside any module, updating running stats; the stack left
+    seen = [sorted(names.get(i, "?") for i in d) for d in (st.modules, st.stats_updated)]
+    return ops, modules, uses, (report.to_dict(), seen, [names.get(id(m)) for m in st.roots], st.stack), len(calls)
+
+
+_FIELDS = [f for f in __import__("gradflow.tracer.records").tracer.records.OpRecord.__slots__
+           if f != "module"]
+_LINE, _LIBRARY = _FIELDS.index("line"), _FIELDS.index("library_line")
+
+
+def _leaf_cases():
+    nn, F = torch.nn, torch.nn.functional
+
+    def plain():
+        m = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.GELU(), nn.Dropout(0.3), nn.ReLU(), nn.Tanh(),
+                          nn.Sigmoid(), nn.SiLU(), nn.Linear(6, 6, bias=False), nn.LayerNorm(6, elementwise_affine=False),
+                          nn.Unflatten(1, (2, 3)), nn.Conv1d(2, 2, 3), nn.Flatten(), nn.Linear(2, 3))
+        emb, conv = nn.Embedding(5, 4), nn.Conv2d(1, 1, 2)
+        both = nn.ModuleDict({"m": m, "emb": emb, "conv": conv})
+        return both, lambda: m(emb(torch.tensor([1, 2, 1]))).sum() + conv(torch.ones(1, 1, 3, 3)).sum()
+
+    def hooks():
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3), nn.GELU())
+        m[0].register_forward_hook(lambda mod, a, out: out * 2)
+        m[1].register_forward_pre_hook(lambda mod, a: (a[0] + 1,))
+        m[2].register_full_backward_hook(lambda mod, gi, go: None)
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def global_hook():
+        m = nn.Sequential(nn.Linear(3, 3), nn.GELU())
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, a, out: None)
+
+        def step():
+            try:
+                return m(torch.ones(2, 3)).sum()
+            finally:
+                handle.remove()
+        return m, step
+
+    def overridden():
+        class Scaled(nn.Linear):
+            def forward(self, x):
+                return super().forward(x) * 2
+
+        m = nn.Sequential(Scaled(3, 3), nn.Linear(3, 3))
+        m[1].forward = lambda x: F.linear(x, m[1].weight) * 3  # an instance's own forward
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def no_grad_inside():
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 1)
+
+            def forward(self, x):
+                with torch.no_grad():
+                    h = self.a(x)
+                return self.b(h)
+        m = Net()
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def shared_and_outside():
+        a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+        b.weight = a.weight  # one parameter in two modules, used twice
+        a.bias.requires_grad_(False)  # frozen
+        both = nn.ModuleDict({"a": a, "b": b})
+        x = torch.ones(2, 3, requires_grad=True)  # a leaf input that requires grad
+        return both, lambda: (b(a(x)) + F.linear(x, a.weight)).sum()  # called outside any module; functional
+
+    def half():
+        m = nn.Sequential(nn.Linear(3, 3), nn.GELU()).to(torch.bfloat16)
+        return m, lambda: m(torch.ones(2, 3, dtype=torch.bfloat16)).float().sum()
+
+    def running_stats():  # a frozen Linear carrying running statistics of its own, in training mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        m[0].register_buffer("running_mean", torch.zeros(3))
+        m[0].requires_grad_(False)
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def autocast_and_eval():  # bfloat16 results from float32 inputs; Dropout in eval mode
+        m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.LayerNorm(3)).eval()
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return m(torch.ones(2, 3)).float().sum()
+        return m, step
+
+    def call_sites():  # leaf calls inside containers called at several lines of one forward, from a helper, a
+        import heapq  # generator, and library code (heapq's Python) in between: each op keeps its own lines
+
+        lin = nn.Linear(3, 3)
+
+        def helper(x):
+            return lin(x)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.seq, self.lin = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)), lin
+
+            def forward(self, x):
+                x = self.seq(x)
+                x = self.seq(x)  # the same container, another line
+                for _ in range(2):
+                    x = helper(x)
+                x = helper(x)
+                x = sum(self.seq(v) for v in (x, x * 2))
+                heapq.nsmallest(1, [x], key=self.lin)  # called from heapq.py
+                return self.lin(x)
+
+        m = nn.Sequential(Block(), nn.Sequential(Block()))
+        return m, lambda: m(torch.ones(2, 3)).sum()
+
+    def input_is_its_weight():  # the input is the module's own weight (a Parameter: the general path), or a copy
+        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+        return m, lambda: (m[0](m[0].weight) + m[1](m[1].weight.detach())).sum()
+
+    return {"input_is_its_weight": (input_is_its_weight, 1), "call_sites": (call_sites, 26),
+            "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
+            "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
+            "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
+
+
+@pytest.mark.parametrize("case", list(_leaf_cases()))
+def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_path(case, monkeypatch):
+    """torch's own leaf modules (Linear, LayerNorm, GELU, ...) are recorded as one op with the mode off inside
+    them; wherever that could differ (hooks, a subclass or an instance overriding forward, no_grad around the call,
+    a shared parameter, a call outside any module, a functional call with a module's weight, bfloat16), the ops,
+    their lines and modules, the uses and the whole report are those of the general path, where the mode sees each
+    op (oracle: the same trace with LEAVES emptied). The number of calls taken whole is checked too."""
+    build, whole_calls = _leaf_cases()[case]
+    fast = _traced(build, True, monkeypatch)
+    general = _traced(build, False, monkeypatch)
+    assert general[4] == 0 and fast[4] == whole_calls
+    assert fast[:4] == general[:4]
+    if case == "call_sites":  # (the lines told apart: 7 of the user's, one op also with heapq's)
+        lines = {r[_LINE] for r in fast[0]}
+        assert len(lines) >= 7 and any(r[_LIBRARY] and "heapq.py:" in r[_LIBRARY] for r in fast[0])
+    if case == "running_stats":
+        assert "0 is frozen" in fast[3][0]["warnings"][0] and fast[3][1][1] == ["0"]
+    from gradflow.tracer.torch_mode import LEAVES
+
+    assert not any(hasattr(cls, "running_mean") for cls in LEAVES)  # (_leaf_call looks on the instance only)
+
+
+def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
+    lin = torch.nn.Linear(3, 2)
+    depth = torch._C._len_torch_function_stack()
+    with pytest.raises(RuntimeError), gradflow.trace() as t:
+        lin(torch.ones(2, 4))  # wrong width: torch raises inside the leaf
+    assert torch._C._len_torch_function_stack() == depth and t.state.stack == []
+    with gradflow.trace() as t:
+        loss = lin(torch.ones(2, 3)).sum()
+    assert [r.name for r in t.ops] == ["ones", "linear", "sum"]
+    assert t.explain(loss, params=lin).param("weight").status == "live"
+
+
+def test_source_lines_cached_per_instruction_are_each_calls_own_line():
+    """lines() keeps each frame's `file:line` by (code object, instruction): the same instruction of another code
+    object, another instruction of the same code, and a library frame's line are each their own (oracle: the
+    frames' own f_lineno, read next to each call), cache cold or warm."""
+    import heapq
+    import sys
+
+    from gradflow.tracer import source_lines as source
+
+    def caller_line():
+        return source.lines(2)
+
+    first = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731
+    second = lambda: (caller_line(), sys._getframe().f_lineno)  # noqa: E731  (same instructions, other code)
+
+    def via_library():  # heapq.nsmallest is Python: a library frame between the user's line and the callback
+        out = []
+        heapq.nsmallest(1, [0], key=lambda _: out.append((source.lines(2), sys._getframe(1).f_lineno)))
+        return out[0], sys._getframe().f_lineno - 1
+
+    def calls():
+        got = []
+        for _ in range(2):
+            got.append((caller_line(), sys._getframe().f_lineno))
+            got.append((caller_line(), sys._getframe().f_lineno))  # the same code, another instruction
+            got += [first(), second(), via_library()]
+        return got
+
+    source._AT.clear()
+    warm_or_cold = [calls(), calls()]
+    source._AT.clear()
+    assert not source._AT
+    here = source.short_path(__file__)
+    for got in warm_or_cold:
+        for (user, library), n in got[:4]:
+            assert (user, library) == (f"{here}:{n}", None)
+        assert got[0][1] != got[1][1] and got[2][1] != got[3][1]
+        ((user, library), heap_line), n = got[4]
+        assert user == f"{here}:{n}" and library == f"heapq.py:{heap_line}", (user, library)
+        assert got[5:] == got[:5]
+
+
+def test_one_walk_naming_equals_torchs_walks_with_several_roots():
+    """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
+    path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
+    collide: the last tensor keeps the name, as in the two-walk path), and a root that is also another's submodule
+    (a module keeps the name it was met with first)."""
+    from gradflow.report.naming import _module_names, _named_from_modules, _names
+
+    shared = torch.nn.Linear(2, 2)
+    a = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
+    a[2].bias = None
+    a[2].weight = shared.weight
+    b, c = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+    for roots in ([a], [a, b], [b, c], [c, a, b], [a, shared], [shared, a]):  # (a root met inside another first)
+        named, modules = _names(roots)
+        want = _named_from_modules(roots)
+        assert list(named) == list(want)
+        assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
+        assert modules == _module_names(roots)
+
+
+def test_a_dropped_trace_is_freed_without_the_cyclic_collector():
+    """The mode holds its trace only while it is on (no Trace <-> mode cycle): a trace and its records, explained
+    or not, are freed as soon as they are dropped, with the collector off; re-entered, the trace records again, and
+    a reentrant checkpoint's recomputation (the mode put back on at explain) is still seen."""
+    from torch.utils.checkpoint import checkpoint
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        lin = torch.nn.Linear(3, 3)
+        with gradflow.trace() as t:
+            loss = lin(torch.ones(2, 3)).sum()
+        report = t.explain(loss, params=lin)
+        with t:  # entered again
+            loss = lin(loss.reshape(1, 1).expand(2, 3)).sum()
+        assert [r.name for r in t.ops][-2:] == ["linear", "sum"]
+        refs = [weakref.ref(t), weakref.ref(t.state), weakref.ref(t._mode)]
+        del t, report, loss
+        assert [r() for r in refs] == [None, None, None]
+        with gradflow.trace() as t:
+            loss = checkpoint(lin, torch.ones(2, 3, requires_grad=True), use_reentrant=True).sum()
+        assert t.explain(loss, params=lin).param("weight").status == "live"
+        assert t._mode.t is None
+        ref = weakref.ref(t)
+        del t
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_a_mode_left_on_inside_the_block_runs_torch_plainly_after_it():
+    """A TorchFunctionMode entered inside the block and never left: torch pops it, not the trace's mode, at the
+    block's end; the trace's mode, no longer holding its trace, then lets every op run as it would (right values)
+    and records nothing."""
+    from torch.overrides import TorchFunctionMode
+
+    depth = torch._C._len_torch_function_stack()
+    with gradflow.trace() as t:
+        TorchFunctionMode().__enter__()
+    try:
+        n = len(t.ops)
+        assert torch.equal(torch.ones(2) * 3, torch.tensor([3.0, 3.0])) and len(t.ops) == n
+    finally:
+        while torch._C._len_torch_function_stack() > depth:
+            torch._C._pop_torch_function_stack()
+
+
+def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
+    """report_build._reports writes a live parameter's only use inline (route, norm, share, "zero"); every parameter's
+    report is that of _param_report + _measure with its own norm (oracle: those, monkeypatched in), on parameters
+    live once, zero (multiplied by 0: hand-derived grad 0), used twice, frozen, unused and untraced-free; and the
+    values are plain torch's (grad norms of autograd.grad, shares summing to 1)."""
+    from gradflow.report import build as R
+    from gradflow.report.norms import grad_norm
+
+    def general(trace, graph, named, grads, whys, serials, module_name, partial):
+        out = []
+        for (name, tensors), g, why, s in zip(named.items(), grads, whys or [None] * len(grads), serials):
+            p = R._param_report(trace, graph, name, tensors, g, module_name, partial, why, s)
+            if g is not None:
+                R._measure(p, grad_norm(g))
+            out.append(p)
+        return out
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.ModuleDict({"seq": nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.GELU(), nn.Linear(4, 1)),
+                           "twice": nn.Linear(3, 3), "frozen": nn.Linear(3, 3), "unused": nn.Linear(2, 2)})
+    model["frozen"].requires_grad_(False)
+    zero = nn.Parameter(torch.randn(3))
+    model.register_parameter("zero", zero)
+
+    def step(x):
+        h = model["twice"](model["twice"](x))
+        return model["seq"](model["frozen"](h)).sum() + (zero * 0.0).sum()
+
+    x = torch.randn(5, 3)
+    got = []
+    for inline in (True, False):
+        if not inline:
+            monkeypatch.setattr(R, "_reports", general)
+        with gradflow.trace() as t:
+            loss = step(x)
+        got.append(t.explain(loss, params=model))
+    fast, slow = got
+    assert fast.to_dict() == slow.to_dict()
+    lazy = [p for p in fast.params if type(p) is not R.ParamReport]  # (report._LiveOnce: its lists made when read)
+    assert sorted(p.name for p in lazy) == ["seq.0.bias", "seq.0.weight", "seq.1.bias", "seq.1.weight",
+                                            "seq.3.bias", "seq.3.weight", "zero"]
+    assert all(isinstance(p, R.ParamReport) for p in lazy)
+    assert repr(fast.params) == repr(slow.params)
+    once = {s: u[0].op for s, u in fast.graph.uses.items() if len(u) == 1}  # (`uses` of those used once)
+    assert fast.graph.whole_once() == once and len(once) == 7
+    for p in lazy:  # each list made once, then kept (so a change to it stays); a copy is a plain ParamReport
+        assert p.cuts is p.cuts and p.routes is p.routes and p.aliases is p.aliases and p.shape is p.shape
+        kept = copy.copy(p)
+        assert type(kept) is R.ParamReport and kept == p and p == kept and repr(kept) == repr(p)
+        assert pickle.loads(pickle.dumps(p)).to_dict() == p.to_dict()
+        other = dataclasses.replace(p, status="frozen")
+        assert type(other) is R.ParamReport and other.status == "frozen" and other.routes == p.routes != []
+        p.cuts.append("x")
+        assert p.cuts == ["x"]
+        p.cuts.clear()
+        with pytest.raises(AttributeError):
+            getattr(p, "no_such_field")
+    for a, b in zip(fast.params, slow.params):
+        assert (a.name, a.status, a.reason, a.grad_norm, a.serial, a.aliases) == \
+            (b.name, b.status, b.reason, b.grad_norm, b.serial, b.aliases)
+        assert [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in a.routes] == \
+            [(r.op, r.line, r.module, r.norm, r.share, r.cut) for r in b.routes]
+        assert all(r.flow is a.grad for r in a.routes if r.share == 1.0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    want = dict(zip([n for n, p in model.named_parameters() if p.requires_grad],
+                    torch.autograd.grad(step(x), params, allow_unused=True)))
+    for p in fast.params:
+        if p.name in want and want[p.name] is not None:
+            assert p.grad_norm == float(torch.linalg.vector_norm(want[p.name]))
+    assert fast.param("zero").status == "zero" and fast.param("zero").grad_norm == 0.0
+    assert fast.param("seq.0.weight").status == "live" and fast.param("seq.0.weight").routes[0].share == 1.0
+    assert [r.op for r in fast.param("twice.weight").routes] == ["linear", "linear"]
+    assert abs(sum(r.share for r in fast.param("twice.weight").routes) - 1.0) < 1e-5
+    assert fast.param("frozen.weight").status == "frozen" and fast.param("unused.weight").status == "unused"
+
+
+def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
+    """Serials by id(tensor), checked against a weak reference kept per serial: a new tensor at a dead one's
+    address (Python reuses them at once) is a new tensor on the general path (ops outside modules), the fast path
+    (ops inside a module) and the leaf-module path; the dead one's reference is let go; seen() and known() answer
+    for the live ones only."""
+    class Body(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.GELU()
+
+        def forward(self, x):
+            return self.act(x) * 2.0  # a leaf-module call, then an op on the fast path
+
+    body = Body()
+    addresses, kept = [], []
+    with gradflow.trace() as t:
+        for i in range(20):
+            y = torch.ones(2, 3) + i  # outside any module: the general path
+            addresses.append(id(y))
+            z = body(y)
+            addresses.append(id(z))
+            if i % 5 == 0:
+                kept.append(z)
+            del y, z
+    assert [r.name for r in t.ops[:4]] == ["ones", "add", "gelu", "mul"] and len(t.ops) == 4 * 20
+    outs = [s for r in t.ops for s in r.outs]
+    assert len(addresses) > len(set(addresses))  # addresses were reused ...
+    assert len(outs) == len(set(outs))  # ... and every result got its own serial
+    ids, refs = t._ids, t._refs
+    assert all(refs[s] is not None for s in ids.values())
+    assert sum(r is not None for r in refs) == len(ids)  # the dead ones' references let go
+    assert {id(x) for x in t.seen()} == {id(x) for x in kept}
+    assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
+
+
+def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_containers_call():
+    """A container's call (inlined in _module_call) notes modules in training mode that carry running statistics,
+    in their buffers, their __dict__ or as a class attribute (asked once per class while traces record; no class
+    is held after the last one ends, so a new class at a dead one's id is asked again). Oracle: getattr on the
+    module."""
+    from gradflow.tracer.torch_mode import _CLASS_RUNNING_MEAN, running_mean
+
+    nn = torch.nn
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    class OnClass(Wrapped):
+        running_mean = property(lambda self: torch.zeros(3))
+
+    class InDict(Wrapped):
+        def __init__(self):
+            super().__init__()
+            self.running_mean = None  # on the instance, None: no statistics
+
+    mods = [OnClass(), Wrapped(), InDict(), Wrapped()]
+    mods[3].register_buffer("running_mean", torch.zeros(3))
+    assert [running_mean(m) is not None for m in mods] == [True, False, False, True]
+    assert [getattr(m, "running_mean", None) is not None for m in mods] == [True, False, False, True]
+    m = nn.Sequential(*mods)
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert list(t.state.stats_updated) == [id(mods[0]), id(mods[3])]
+    assert _CLASS_RUNNING_MEAN == {}  # (emptied when the trace ended: no class held by gradflow after it)
+    m.eval()
+    with gradflow.trace() as t:
+        m(torch.ones(2, 3)).sum()
+    assert t.state.stats_updated == {}
+
+
+def test_the_tensors_retaining_grad_are_found_in_one_pass_over_the_references():
+    """truth._retaining walks the trace's weak references once: the live non-leaf tensors that retain grad, as
+    trace.seen() filtered gives them (oracle: the tensors the user called retain_grad() on), with dead tensors and
+    reused addresses in between, a leaf whose retain_grad() is a no-op, and a followed Python value's serial."""
+    from gradflow.report.truth import _retaining
+
+    lin = torch.nn.Linear(3, 3)
+    w = torch.ones(3, requires_grad=True)
+    w.retain_grad()  # a leaf: retains_grad stays False
+    kept = []
+    with gradflow.trace() as t:
+        h = lin(torch.ones(2, 3)) * w
+        for i in range(10):
+            y = h + i
+            if i % 3 == 0:
+                y.retain_grad()
+                kept.append(y)
+            del y  # its address is taken by the next one
+        scale = float(h.sum().detach())  # a Python value followed: a serial without a tensor
+        loss = (sum(kept) * scale).sum()
+    assert None in t._refs
+    found = _retaining(t)
+    assert [id(a) for a in found] == [id(a) for a in kept]
+    assert {id(a) for a in found} == {id(a) for a in t.seen() if not a.is_leaf and a.retains_grad}
+    t.explain(loss, params=lin)
+    assert all(a.grad is None for a in kept) and w.grad is None  # explain leaves .grad as it was
+
+
+def test_hidden_uses_are_found_only_where_a_custom_function_ran_and_there_as_before():
+    """truth.hidden_serials answers at once when no custom autograd.Function's forward ran (only there is a use
+    hidden); with one, the parameters it used without being given them (oracle: the Function's closure's) are found,
+    and on every trace the answer is the walk of all uses."""
+    from gradflow.report.truth import hidden_serials
+
+    from ..report.test_untraced import Opaque as Closure  # uses `lin` from its closure; its backward gives it nothing
+
+    first, inner = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    for custom in (False, True):
+        with gradflow.trace() as t:
+            h = first(torch.ones(2, 3))
+            (Closure.apply(h, inner) if custom else inner(h)).sum()
+        every = set(range(t._next))
+        walked = {u.serial for u in t.state.uses if u.hidden}
+        assert hidden_serials(t, every) == walked
+        assert walked == ({t.known(inner.weight), t.known(inner.bias)} if custom else set())
+        assert bool(t.state.functions) == custom
+
+
+def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_searched():
+    """arm()'s shortcut when no leaf is used twice (no search, no hook: each use is its leaf's whole grad), and its
+    general path when a trace entered again makes the first forward's uses no longer the only ones. Oracle: plain
+    torch's grads of the same model, and zero for the first forward's uses (they do not reach the second loss)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    params = dict(model.named_parameters())
+    plain_x = torch.autograd.grad(model(x).pow(2).sum(), list(params.values()))
+    plain_y = torch.autograd.grad(model(y).pow(2).sum(), list(params.values()))
+
+    t = gradflow.trace()
+    with t:
+        loss = model(x).pow(2).sum()
+    report = t.explain(loss, params=model)
+    assert [u.whole for u in t.state.uses] == [True] * len(params)
+    assert report.graph.whole_once() == {u.serial: u.op for u in t.state.uses}  # (read from the columns at once)
+    for (name, p), g in zip(params.items(), plain_x):
+        (route,) = report.param(name).routes
+        assert route.share == 1.0 and torch.allclose(route.flow, g)
+        assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
+
+    with t:  # the same trace again: each parameter now has two uses, the second forward's reaching its loss
+        loss = model(y).pow(2).sum()
+    report = t.explain(loss, params=model)
+    assert [u.whole for u in t.state.uses] == [False] * (2 * len(params))
+    assert report.graph.whole_once() == {}
+    for (name, p), g in zip(params.items(), plain_y):
+        routes = report.param(name).routes
+        assert len(routes) == 1 and torch.allclose(routes[0].flow, g) and routes[0].share == pytest.approx(1.0)
+        assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
+
+
+def test_a_leaf_module_under_a_users_own_mode_goes_through_that_mode(monkeypatch):
+    """A torch leaf module is recorded whole only when the trace's mode is the innermost one: under a user's own
+    TorchFunctionMode entered inside the block, that mode still sees the module's op (oracle: the functional
+    calls a counting mode sees without any trace), the trace records what the general path records (LEAVES
+    emptied), the result is plain torch's, and the mode stack is left as found."""
+    from torch.overrides import TorchFunctionMode
+
+    from gradflow.tracer import torch_mode as trace_mode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    def run(leaves: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2), torch.nn.GELU())
+        x = torch.randn(4, 3)
+        expected = model(x)
+        with Seen() as alone:
+            model(x)
+        if not leaves:
+            monkeypatch.setattr(trace_mode, "LEAVES", {})
+        depth = torch._C._len_torch_function_stack()
+        with gradflow.trace() as t:
+            with Seen() as seen:
+                out = model(x)
+            loss = out.sum()
+            assert torch._C._len_torch_function_stack() == depth + 1
+        monkeypatch.undo()
+        assert torch._C._len_torch_function_stack() == depth
+        assert torch.equal(out, expected)
+        assert [n for n in seen.names if n in ("linear", "layer_norm", "gelu")] == ["linear", "layer_norm", "gelu"]
+        assert seen.names == alone.names
+        report = t.explain(loss, params=model)
+        ops = [(r.name, r.ins, r.outs, r.line) for r in t.ops]
+        return ops, [(u.serial, u.op, u.whole) for u in t.state.uses], report.to_dict()
+
+    assert run(True) == run(False)
+
+
+def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
+    """The forward's shortcuts (a leaf module's call, the common op) keep their uses as numbers in the trace state's
+    columns (serial, op index), made into Use objects only when `state.uses` is read; explain's shortcut reads
+    them as numbers (FlowGraph.whole_once, use_columns). Checked against the Use objects and against the general
+    path (no shortcut: every use made as a Use) on a model mixing both kinds of use (leaf calls, a functional op
+    using a parameter, a Linear given its own Parameter, a weight shared by two Linears, one tensor given twice to
+    one call): the same records, uses and report, the uses in op order, and the shared weight's per-use flows
+    those of plain torch with a copy of the weight per use (oracle)."""
+    nn, F = torch.nn, torch.nn.functional
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3), "ln": nn.LayerNorm(3), "own": nn.Linear(3, 3),
+                           "tied": nn.LayerNorm(3)})
+    model["b"].weight = model["a"].weight  # shared: used by two leaf calls
+    model["tied"].bias = model["tied"].weight  # one tensor given twice to one leaf call: one use
+    scale = nn.Parameter(torch.randn(3))
+    model.register_parameter("scale", scale)
+    x = torch.randn(4, 3)
+
+    class Step(nn.Module):  # (inside a module: the functional ops take the mode's shortcut, _fast_op)
+        def forward(self, a, own):
+            o = model["own"](own)  # given a Parameter: seen by the mode, as the functional op below
+            h = F.linear(x, a) * scale
+            h = model["ln"](model["b"](torch.tanh(model["a"](h))))  # leaf calls
+            return (model["tied"](h).sum() + o).pow(2).sum()
+
+    def run(shortcuts: bool):
+        t = gradflow.trace()
+        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
+        with t:
+            loss = Step()(model["a"].weight, model["own"].weight)
+        numbers = [list(c) for c in t.state.use_columns()]
+        assert bool(t.state.use_serials) == shortcuts
+        assert len(numbers[0]) == len(t.state.made) + len(t.state.use_serials)
+        report = t.explain(loss, params=model)
+        uses = t.state.uses  # (made now)
+        assert numbers == [[u.serial for u in uses], [u.op for u in uses]] == [list(c) for c in t.state.use_columns()]
+        once = report.graph.whole_once()
+        assert once == {s: u[0].op for s, u in report.graph.uses.items()
+                        if len(u) == 1 and u[0].whole and u[0].flow is None}
+        return t, report, [(u.serial, u.op, u.whole, u.hidden) for u in uses], once
+
+    t, report, uses, once = run(True)
+    slow, slow_report, slow_uses, slow_once = run(False)
+    assert [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops] == \
+        [tuple(getattr(r, f) for f in _FIELDS) for r in slow.ops]
+    assert uses == slow_uses and once == slow_once and report.to_dict() == slow_report.to_dict()
+    assert [op for _, op, _, _ in uses] == sorted(op for _, op, _, _ in uses)
+    assert t.ops[0].name == "linear" and [u[1] for u in uses].count(0) == 2  # own(own.weight): the weight once
+    tied = next(r.index for r in t.ops if r.name == "layer_norm" and r.ins[1] == r.ins[2])
+    assert [u[1] for u in uses].count(tied) == 1
+    assert len(once) == 8  # own.weight, own.bias, scale, a.bias, b.bias, ln.weight, ln.bias, tied.weight
+    w = model["a"].weight  # oracle: a copy of the weight per use, plain torch
+    c1, c2, c3 = (w.detach().clone().requires_grad_() for _ in range(3))
+    with torch.no_grad():
+        own_w = model["own"].weight.detach().clone()
+    grads = torch.autograd.grad(
+        (F.layer_norm(model["ln"](F.linear(torch.tanh(F.linear(F.linear(x, c1) * scale, c2, model["a"].bias)), c3,
+                              model["b"].bias)), (3,), model["tied"].weight, model["tied"].weight).sum() +
+         F.linear(own_w, own_w, model["own"].bias)).pow(2).sum(),
+        [c1, c2, c3])  # (the uses in op order: the functional one, then a's, then b's)
+    routes = report.param("a.weight").routes
+    assert [r.op for r in routes] == ["linear"] * 3
+    for r, g in zip(routes, grads):
+        assert torch.allclose(r.flow, g, atol=1e-6)
+
+
+def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for trace_records._into)
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _walk(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _walk(x, out)
+    return out
+
+
+def test_an_ops_tensors_are_those_a_walk_of_every_argument_finds():
+    """inputs() / tensors_in() pass arguments of a type that holds no tensor (trace_records._NO_TENSOR) by their
+    exact type, before any isinstance: the same tensors, in the same order, as the plain isinstance walk of every
+    argument, on ints, bools, subclasses of int and tuple, torch.Size, nested containers, Parameters and a tensor
+    subclass; and no type in _NO_TENSOR can hold or be a tensor (torch.Size: ints only)."""
+    import enum
+    from collections import namedtuple
+
+    from gradflow.tracer.records import _NO_TENSOR, inputs, tensors_in
+
+    class Sub(torch.Tensor):
+        pass
+
+    class Level(enum.IntEnum):
+        ONE = 1
+
+    Pair = namedtuple("Pair", "a b")
+    a, b, c = torch.ones(2), torch.zeros(3), torch.nn.Parameter(torch.ones(1))
+    s = torch.ones(2).as_subclass(Sub)
+    cases = [
+        ((a, 8, 4), {}), ((a,), {"dim": 1, "keepdim": True}), ((a, torch.Size([2, 1])), {}), ((8, a, None, "x"), {}),
+        (([a, b], 0), {}), (((a, [b, {"k": c}]), Level.ONE), {"out": None, "w": [s, (a,)]}),
+        ((Pair(a, (b, 3)), slice(1, 2)), {"d": {"e": c, "f": torch.float32, "g": torch.device("cpu")}}),
+        ((True, 2.5, torch.Size([]), (), [], {}), {"x": s}), ((c, c, a), {}), ((), {}),
+    ]
+    for args, kwargs in cases:
+        expected = _walk(list(args), [])
+        _walk(kwargs, expected)
+        got = inputs(args, kwargs)
+        assert len(got) == len(expected) and all(x is y for x, y in zip(got, expected)), (args, kwargs)
+        for obj in (args, kwargs, *args):
+            assert [id(x) for x in tensors_in(obj, [])] == [id(x) for x in _walk(obj, [])]
+    for kind in _NO_TENSOR:
+        assert not issubclass(kind, (torch.Tensor, list, dict))
+        assert not issubclass(kind, tuple) or kind is torch.Size
+    assert all(type(n) is int for n in torch.Size(torch.tensor([2, 3])))  # (made from a tensor: ints)
+
+
+@pytest.mark.parametrize("tail", ["bfloat16", "checkpoint"])
+def test_the_common_op_and_property_reads_record_what_the_general_path_records(tail, monkeypatch):
+    """The mode's shortcut for the common op (_fast_op: a result that is one of its inputs told by its serial, a
+    result that does not require grad from one that does, half precision) and for reading a tensor's metadata
+    (trace_mode._METADATA_GETS: x.shape, x.dtype, x.device, x.ndim run at once) against the general path with no
+    shortcut: the same records, uses and report, on ops whose inputs require grad or not, a parameter an op gives
+    back as its result (contiguous(), to() its own dtype), a parameter given twice, cuts (argmax, a comparison),
+    several results (split), a property that is a tensor (.T), then bfloat16 ops or a reentrant checkpoint, whose
+    recomputation reads metadata while explain replays it. Oracle for the gradients: plain torch."""
+    from torch.utils.checkpoint import checkpoint
+
+    from gradflow.tracer import torch_mode as trace_mode
+
+    nn = torch.nn
+    torch.manual_seed(0)
+    w, v = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(8, 8))
+    x, mask = torch.randn(4, 4), torch.ones(4, 8)
+    got, inside = [], []
+
+    def inner(y):
+        assert y.shape == (4, 8) and y.dtype == torch.float32 and y.device.type == "cpu" and y.ndim == 2
+        inside.append(torch.is_grad_enabled())
+        return torch.tanh(y) * 2
+
+    class Body(nn.Module):
+        def forward(self, x):
+            y = x @ w
+            n, shape, dtype, device, ndim = y.size(-1), y.shape, y.dtype, y.device, y.ndim
+            got.append((n, tuple(shape), dtype, device.type, ndim, mask.shape, w.dtype))
+            m = mask.view(8, 4).transpose(0, 1) * (mask.size(0) / 4)
+            same, cast = w.contiguous(), w.to(torch.float32)  # (each gives back w itself)
+            a, b = y.split(4, dim=1)
+            z = torch.cat([a, b], dim=1) * m + torch.mul(w, w) + same + cast + w.T.T
+            idx, positive = z.argmax(), (z > 0).float()  # cuts: no result requires grad
+            z = z + torch.add(w, 1, alpha=2)
+            if tail == "bfloat16":
+                z = z + (z.bfloat16() @ v.bfloat16()).float()
+            else:
+                z = checkpoint(inner, z @ v, use_reentrant=True)
+            return (z * positive).sum() + z.flatten()[idx]
+
+    def run(shortcuts: bool):
+        if not shortcuts:
+            monkeypatch.setattr(trace_mode, "_METADATA_GETS", set())
+        t = gradflow.trace()
+        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
+        with t:
+            loss = Body()(x)
+        report = t.explain(loss, params={"w": w, "v": v})
+        monkeypatch.undo()
+        ops = [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops]
+        return ops, [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses], report
+
+    fast, fast_uses, report = run(True)
+    slow, slow_uses, slow_report = run(False)
+    assert fast == slow and fast_uses == slow_uses and report.to_dict() == slow_report.to_dict()
+    assert got[0] == got[1] == (8, (4, 8), torch.float32, "cpu", 2, (4, 8), torch.float32)
+    assert inside == ([False, True] * 2 if tail == "checkpoint" else [])  # (run, then replayed by explain)
+    names = [op[1] for op in fast]
+    assert not {"shape", "dtype", "device", "ndim"} & set(names) and {"contiguous", "to", "T", "split"} <= set(names)
+    cuts = {op[1]: op[_FIELDS.index("cut")] for op in fast if op[_FIELDS.index("cut")]}
+    assert cuts == {"argmax": "nondiff", "gt": "nondiff"}
+    given_back = [op for op in fast if op[1] in ("contiguous", "to") and op[2][0] == op[3][0]]
+    assert len(given_back) == 2 and not {op[0] for op in given_back} & {u[1] for u in fast_uses}  # no use of w
+    assert report.param("w").status == report.param("v").status == "live"
+    wc, vc = (p.detach().clone().requires_grad_() for p in (w, v))  # oracle: the same step in plain torch
+    y = x @ wc
+    m = mask.view(8, 4).transpose(0, 1)
+    z = torch.cat(y.split(4, dim=1), dim=1) * m + wc * wc + wc + wc + wc
+    positive, idx = (z > 0).float(), z.argmax()
+    z = z + wc + 2
+    z = z + (z.bfloat16() @ vc.bfloat16()).float() if tail == "bfloat16" else torch.tanh(z @ vc) * 2
+    grads = torch.autograd.grad((z * positive).sum() + z.flatten()[idx], [wc, vc])
+    for p, g in zip(report.params, grads):
+        assert p.grad_norm == pytest.approx(g.norm().item(), rel=1e-5)
+
+
+def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_parameters():
+    """report.use_ops (a set of the use columns' ops at once when every use is of a reported parameter) is the ops
+    that used a reported parameter, also when only some uses are (params a submodule). Hand-derived: the model's
+    two `linear` ops, then only the second one's."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    with gradflow.trace() as t:
+        loss = model(torch.randn(2, 3)).sum()
+    whole, part = t.explain(loss, params=model), t.explain(loss, params=model[2])
+    linears = [r.index for r in t.ops if r.name == "linear"]
+    assert len(linears) == 2 and whole.use_ops == set(linears) and part.use_ops == {linears[1]}
