@@ -110,8 +110,7 @@ def grad_leaves(trace, tensors: list) -> list:
 
 def _retaining(trace) -> list:
     """The tensors the trace saw that retain their .grad (t.retain_grad()): torch.autograd.grad writes it."""
-    return [t for r in trace._refs if r is not None and (t := r()) is not None and t.retains_grad]  # (each live
-    #  tensor the trace saw, in one pass over its references: no dict walk; retains_grad is False on a leaf)
+    return [t for t in trace.seen() if t.retains_grad]  # (retains_grad is False on a leaf)
 
 
 class _grads_put_back:

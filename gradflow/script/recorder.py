@@ -1,6 +1,6 @@
 """Record a whole script for `gradflow script`: every op with its arguments, and each backward() call.
 
-A `ScriptTrace` is inspect's tracer (tracer.py) with three additions:
+A `ScriptTrace` is the tracer (tracer/trace.py) with three additions:
 - each recorded op keeps its arguments as a template: a tensor as a `Ref` (its serial, the op that last wrote
   it, whether it had a grad_fn), a Python number as it is, anything else as an `Opaque` marker. That is enough
   to spell the op again in gradflow's language (program.py);
@@ -28,7 +28,7 @@ from torch.nn.parameter import is_lazy
 from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.tracer.source_lines import short_path, user_code
-from gradflow.tracer.trace import Trace, _Mode, op_name, tensors_in
+from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
 MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
@@ -80,19 +80,6 @@ class InternalFailure(BaseException):
         self.error = error
 
 
-class _ScriptMode(_Mode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        t = self.t
-        if t is None:  # (see _Mode.__torch_function__)
-            return func(*args, **(kwargs or {}))
-        assert isinstance(t, ScriptTrace)
-        kwargs = kwargs or {}
-        if op_name(func) == "backward":
-            return t.run_backward(func, args, kwargs)
-        t._pending = (tuple(t.template(a) for a in args), {k: t.template(v) for k, v in kwargs.items()})
-        return super().__torch_function__(func, types, args, kwargs)
-
-
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
 
@@ -100,7 +87,6 @@ class ScriptTrace(Trace):
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
         super().__init__()
-        self._mode = _ScriptMode(self)
         self.script = script  # the file name the script's code objects carry
         self.on_backward = on_backward
         self.calls: dict[int, Call] = {}  # op index -> its arguments
@@ -112,7 +98,15 @@ class ScriptTrace(Trace):
         self._pending: tuple[tuple, dict] = ((), {})
 
     # ---- ops ------------------------------------------------------------------------------
-    def _uses(self, rec, leaves, outs, stop, given=()):  # no per-use flow hooks (inspect's routes)
+    def on_torch_function(self, func, args, kwargs: dict):
+        """backward() runs with hooks on the named tensors (run_backward); every other call keeps its arguments
+        as a template for the program (`_record`), then is recorded as the trace records it."""
+        if op_name(func) == "backward":
+            return self.run_backward(func, args, kwargs)
+        self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
+        return super().on_torch_function(func, args, kwargs)
+
+    def _uses(self, rec, leaves, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
         return
 
     def template(self, a):
@@ -143,9 +137,10 @@ class ScriptTrace(Trace):
         self.latest[serial] = len(self.values) - 1
         return len(self.values) - 1
 
-    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, **kw):
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
+                extra: tuple[int, ...] = ()) -> None:
         n = len(self.state.ops)
-        super()._record(name, ins, in_rg, out, stop, **kw)
+        super()._record(name, ins, in_rg, out, stop, in_leaf, extra)
         if len(self.state.ops) == n:
             return
         rec = self.state.ops[-1]

@@ -4,48 +4,41 @@
         loss = model(batch).mean()
     report = t.explain(loss, params=model)
 
-A `TorchFunctionMode` sees every torch call while it runs. Tensors are tracked by
-identity (weak references, no copies of data); each op keeps the serial numbers of
-its tensor inputs and outputs, whether grad / inference mode was on, and which
-module was running. Source lines (the innermost frame outside torch and gradflow)
-are computed only for cuts, parameter uses, flag changes and top-level ops. Each
-use of a leaf used more than once gets a hook on the autograd node that consumes
-it at explain, so the gradient along every use is measured, not inferred (a leaf's
-only use carries its whole gradient). Results of the user's code are unchanged:
-every call runs as it would without the trace.
+A `TorchFunctionMode` sees every torch call while it runs and hands it to `Trace.on_torch_function`, the one path
+that records an op (`_record`). Tensors are tracked by identity (weak references, no copies of data); each op keeps
+the serial numbers of its tensor inputs and outputs, whether grad / inference mode was on, and which module was
+running (module calls are seen through tracer/module_calls.py). Source lines (the innermost frame outside torch
+and gradflow) are computed only for cuts, parameter uses, flag changes and top-level ops. Each use of a leaf used
+more than once gets a hook on the autograd node that consumes it at explain (`arm`), so the gradient along every
+use is measured, not inferred (a leaf's only use carries its whole gradient). Results of the user's code are
+unchanged: every call runs as it would without the trace.
 
-Also recorded: how gradients were switched off (torch.no_grad(), torch.set_grad_enabled(False), a decorator),
-values that leave torch (`.item()`, `float(t)`, `.tolist()`, `.numpy()`: followed by identity into the ops
-they are given to), and the ops inside each reentrant checkpoint, whose forward runs with grad off: `explain`
-maps its recomputation in backward onto them (`replaying`).
+Also recorded: how gradients were switched off (torch.no_grad(), torch.set_grad_enabled(False), a decorator: the
+regions of tracer/grad_regions.py), values that leave torch (`.item()`, `float(t)`, `.tolist()`, `.numpy()`:
+followed by identity into the ops they are given to, tracer/followed_values.py), and the ops inside each reentrant
+checkpoint, whose forward runs with grad off: `replaying` maps its recomputation in backward onto them.
 
-Its rooms: trace_mode.py (the TorchFunctionMode and the module calls it sees), trace_records.py (what is
-recorded), trace_ops.py (how one op is recorded: the general path and its shortcuts), trace_uses.py (the per-use
-gradient hooks), trace_replay.py (grad on/off contexts, reentrant checkpoints), trace_values.py (values that leave
-torch); this file is the Trace that ties them together.
+Tensor versions (in-place writes) belong in `_record`: every op passes there once with its inputs and outputs.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import gc
+import weakref
+from collections import Counter
+from contextlib import contextmanager
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from gradflow.tracer.followed_values import escape, follow, followed, followed_in
-from gradflow.tracer.grad_regions import (
-    Region,
-    Replay,
-    grad_off,
-    listening,
-    replayed,
-    replaying,
-    serial_or_alias,
-    switch_grad,
-    unrecorded,
-)
-from gradflow.tracer.recording import append, collect, fast_op, leaf_general, leaf_op, new_serial, record
+from gradflow.tracer.followed_values import FollowedValues
+from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.module_calls import calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
+    ESCAPES,
     FLAGS,
+    LOW,
     METADATA_ONLY,
     FlagEvent,
     OpRecord,
@@ -55,17 +48,37 @@ from gradflow.tracer.records import (
     cut_kind,
     gc_deferred,
     grad_fn,
+    inputs,
     op_name,
+    requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import lines
-from gradflow.tracer.torch_mode import Mode, calls_seen_by, running_mean
-from gradflow.tracer.use_hooks import arm, by_node, hook
+from gradflow.tracer.source_lines import custom_function, grad_switch, lines
+from gradflow.tracer.use_hooks import by_node, hook
 
-_DETACH = DETACH  # (tests/language/test_op_table.py)
-_Mode = Mode  # (script/recorder.py subclasses it)
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
-           "gc_deferred", "op_name", "tensors_in"]
+           "TraceMode", "gc_deferred", "op_name", "tensors_in"]
+
+GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
+# Properties of a tensor's metadata: never a tensor, so nothing to record and no failure to tell: run at once.
+_METADATA_GETS = {"shape", "dtype", "device", "ndim"}
+# torch has no public way to ask which autograd nodes an op made; the sequence number the next node gets bounds the
+# search for an op's own nodes (older ones computed its inputs). Without it, the inputs' nodes bound it.
+_next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
+class TraceMode(TorchFunctionMode):
+    """Hands every torch call to its trace while the trace records."""
+
+    def __init__(self, trace: Trace):
+        super().__init__()
+        self.t: Trace | None = trace  # None once the trace has left it (Trace.__exit__: no Trace <-> mode cycle)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        t = self.t
+        if t is None:  # left on torch's stack by a mode entered inside the block and never left: run, not record
+            return func(*args, **(kwargs or {}))
+        return t.on_torch_function(func, args, kwargs or {})
 
 
 class Trace:
@@ -78,25 +91,21 @@ class Trace:
         self.state = TraceState()
         self._ids: dict[int, int] = {}  # id(tensor) -> serial
         self._refs: list = []  # serial -> weak reference to its tensor (None: a Python value's, or a dead tensor's
-        #                        whose id another one took): no tuple per tensor for the collector to scan
-        self._mode = Mode(self)
+        #                        whose id another one took)
+        self._mode = TraceMode(self)
         self._failed_with: BaseException | None = None
         self._regions: list[Region] = []  # gradient on/off contexts entered and not left, innermost last
         self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
         self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
         self._grad_base = True  # gradients on when the trace began
         self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
-        self._objs: dict[int, tuple[Any, int]] = {}  # id(Python value) -> (it or a weak ref, serial)
-        self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
+        self._values = FollowedValues()
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._gc = gc_deferred()
-        self._found: list = []  # [autograd nodes of an op's results] or the one, stop, op index, the next op's...,
-        #                         flat (no tuple per op left for the collector), for arm(); never explained, let go
-        #                         with the trace, latest first (as a list lets go)
-        self._fast = type(self)._record is Trace._record and type(self)._uses is Trace._uses  # _fast_op
-        self._plain = self._fast  # _fast_op may record the next op (no replay, checkpoint, followed values)
+        self._found: list = []  # (autograd nodes of an op's results, stop, op index) of each op that used a leaf,
+        #                         for arm(); never explained, let go with the trace
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -112,7 +121,7 @@ class Trace:
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
         self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
-        self._gc.__exit__(exc_type, exc, tb)  # later collection of the Trace <-> mode cycle (~4,000 objects here)
+        self._gc.__exit__(exc_type, exc, tb)  # later collection of the Trace <-> mode cycle
         calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):
@@ -127,43 +136,39 @@ class Trace:
             exc = exc.__cause__ or exc.__context__
         return None
 
-    def _enter_module(self, module):
-        self._met_module(module)
-        self.state.stack.append(module)
-
-    def _met_module(self, module):
-        """A module call seen: _enter_module without the push, all a leaf module recorded whole needs (nothing
-        inside its call reads the stack: its record names its module itself, trace_mode._leaf_call)."""
+    # ---- module calls (tracer/module_calls.py) ------------------------------------------
+    def enter_module(self, module) -> None:
         st = self.state
         if not st.stack and id(module) not in st.modules:
             st.roots.append(module)
         st.modules[id(module)] = module
         if module.training and running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
+        st.stack.append(module)
 
-    def _leave_module(self, module):
+    def leave_module(self, module) -> None:
         stack = self.state.stack
         while stack:  # also unwinds modules left by an exception
             if stack.pop() is module:
                 break
 
-    # the tracer's other rooms (trace_uses, trace_replay, trace_values), as methods
-    _hook, arm = hook, arm
-    _grad_switch, _unrecorded, _grad_off = switch_grad, unrecorded, grad_off
-    listening, replaying, _replayed, _serial_or_alias = listening, replaying, replayed, serial_or_alias
-    _escape, _follow, _followed, _followed_in = escape, follow, followed, followed_in
-
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
-        """This tensor's serial number (a new one for a tensor seen the first time)."""
-        refs = self._refs
+        """This tensor's serial number (a new one for a tensor seen the first time; a dead tensor's id reused by a
+        new one gets a new serial)."""
         s = self._ids.get(id(t))
-        return s if s is not None and refs[s]() is t else new_serial(self._ids, refs, t, s)
+        if s is not None and self._refs[s]() is t:
+            return s
+        if s is not None:
+            self._refs[s] = None
+        self._ids[id(t)] = s = len(self._refs)
+        self._refs.append(weakref.ref(t))
+        return s
 
-    @property
-    def _next(self) -> int:
-        """The serial the next new tensor (or followed Python value) gets."""
-        return len(self._refs)
+    def _value_serial(self) -> int:
+        """A serial for a Python value that left torch (no tensor to refer to)."""
+        self._refs.append(None)
+        return len(self._refs) - 1
 
     def known(self, t: torch.Tensor) -> int | None:
         """This tensor's serial number, if the trace has seen it (an id reused by a new tensor is not a match)."""
@@ -171,52 +176,8 @@ class Trace:
         return s if s is not None and self._refs[s]() is t else None
 
     def known_all(self, tensors: list) -> list[int | None]:
-        """known() of each (one call for all: explain asks it of every parameter)."""
-        ids, refs = self._ids, self._refs
-        return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
-
-    _cut_kind = staticmethod(cut_kind)
-
-    # how an op is recorded (trace_ops.py), as methods
-    _record, _fast_op, _leaf_op, _leaf_general = record, fast_op, leaf_op, leaf_general
-    _collect, _append = collect, append
-
-    def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
-        uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
-                for a in leaves}
-        self.state.uses.extend(uses.values())
-        if not rec.grad_enabled:
-            return
-        self._listen(outs, uses, stop, rec.index)
-
-    def _listen(self, outs: list, uses: dict | None, stop, index: int):
-        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
-        however many leaves it consumes: LayerNorm's weight and bias). `uses`: {id(leaf): Use} of op `index`,
-        needed only while replaying (the forward's are found by the op's index at explain)."""
-        nodes = [g for g in map(grad_fn, outs) if g is not None]
-        if self._replay is None:  # the forward: searched and hooked by arm() at explain, when a report needs
-            if nodes:  # the flow (a leaf used once needs neither); its uses are those of op `index`
-                self._found += nodes, stop, index
-            return
-        for node, pairs in by_node(nodes, uses or {}, stop).items():
-            self._hook(node, pairs)
-
-    def _flag(self, name: str, t: torch.Tensor, args, kwargs):
-        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
-
-    def _settle_plain(self) -> None:
-        self._plain = self._fast and self._replay is None and not self._objs and self._checkpoint is None and \
-            self._dead is None
-
-    def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
-        bad = [a for a in ins if a.is_inference()]
-        if not bad or torch.is_inference_mode_enabled() or self.state.failure is not None:
-            return
-        self._failed_with = err
-        origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(str(err).split("\n")[0], name, lines()[0],
-                                          origin.name if origin else None, origin.line if origin else None)
+        """known() of each."""
+        return [self.known(t) for t in tensors]
 
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
@@ -227,14 +188,12 @@ class Trace:
 
     def seen(self) -> list[torch.Tensor]:
         """Every tensor the trace has seen that is still alive."""
-        refs = self._refs
-        return [t for t in (refs[s]() for s in list(self._ids.values())) if t is not None]
+        return [t for t in (self._refs[s]() for s in list(self._ids.values())) if t is not None]
 
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
         used = set(self.state.use_columns()[0])
-        refs = self._refs
-        live = [(refs[s](), s) for s in list(self._ids.values()) if s in used]
+        live = [(self._refs[s](), s) for s in list(self._ids.values()) if s in used]
         return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
 
     @property
@@ -245,6 +204,285 @@ class Trace:
     def failure(self) -> TraceFailure | None:
         return self.state.failure
 
+    # ---- every torch call --------------------------------------------------------------
+    def on_torch_function(self, func, args, kwargs: dict):
+        """Run the call as asked and record it: an op, a switch of grad mode, a flag change, a value leaving
+        torch, or (explain's backward) a reentrant checkpoint's recomputation."""
+        name = op_name(func)
+        if name in _METADATA_GETS and func.__name__ == "__get__":  # x.shape, x.dtype: nothing to record
+            return func(*args, **kwargs)
+        if name == "_set_grad_enabled":
+            self._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
+            return func(*args, **kwargs)
+        ins = inputs(args, kwargs)
+        if name in METADATA_ONLY and self.follows_numbers:
+            ins = ins[1:]
+        if name in FLAGS and ins and self._replay is None:
+            self._flag(name, ins[0], args, kwargs)
+        in_rg = list(map(requires_grad, ins))
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
+        # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op. Other ops
+        # never touch grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md).
+        stop = None
+        if True in in_leaf:
+            stop = _next_node() if self._replay is None and _next_node is not None else _input_nodes(ins)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            if self._replay is None:
+                self._maybe_failure(name, ins, err)
+            raise
+        if self._replay is not None:
+            self._replayed(name, ins, in_rg, in_leaf, out, stop)
+        elif name in ESCAPES and self.follows_numbers:
+            self._escape(name, ins, in_rg, out)
+        elif name not in FLAGS:
+            extra = self._values.serials_in(args, kwargs, ins, self.known)
+            self._record(name, ins, in_rg, out, stop, in_leaf, extra)
+        return out
+
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
+                extra: tuple[int, ...] = ()) -> None:
+        """The one way an op is recorded: its serials, its cut (if an input required grad and no result does),
+        its source line where a report can show it, and its uses of leaves."""
+        outs = ins[:1] if name == "__setitem__" else tensors_in(out, [])  # x[i] = y writes into x
+        if not outs:
+            return
+        first = len(self._refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
+        serials = [self.serial(a) for a in ins]
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf]
+        st = self.state
+        grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(self.serial(o) for o in outs), grad_on,
+                       inference, id(st.stack[-1]) if st.stack else None)
+        given = self._cut(rec, in_rg, outs) if True in in_rg else None
+        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
+        if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
+        if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
+            st.outside += [(rec.index, s) for s in came_in]
+        self._append(rec)
+        self._note_low_precision(rec, ins, outs)
+        if leaves:
+            self._uses(rec, leaves, outs, stop, given)
+
+    def _cut(self, rec: OpRecord, in_rg: list[bool], outs: list) -> set[int] | None:
+        """Mark the op's cut when no result requires grad; inside a custom Function's forward (no cut: its own
+        backward carries the gradient), the ids of the tensors the Function was applied to."""
+        if any(o.requires_grad for o in outs):
+            return None
+        rec.cut = cut_kind(rec.name, rec.grad_enabled, rec.inference)
+        dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
+        if dead:
+            rec.cut, rec.how = self._dead  # type: ignore[misc]
+            return None
+        function = custom_function() if rec.cut == "no_grad" else None
+        if function is not None:
+            rec.cut, rec.inside = None, function[0]
+            self.state.functions.add(function[0])
+            return {id(a) for a in tensors_in(function[1], [])}
+        if rec.cut == "no_grad":
+            rec.how = self._grad_off()
+        return None
+
+    def _note_low_precision(self, rec: OpRecord, ins: list, outs: list) -> None:
+        """Half precision: the op's autograd node is kept to find where a gradient under/overflows."""
+        dtype = outs[0].dtype
+        low = dtype if dtype in LOW else ins[0].dtype if ins and ins[0].dtype in LOW else None
+        node = outs[0].grad_fn if low is not None else None
+        if node is not None:
+            self.state.low_nodes[id(node)] = (node, rec.index, low)
+            if rec.line is None:
+                rec.line, rec.library_line = lines()
+
+    def _append(self, rec: OpRecord) -> None:
+        self.state.ops.append(rec)
+        if not rec.index % GC_EVERY and rec.index and self._gc.was_on:  # a long block: its young garbage, and
+            gc.collect(1 if rec.index % (8 * GC_EVERY) else 2)  # all of it now and then
+        if self._checkpoint is not None:
+            self.checkpoint_ops[self._checkpoint].append(rec.index)
+
+    def _flag(self, name: str, t: torch.Tensor, args, kwargs):
+        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
+
+    def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
+        bad = [a for a in ins if a.is_inference()]
+        if not bad or torch.is_inference_mode_enabled() or self.state.failure is not None:
+            return
+        self._failed_with = err
+        origin = self.producer(self.known(bad[0]))
+        self.state.failure = TraceFailure(str(err).split("\n")[0], name, lines()[0],
+                                          origin.name if origin else None, origin.line if origin else None)
+
+    # ---- values that leave torch (tracer/followed_values.py) ----------------------------
+    def _escape(self, name: str, ins: list, in_rg: list[bool], out):
+        """`.item()`, `float(t)`, `.tolist()`, `.numpy()`: an op whose output is a Python value, followed by id."""
+        if not ins:
+            return
+        st = self.state
+        serial = self._value_serial()
+        self._values.follow(out, serial)
+        rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
+                       torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
+                       cut="item" if in_rg[0] else None)
+        rec.line, rec.library_line = lines()
+        self._append(rec)
+
+    # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
+    def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
+        """Op `rec` used these leaves. Kept as numbers (TraceState.add_uses) in the forward, unless a custom
+        Function hides some of them; as Use objects while replaying, whose hooks are set now."""
+        if self._replay is None and given is None:
+            self.state.add_uses(list(dict.fromkeys(self.serial(a) for a in leaves)), rec.index)
+            uses = None
+        else:
+            uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
+                    for a in leaves}
+            self.state.uses.extend(uses.values())
+        if rec.grad_enabled:
+            self._listen(outs, uses, stop, rec.index)
+
+    def _listen(self, outs: list, uses: dict | None, stop, index: int):
+        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
+        however many leaves it consumes: LayerNorm's weight and bias). In the forward the nodes are kept for
+        arm() at explain, when a report needs the flow (a leaf used once needs neither)."""
+        nodes = [g for g in map(grad_fn, outs) if g is not None]
+        if self._replay is None:
+            if nodes:
+                self._found.append((nodes, stop, index))
+            return
+        for node, pairs in by_node(nodes, uses or {}, stop).items():
+            hook(self._ear, node, pairs)
+
+    def arm(self) -> None:
+        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+        than once (a leaf's only use sends it its whole gradient: `whole`, no hook). Everything is hooked when
+        part of the computation came from outside the trace, where a leaf may have other uses."""
+        pending, self._found = self._found, []
+        st = self.state
+        serials = st.use_columns()[0]
+        everything = bool(st.outside)
+        if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model)
+            for use in st.made:
+                use.whole = True
+            st.whole_below = len(st.use_serials)
+            return
+        counts = Counter(serials)
+        by_op: dict[int, list[Use]] = {}
+        for use in st.uses:
+            if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
+                use.whole = False
+            by_op.setdefault(use.op, []).append(use)
+        for nodes, stop, index in pending:
+            self._arm_op(by_op.get(index, []), counts, everything, nodes, stop)
+
+    def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop) -> None:
+        if not everything and all(counts[use.serial] == 1 for use in op_uses):
+            for use in op_uses:  # its only use: no search for the node that consumes it, no hook
+                use.whole = True
+            return
+        uses = {id(leaf): use for use in op_uses if (leaf := self._refs[use.serial]()) is not None}
+        for node, pairs in by_node(nodes, uses, stop).items():
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                hook(self._ear, node, pairs)
+
+    def listening(self) -> Listening:
+        """The per-use hooks record what flows back while this is open."""
+        return Listening(self._ear)
+
+    # ---- gradient contexts and reentrant checkpoints (tracer/grad_regions.py) -----------
+    def _grad_switch(self, value: bool) -> None:
+        switch = grad_switch(value)
+        regions = self._regions
+        if switch.action == "exit" and regions:
+            region = regions.pop()
+            if region.recompute and self._replay is not None and region.checkpoint is not None:
+                self._replay.counts[region.checkpoint] = region.count
+        elif switch.action == "enter":
+            regions.append(self._region(value, switch))
+        self._checkpoint, self._dead = checkpoint_state(regions, self._replay is not None)
+
+    def _region(self, value: bool, switch) -> Region:
+        region = Region(value, switch.how, switch.checkpoint, switch.recompute)
+        if switch.checkpoint is not None and not switch.recompute and self._replay is None:
+            region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in self._regions)
+            region.dead = None if region.nested else self._unrecorded(switch.inputs_require_grad)
+            if region.dead is None and not region.nested:
+                self.state.functions.add("CheckpointFunction")
+                self.checkpoint_ops.setdefault(switch.checkpoint, [])
+        return region
+
+    def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
+        """A reentrant checkpoint starting: autograd records it only if gradients were on where it was called and
+        one of its inputs requires grad; else the parameters used inside get nothing -- (cut kind, how)."""
+        outer = self._regions[-1] if self._regions else None
+        if not (outer.value if outer is not None else self._grad_base):
+            return "no_grad", outer.how if outer is not None else None
+        return None if inputs_require_grad else ("checkpoint", None)
+
+    def _grad_off(self) -> str | None:
+        """How the innermost context switched gradients off, when the trace saw it do so."""
+        region = self._regions[-1] if self._regions else None
+        return region.how if region is not None and not region.value else None
+
+    @contextmanager
+    def replaying(self):
+        """Run a plain backward inside this: the reentrant checkpoints' recomputations are recorded, and each of
+        their forward's ops gets the cut and the per-use gradients of its recomputed twin."""
+        by_op: dict[int, list[Use]] = {}
+        for use in self.state.uses:
+            by_op.setdefault(use.op, []).append(use)
+        saved, self._regions = self._regions, []
+        self._replay = Replay(by_op)
+        try:
+            if not self._recording:
+                self._mode.t = self  # (the mode holds its trace only while on)
+            with self.listening(), contextlib.nullcontext() if self._recording else self._mode:
+                yield
+        finally:
+            if not self._recording:
+                self._mode.t = None
+            replay, self._replay, self._regions = self._replay, None, saved
+            self._checkpoint = None
+        replay.settle(self.checkpoint_ops)
+
+    def _replayed(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool], out, stop):
+        """An op run during the explaining backward: a reentrant checkpoint's recomputation, or anything else."""
+        replay = self._replay
+        assert replay is not None
+        if name in DETACH and ins:  # the checkpoint detaches its saved inputs before recomputing
+            serial = self.known(ins[0])
+            if serial is not None:
+                for o in tensors_in(out, []):
+                    replay.alias[id(o)] = (weakref.ref(o), serial)
+        region = next((r for r in reversed(self._regions) if r.checkpoint is not None), None)
+        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
+        if region is None or not region.recompute or name in FLAGS or not (outs or name in ESCAPES):
+            return
+        rec = replay.twin(region, name, self.state.ops, self.checkpoint_ops)
+        if rec is None:
+            return
+        if any(in_rg) and (name in ESCAPES or not any(o.requires_grad for o in outs)):
+            kind = "item" if name in ESCAPES else cut_kind(name, torch.is_grad_enabled(),
+                                                           torch.is_inference_mode_enabled())
+            replay.cuts.setdefault(region.checkpoint, []).append(
+                (rec, kind, self._grad_off() if kind == "no_grad" else None, *lines()))
+        uses = {}
+        for a, leaf in zip(ins, in_leaf):
+            serial = replay.serial_of(a, self.known(a)) if leaf and not any(a is o for o in outs) else None
+            use = next((u for u in replay.uses.get(rec.index, []) if u.serial == serial), None)
+            if use is not None:
+                uses[id(a)] = use
+                replay.found.setdefault(region.checkpoint, []).append(use)
+        if uses and torch.is_grad_enabled():
+            self._listen(outs, uses, stop, rec.index)
+
+    # ---- the report ------------------------------------------------------------------
     def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
         """Run backward from `loss` and report every parameter: grad, routes, and why not (and, given the
         optimizer, the parameters it never trains). The graph is kept (`retain_graph`), so the user's own
@@ -254,3 +492,8 @@ class Trace:
             raise TypeError("this trace was not made by gradflow.trace(): it records, but cannot explain")
         with gc_deferred():
             return self._explain(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
+
+
+def _input_nodes(ins: list) -> set:
+    return {g for g in map(grad_fn, ins) if g is not None}
+

@@ -31,7 +31,7 @@ def test_gc_state_is_restored_after_trace_and_explain(enabled):
 
 
 def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
-    from gradflow.tracer import recording as trace_ops
+    from gradflow.tracer import trace as trace_ops
 
     monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
 
@@ -121,7 +121,7 @@ def test_parameter_and_module_names_from_one_walk_are_torchs():
 
 def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
     """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
-    from gradflow.tracer import recording as trace_ops
+    from gradflow.tracer import trace as trace_ops
 
     monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
 
@@ -238,184 +238,6 @@ def test_a_parameter_used_twice_in_a_chain_has_each_use_measured():
     assert torch.allclose(routes[0].flow, ga) and torch.allclose(routes[1].flow, gb)
     expected = [float((f * g).sum() / (g * g).sum()) for f in (ga, gb)]
     assert [round(r.share, 5) for r in routes] == [round(e, 5) for e in expected]
-
-
-def _traced(build, whole: bool, monkeypatch):
-    """(ops, modules, uses, (report, modules seen and updating stats, roots, stack left), leaf calls recorded
-    whole) of one traced forward + explain of `build()`'s model, with torch's leaf modules recorded whole
-    (trace_mode.LEAVES) or each op seen by the mode (LEAVES emptied)."""
-    from gradflow.tracer import torch_mode as trace_mode
-
-    calls = []
-    bare = trace_mode._bare  # (a wrapper of _leaf_call would be a frame of the test's own: the ops' line)
-    monkeypatch.setattr(trace_mode, "_bare", lambda m, t: bare(m, t) and not calls.append(m))
-    if not whole:
-        monkeypatch.setattr(trace_mode, "LEAVES", {})
-    torch.manual_seed(0)
-    model, step = build()
-    with gradflow.trace() as t:
-        loss = step()
-    report = t.explain(loss, params=model)
-    monkeypatch.undo()
-    ops = [tuple(getattr(r, f) for f in r.__slots__ if f != "module") for r in t.ops]
-    names = {id(m): n for n, m in model.named_modules()}
-    modules = [names.get(r.module, r.module) for r in t.ops]
-    uses = [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses]
-    st = t.state  # the modules seen, called from outside any module, updating running stats; the stack left
-    seen = [sorted(names.get(i, "?") for i in d) for d in (st.modules, st.stats_updated)]
-    return ops, modules, uses, (report.to_dict(), seen, [names.get(id(m)) for m in st.roots], st.stack), len(calls)
-
-
-_FIELDS = [f for f in __import__("gradflow.tracer.records").tracer.records.OpRecord.__slots__
-           if f != "module"]
-_LINE, _LIBRARY = _FIELDS.index("line"), _FIELDS.index("library_line")
-
-
-def _leaf_cases():
-    nn, F = torch.nn, torch.nn.functional
-
-    def plain():
-        m = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.GELU(), nn.Dropout(0.3), nn.ReLU(), nn.Tanh(),
-                          nn.Sigmoid(), nn.SiLU(), nn.Linear(6, 6, bias=False), nn.LayerNorm(6, elementwise_affine=False),
-                          nn.Unflatten(1, (2, 3)), nn.Conv1d(2, 2, 3), nn.Flatten(), nn.Linear(2, 3))
-        emb, conv = nn.Embedding(5, 4), nn.Conv2d(1, 1, 2)
-        both = nn.ModuleDict({"m": m, "emb": emb, "conv": conv})
-        return both, lambda: m(emb(torch.tensor([1, 2, 1]))).sum() + conv(torch.ones(1, 1, 3, 3)).sum()
-
-    def hooks():
-        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3), nn.GELU())
-        m[0].register_forward_hook(lambda mod, a, out: out * 2)
-        m[1].register_forward_pre_hook(lambda mod, a: (a[0] + 1,))
-        m[2].register_full_backward_hook(lambda mod, gi, go: None)
-        return m, lambda: m(torch.ones(2, 3)).sum()
-
-    def global_hook():
-        m = nn.Sequential(nn.Linear(3, 3), nn.GELU())
-        handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, a, out: None)
-
-        def step():
-            try:
-                return m(torch.ones(2, 3)).sum()
-            finally:
-                handle.remove()
-        return m, step
-
-    def overridden():
-        class Scaled(nn.Linear):
-            def forward(self, x):
-                return super().forward(x) * 2
-
-        m = nn.Sequential(Scaled(3, 3), nn.Linear(3, 3))
-        m[1].forward = lambda x: F.linear(x, m[1].weight) * 3  # an instance's own forward
-        return m, lambda: m(torch.ones(2, 3)).sum()
-
-    def no_grad_inside():
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 1)
-
-            def forward(self, x):
-                with torch.no_grad():
-                    h = self.a(x)
-                return self.b(h)
-        m = Net()
-        return m, lambda: m(torch.ones(2, 3)).sum()
-
-    def shared_and_outside():
-        a, b = nn.Linear(3, 3), nn.Linear(3, 3)
-        b.weight = a.weight  # one parameter in two modules, used twice
-        a.bias.requires_grad_(False)  # frozen
-        both = nn.ModuleDict({"a": a, "b": b})
-        x = torch.ones(2, 3, requires_grad=True)  # a leaf input that requires grad
-        return both, lambda: (b(a(x)) + F.linear(x, a.weight)).sum()  # called outside any module; functional
-
-    def half():
-        m = nn.Sequential(nn.Linear(3, 3), nn.GELU()).to(torch.bfloat16)
-        return m, lambda: m(torch.ones(2, 3, dtype=torch.bfloat16)).float().sum()
-
-    def running_stats():  # a frozen Linear carrying running statistics of its own, in training mode
-        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
-        m[0].register_buffer("running_mean", torch.zeros(3))
-        m[0].requires_grad_(False)
-        return m, lambda: m(torch.ones(2, 3)).sum()
-
-    def autocast_and_eval():  # bfloat16 results from float32 inputs; Dropout in eval mode
-        m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5), nn.LayerNorm(3)).eval()
-
-        def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                return m(torch.ones(2, 3)).float().sum()
-        return m, step
-
-    def call_sites():  # leaf calls inside containers called at several lines of one forward, from a helper, a
-        import heapq  # generator, and library code (heapq's Python) in between: each op keeps its own lines
-
-        lin = nn.Linear(3, 3)
-
-        def helper(x):
-            return lin(x)
-
-        class Block(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.seq, self.lin = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)), lin
-
-            def forward(self, x):
-                x = self.seq(x)
-                x = self.seq(x)  # the same container, another line
-                for _ in range(2):
-                    x = helper(x)
-                x = helper(x)
-                x = sum(self.seq(v) for v in (x, x * 2))
-                heapq.nsmallest(1, [x], key=self.lin)  # called from heapq.py
-                return self.lin(x)
-
-        m = nn.Sequential(Block(), nn.Sequential(Block()))
-        return m, lambda: m(torch.ones(2, 3)).sum()
-
-    def input_is_its_weight():  # the input is the module's own weight (a Parameter: the general path), or a copy
-        m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
-        return m, lambda: (m[0](m[0].weight) + m[1](m[1].weight.detach())).sum()
-
-    return {"input_is_its_weight": (input_is_its_weight, 1), "call_sites": (call_sites, 26),
-            "autocast_and_eval": (autocast_and_eval, 3), "running_stats": (running_stats, 2), "plain": (plain, 14), "hooks": (hooks, 1), "global_hook": (global_hook, 0),
-            "overridden": (overridden, 0), "no_grad_inside": (no_grad_inside, 1),
-            "shared_and_outside": (shared_and_outside, 2), "half": (half, 2)}
-
-
-@pytest.mark.parametrize("case", list(_leaf_cases()))
-def test_leaf_modules_recorded_whole_give_the_records_and_report_of_the_general_path(case, monkeypatch):
-    """torch's own leaf modules (Linear, LayerNorm, GELU, ...) are recorded as one op with the mode off inside
-    them; wherever that could differ (hooks, a subclass or an instance overriding forward, no_grad around the call,
-    a shared parameter, a call outside any module, a functional call with a module's weight, bfloat16), the ops,
-    their lines and modules, the uses and the whole report are those of the general path, where the mode sees each
-    op (oracle: the same trace with LEAVES emptied). The number of calls taken whole is checked too."""
-    build, whole_calls = _leaf_cases()[case]
-    fast = _traced(build, True, monkeypatch)
-    general = _traced(build, False, monkeypatch)
-    assert general[4] == 0 and fast[4] == whole_calls
-    assert fast[:4] == general[:4]
-    if case == "call_sites":  # (the lines told apart: 7 of the user's, one op also with heapq's)
-        lines = {r[_LINE] for r in fast[0]}
-        assert len(lines) >= 7 and any(r[_LIBRARY] and "heapq.py:" in r[_LIBRARY] for r in fast[0])
-    if case == "running_stats":
-        assert "0 is frozen" in fast[3][0]["warnings"][0] and fast[3][1][1] == ["0"]
-    from gradflow.tracer.torch_mode import LEAVES
-
-    assert not any(hasattr(cls, "running_mean") for cls in LEAVES)  # (_leaf_call looks on the instance only)
-
-
-def test_a_leaf_module_that_raises_leaves_the_mode_and_module_stack_as_found():
-    lin = torch.nn.Linear(3, 2)
-    depth = torch._C._len_torch_function_stack()
-    with pytest.raises(RuntimeError), gradflow.trace() as t:
-        lin(torch.ones(2, 4))  # wrong width: torch raises inside the leaf
-    assert torch._C._len_torch_function_stack() == depth and t.state.stack == []
-    with gradflow.trace() as t:
-        loss = lin(torch.ones(2, 3)).sum()
-    assert [r.name for r in t.ops] == ["ones", "linear", "sum"]
-    assert t.explain(loss, params=lin).param("weight").status == "live"
 
 
 def test_source_lines_cached_per_instruction_are_each_calls_own_line():
@@ -640,46 +462,6 @@ def test_a_tensor_taking_a_dead_tensors_id_gets_its_own_serial_on_every_path():
     assert [t.known(x) for x in kept] == [t.ops[4 * 5 * k + 3].outs[0] for k in range(4)]
 
 
-def test_running_stats_are_found_on_the_instance_and_on_the_class_on_a_containers_call():
-    """A container's call (inlined in _module_call) notes modules in training mode that carry running statistics,
-    in their buffers, their __dict__ or as a class attribute (asked once per class while traces record; no class
-    is held after the last one ends, so a new class at a dead one's id is asked again). Oracle: getattr on the
-    module."""
-    from gradflow.tracer.torch_mode import _CLASS_RUNNING_MEAN, running_mean
-
-    nn = torch.nn
-
-    class Wrapped(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(3, 3)
-
-        def forward(self, x):
-            return self.lin(x)
-
-    class OnClass(Wrapped):
-        running_mean = property(lambda self: torch.zeros(3))
-
-    class InDict(Wrapped):
-        def __init__(self):
-            super().__init__()
-            self.running_mean = None  # on the instance, None: no statistics
-
-    mods = [OnClass(), Wrapped(), InDict(), Wrapped()]
-    mods[3].register_buffer("running_mean", torch.zeros(3))
-    assert [running_mean(m) is not None for m in mods] == [True, False, False, True]
-    assert [getattr(m, "running_mean", None) is not None for m in mods] == [True, False, False, True]
-    m = nn.Sequential(*mods)
-    with gradflow.trace() as t:
-        m(torch.ones(2, 3)).sum()
-    assert list(t.state.stats_updated) == [id(mods[0]), id(mods[3])]
-    assert _CLASS_RUNNING_MEAN == {}  # (emptied when the trace ended: no class held by gradflow after it)
-    m.eval()
-    with gradflow.trace() as t:
-        m(torch.ones(2, 3)).sum()
-    assert t.state.stats_updated == {}
-
-
 def test_the_tensors_retaining_grad_are_found_in_one_pass_over_the_references():
     """truth._retaining walks the trace's weak references once: the live non-leaf tensors that retain grad, as
     trace.seen() filtered gives them (oracle: the tensors the user called retain_grad() on), with dead tensors and
@@ -721,7 +503,7 @@ def test_hidden_uses_are_found_only_where_a_custom_function_ran_and_there_as_bef
         with gradflow.trace() as t:
             h = first(torch.ones(2, 3))
             (Closure.apply(h, inner) if custom else inner(h)).sum()
-        every = set(range(t._next))
+        every = set(range(len(t._refs)))
         walked = {u.serial for u in t.state.uses if u.hidden}
         assert hidden_serials(t, every) == walked
         assert walked == ({t.known(inner.weight), t.known(inner.bias)} if custom else set())
@@ -759,117 +541,6 @@ def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_sea
         routes = report.param(name).routes
         assert len(routes) == 1 and torch.allclose(routes[0].flow, g) and routes[0].share == pytest.approx(1.0)
         assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
-
-
-def test_a_leaf_module_under_a_users_own_mode_goes_through_that_mode(monkeypatch):
-    """A torch leaf module is recorded whole only when the trace's mode is the innermost one: under a user's own
-    TorchFunctionMode entered inside the block, that mode still sees the module's op (oracle: the functional
-    calls a counting mode sees without any trace), the trace records what the general path records (LEAVES
-    emptied), the result is plain torch's, and the mode stack is left as found."""
-    from torch.overrides import TorchFunctionMode
-
-    from gradflow.tracer import torch_mode as trace_mode
-
-    class Seen(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            self.names.append(getattr(func, "__name__", ""))
-            return func(*args, **(kwargs or {}))
-
-    def run(leaves: bool):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2), torch.nn.GELU())
-        x = torch.randn(4, 3)
-        expected = model(x)
-        with Seen() as alone:
-            model(x)
-        if not leaves:
-            monkeypatch.setattr(trace_mode, "LEAVES", {})
-        depth = torch._C._len_torch_function_stack()
-        with gradflow.trace() as t:
-            with Seen() as seen:
-                out = model(x)
-            loss = out.sum()
-            assert torch._C._len_torch_function_stack() == depth + 1
-        monkeypatch.undo()
-        assert torch._C._len_torch_function_stack() == depth
-        assert torch.equal(out, expected)
-        assert [n for n in seen.names if n in ("linear", "layer_norm", "gelu")] == ["linear", "layer_norm", "gelu"]
-        assert seen.names == alone.names
-        report = t.explain(loss, params=model)
-        ops = [(r.name, r.ins, r.outs, r.line) for r in t.ops]
-        return ops, [(u.serial, u.op, u.whole) for u in t.state.uses], report.to_dict()
-
-    assert run(True) == run(False)
-
-
-def test_uses_kept_as_numbers_are_read_as_the_use_objects_they_make():
-    """The forward's shortcuts (a leaf module's call, the common op) keep their uses as numbers in the trace state's
-    columns (serial, op index), made into Use objects only when `state.uses` is read; explain's shortcut reads
-    them as numbers (FlowGraph.whole_once, use_columns). Checked against the Use objects and against the general
-    path (no shortcut: every use made as a Use) on a model mixing both kinds of use (leaf calls, a functional op
-    using a parameter, a Linear given its own Parameter, a weight shared by two Linears, one tensor given twice to
-    one call): the same records, uses and report, the uses in op order, and the shared weight's per-use flows
-    those of plain torch with a copy of the weight per use (oracle)."""
-    nn, F = torch.nn, torch.nn.functional
-    torch.manual_seed(0)
-    model = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3), "ln": nn.LayerNorm(3), "own": nn.Linear(3, 3),
-                           "tied": nn.LayerNorm(3)})
-    model["b"].weight = model["a"].weight  # shared: used by two leaf calls
-    model["tied"].bias = model["tied"].weight  # one tensor given twice to one leaf call: one use
-    scale = nn.Parameter(torch.randn(3))
-    model.register_parameter("scale", scale)
-    x = torch.randn(4, 3)
-
-    class Step(nn.Module):  # (inside a module: the functional ops take the mode's shortcut, _fast_op)
-        def forward(self, a, own):
-            o = model["own"](own)  # given a Parameter: seen by the mode, as the functional op below
-            h = F.linear(x, a) * scale
-            h = model["ln"](model["b"](torch.tanh(model["a"](h))))  # leaf calls
-            return (model["tied"](h).sum() + o).pow(2).sum()
-
-    def run(shortcuts: bool):
-        t = gradflow.trace()
-        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
-        with t:
-            loss = Step()(model["a"].weight, model["own"].weight)
-        numbers = [list(c) for c in t.state.use_columns()]
-        assert bool(t.state.use_serials) == shortcuts
-        assert len(numbers[0]) == len(t.state.made) + len(t.state.use_serials)
-        report = t.explain(loss, params=model)
-        uses = t.state.uses  # (made now)
-        assert numbers == [[u.serial for u in uses], [u.op for u in uses]] == [list(c) for c in t.state.use_columns()]
-        once = report.graph.whole_once()
-        assert once == {s: u[0].op for s, u in report.graph.uses.items()
-                        if len(u) == 1 and u[0].whole and u[0].flow is None}
-        return t, report, [(u.serial, u.op, u.whole, u.hidden) for u in uses], once
-
-    t, report, uses, once = run(True)
-    slow, slow_report, slow_uses, slow_once = run(False)
-    assert [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops] == \
-        [tuple(getattr(r, f) for f in _FIELDS) for r in slow.ops]
-    assert uses == slow_uses and once == slow_once and report.to_dict() == slow_report.to_dict()
-    assert [op for _, op, _, _ in uses] == sorted(op for _, op, _, _ in uses)
-    assert t.ops[0].name == "linear" and [u[1] for u in uses].count(0) == 2  # own(own.weight): the weight once
-    tied = next(r.index for r in t.ops if r.name == "layer_norm" and r.ins[1] == r.ins[2])
-    assert [u[1] for u in uses].count(tied) == 1
-    assert len(once) == 8  # own.weight, own.bias, scale, a.bias, b.bias, ln.weight, ln.bias, tied.weight
-    w = model["a"].weight  # oracle: a copy of the weight per use, plain torch
-    c1, c2, c3 = (w.detach().clone().requires_grad_() for _ in range(3))
-    with torch.no_grad():
-        own_w = model["own"].weight.detach().clone()
-    grads = torch.autograd.grad(
-        (F.layer_norm(model["ln"](F.linear(torch.tanh(F.linear(F.linear(x, c1) * scale, c2, model["a"].bias)), c3,
-                              model["b"].bias)), (3,), model["tied"].weight, model["tied"].weight).sum() +
-         F.linear(own_w, own_w, model["own"].bias)).pow(2).sum(),
-        [c1, c2, c3])  # (the uses in op order: the functional one, then a's, then b's)
-    routes = report.param("a.weight").routes
-    assert [r.op for r in routes] == ["linear"] * 3
-    for r, g in zip(routes, grads):
-        assert torch.allclose(r.flow, g, atol=1e-6)
 
 
 def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for trace_records._into)
@@ -920,83 +591,6 @@ def test_an_ops_tensors_are_those_a_walk_of_every_argument_finds():
         assert not issubclass(kind, (torch.Tensor, list, dict))
         assert not issubclass(kind, tuple) or kind is torch.Size
     assert all(type(n) is int for n in torch.Size(torch.tensor([2, 3])))  # (made from a tensor: ints)
-
-
-@pytest.mark.parametrize("tail", ["bfloat16", "checkpoint"])
-def test_the_common_op_and_property_reads_record_what_the_general_path_records(tail, monkeypatch):
-    """The mode's shortcut for the common op (_fast_op: a result that is one of its inputs told by its serial, a
-    result that does not require grad from one that does, half precision) and for reading a tensor's metadata
-    (trace_mode._METADATA_GETS: x.shape, x.dtype, x.device, x.ndim run at once) against the general path with no
-    shortcut: the same records, uses and report, on ops whose inputs require grad or not, a parameter an op gives
-    back as its result (contiguous(), to() its own dtype), a parameter given twice, cuts (argmax, a comparison),
-    several results (split), a property that is a tensor (.T), then bfloat16 ops or a reentrant checkpoint, whose
-    recomputation reads metadata while explain replays it. Oracle for the gradients: plain torch."""
-    from torch.utils.checkpoint import checkpoint
-
-    from gradflow.tracer import torch_mode as trace_mode
-
-    nn = torch.nn
-    torch.manual_seed(0)
-    w, v = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(8, 8))
-    x, mask = torch.randn(4, 4), torch.ones(4, 8)
-    got, inside = [], []
-
-    def inner(y):
-        assert y.shape == (4, 8) and y.dtype == torch.float32 and y.device.type == "cpu" and y.ndim == 2
-        inside.append(torch.is_grad_enabled())
-        return torch.tanh(y) * 2
-
-    class Body(nn.Module):
-        def forward(self, x):
-            y = x @ w
-            n, shape, dtype, device, ndim = y.size(-1), y.shape, y.dtype, y.device, y.ndim
-            got.append((n, tuple(shape), dtype, device.type, ndim, mask.shape, w.dtype))
-            m = mask.view(8, 4).transpose(0, 1) * (mask.size(0) / 4)
-            same, cast = w.contiguous(), w.to(torch.float32)  # (each gives back w itself)
-            a, b = y.split(4, dim=1)
-            z = torch.cat([a, b], dim=1) * m + torch.mul(w, w) + same + cast + w.T.T
-            idx, positive = z.argmax(), (z > 0).float()  # cuts: no result requires grad
-            z = z + torch.add(w, 1, alpha=2)
-            if tail == "bfloat16":
-                z = z + (z.bfloat16() @ v.bfloat16()).float()
-            else:
-                z = checkpoint(inner, z @ v, use_reentrant=True)
-            return (z * positive).sum() + z.flatten()[idx]
-
-    def run(shortcuts: bool):
-        if not shortcuts:
-            monkeypatch.setattr(trace_mode, "_METADATA_GETS", set())
-        t = gradflow.trace()
-        t._fast = t._plain = shortcuts  # False: every op through the general path (_record, Use objects)
-        with t:
-            loss = Body()(x)
-        report = t.explain(loss, params={"w": w, "v": v})
-        monkeypatch.undo()
-        ops = [tuple(getattr(r, f) for f in _FIELDS) for r in t.ops]
-        return ops, [(u.serial, u.op, u.whole, u.hidden) for u in t.state.uses], report
-
-    fast, fast_uses, report = run(True)
-    slow, slow_uses, slow_report = run(False)
-    assert fast == slow and fast_uses == slow_uses and report.to_dict() == slow_report.to_dict()
-    assert got[0] == got[1] == (8, (4, 8), torch.float32, "cpu", 2, (4, 8), torch.float32)
-    assert inside == ([False, True] * 2 if tail == "checkpoint" else [])  # (run, then replayed by explain)
-    names = [op[1] for op in fast]
-    assert not {"shape", "dtype", "device", "ndim"} & set(names) and {"contiguous", "to", "T", "split"} <= set(names)
-    cuts = {op[1]: op[_FIELDS.index("cut")] for op in fast if op[_FIELDS.index("cut")]}
-    assert cuts == {"argmax": "nondiff", "gt": "nondiff"}
-    given_back = [op for op in fast if op[1] in ("contiguous", "to") and op[2][0] == op[3][0]]
-    assert len(given_back) == 2 and not {op[0] for op in given_back} & {u[1] for u in fast_uses}  # no use of w
-    assert report.param("w").status == report.param("v").status == "live"
-    wc, vc = (p.detach().clone().requires_grad_() for p in (w, v))  # oracle: the same step in plain torch
-    y = x @ wc
-    m = mask.view(8, 4).transpose(0, 1)
-    z = torch.cat(y.split(4, dim=1), dim=1) * m + wc * wc + wc + wc + wc
-    positive, idx = (z > 0).float(), z.argmax()
-    z = z + wc + 2
-    z = z + (z.bfloat16() @ vc.bfloat16()).float() if tail == "bfloat16" else torch.tanh(z @ vc) * 2
-    grads = torch.autograd.grad((z * positive).sum() + z.flatten()[idx], [wc, vc])
-    for p, g in zip(report.params, grads):
-        assert p.grad_norm == pytest.approx(g.norm().item(), rel=1e-5)
 
 
 def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_parameters():
