@@ -8,7 +8,7 @@ from itertools import repeat
 import torch
 
 from gradflow.errors import GradflowError, NoGradientError
-from gradflow.report.inspect_report import ZERO_REASON, InspectReport, ParamReport, Route, _LiveOnce
+from gradflow.report.inspect_report import ZERO_REASON, InspectReport, ParamReport, Route
 from gradflow.report.naming import resolve_params
 from gradflow.report.norms import dot, grad_norm, grad_norms
 from gradflow.report.optimizer_coverage import cover
@@ -98,9 +98,6 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], grads: list
         op = once(s)
         if op is not None:
             rec = ops[op]
-            if len(tensors) == 1:  # no alias: its lists made when read (_LiveOnce)
-                out.append(_LiveOnce(name, g, norm, s, rec, module_name))
-                continue
             routes = [Route(rec.name, rec.line, module_name(rec.module), g, norm, 1.0 if norm > 0 else None, rec.cut)]
             out.append(ParamReport(name, list(g.shape), g.numel(), True, "live" if norm != 0.0 else "zero",
                                    None if norm != 0.0 else ZERO_REASON, g, norm, tensors[1:], routes, [], s))

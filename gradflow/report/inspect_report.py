@@ -75,68 +75,6 @@ class ParamReport:
                 **({} if self.in_optimizer is None else {"optimizer_group": self.optimizer_group})}
 
 
-class _LiveOnce(ParamReport):
-    """The ParamReport of a parameter that got a gradient along its one uncut use and has no alias (the common one,
-    written inline by _reports): the same fields, its shape, numel, aliases, routes and cuts made when first read
-    (each then kept, so a list read twice is the same list). A model of many small layers reads none of them to
-    explain, and its report does not make and free five objects per parameter (~1 us each, the collector's scan
-    included). Equal to, shown, copied and replaced as the ParamReport _param_report + _measure give the parameter
-    (tests/tracer/test_speed_safety.py)."""
-
-    __slots__ = ("_op", "_line", "_module", "_cut", "_module_name")
-
-    def __init__(self, name: str, grad, norm: float, serial: int, rec, module_name) -> None:
-        self.name = name  # (one field a statement: ~45% fewer instructions than tuple assignments)
-        self.requires_grad = True
-        self.grad = grad
-        self.grad_norm = norm
-        self.serial = serial
-        if norm != 0.0:
-            self.status = "live"
-            self.reason = None
-        else:
-            self.status = "zero"
-            self.reason = ZERO_REASON
-        self.in_optimizer = None
-        self.optimizer_group = None
-        self.library_lines = False
-        self._op = rec.name
-        self._line = rec.line
-        self._module = rec.module
-        self._cut = rec.cut
-        self._module_name = module_name
-
-    def __getattr__(self, field: str):  # only while a lazy field's slot is unset
-        if field == "shape":
-            self.shape = list(self.grad.shape)  # autograd gives the grad the parameter's shape
-            return self.shape
-        if field == "numel":
-            self.numel = self.grad.numel()
-            return self.numel
-        if field == "routes":
-            norm = self.grad_norm
-            self.routes = [Route(self._op, self._line, self._module_name(self._module), self.grad, norm,
-                                 1.0 if norm is not None and norm > 0 else None, self._cut)]
-            return self.routes
-        if field == "aliases":
-            self.aliases = []
-            return self.aliases
-        if field == "cuts":
-            self.cuts = []
-            return self.cuts
-        raise AttributeError(f"'ParamReport' object has no attribute {field!r}")
-
-    @property  # type: ignore[misc]
-    def __class__(self):  # a ParamReport as the dataclass's __eq__, __repr__ and dataclasses.replace see it
-        return ParamReport
-
-    def __reduce__(self):  # copied and pickled as the ParamReport it equals
-        return ParamReport, (self.name, self.shape, self.numel, self.requires_grad, self.status, self.reason,
-                             self.grad, self.grad_norm, self.aliases, self.routes, self.cuts, self.serial,
-                             self.in_optimizer, self.optimizer_group, self.library_lines)
-
-
-
 @dataclass
 class InspectReport:
     loss: Any  # tensor

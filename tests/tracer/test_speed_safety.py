@@ -1,9 +1,6 @@
 """What the tracer's speed work must not change: Python's garbage collector is left as it was found, and cyclic
 garbage made inside a long traced block is still collected."""
-import copy
-import dataclasses
 import gc
-import pickle
 import weakref
 
 import pytest
@@ -389,25 +386,9 @@ def test_reports_written_inline_are_those_of_the_general_path(monkeypatch):
         got.append(t.explain(loss, params=model))
     fast, slow = got
     assert fast.to_dict() == slow.to_dict()
-    lazy = [p for p in fast.params if type(p) is not R.ParamReport]  # (report._LiveOnce: its lists made when read)
-    assert sorted(p.name for p in lazy) == ["seq.0.bias", "seq.0.weight", "seq.1.bias", "seq.1.weight",
-                                            "seq.3.bias", "seq.3.weight", "zero"]
-    assert all(isinstance(p, R.ParamReport) for p in lazy)
     assert repr(fast.params) == repr(slow.params)
     once = {s: u[0].op for s, u in fast.graph.uses.items() if len(u) == 1}  # (`uses` of those used once)
     assert fast.graph.whole_once() == once and len(once) == 7
-    for p in lazy:  # each list made once, then kept (so a change to it stays); a copy is a plain ParamReport
-        assert p.cuts is p.cuts and p.routes is p.routes and p.aliases is p.aliases and p.shape is p.shape
-        kept = copy.copy(p)
-        assert type(kept) is R.ParamReport and kept == p and p == kept and repr(kept) == repr(p)
-        assert pickle.loads(pickle.dumps(p)).to_dict() == p.to_dict()
-        other = dataclasses.replace(p, status="frozen")
-        assert type(other) is R.ParamReport and other.status == "frozen" and other.routes == p.routes != []
-        p.cuts.append("x")
-        assert p.cuts == ["x"]
-        p.cuts.clear()
-        with pytest.raises(AttributeError):
-            getattr(p, "no_such_field")
     for a, b in zip(fast.params, slow.params):
         assert (a.name, a.status, a.reason, a.grad_norm, a.serial, a.aliases) == \
             (b.name, b.status, b.reason, b.grad_norm, b.serial, b.aliases)
