@@ -1,8 +1,7 @@
 """What a trace records (tracer/trace.py): one OpRecord per op, one Use per parameter use, flag changes, the
-failure; the helpers that find the tensors among an op's arguments; and the collector deferred while it records."""
+failure; and the helpers that find the tensors among an op's arguments."""
 from __future__ import annotations
 
-import gc
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,23 +186,3 @@ def cut_kind(name: str, grad_on: bool, inference: bool) -> str:
     """Why an op whose input required grad gave no result that does."""
     return "detach" if name in DETACH else "rewrap" if name in REWRAP else "inference_mode" if inference \
         else "no_grad" if not grad_on else "nondiff"
-
-
-class gc_deferred:
-    """Python's cyclic garbage collector off while the trace records and explain runs, back on as it was after.
-    Each op leaves ~10 small objects, and torch keeps ~1 million: collections triggered by the trace's own
-    allocations cost more than the recording itself (tens of ms per step on a model of many small layers).
-    In a long block (a script of many steps) the trace collects young garbage every _GC_EVERY ops, and all of
-    it every 8 times that."""
-
-    def __init__(self) -> None:
-        self.was_on = False
-
-    def __enter__(self) -> gc_deferred:
-        self.was_on = gc.isenabled()
-        gc.disable()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.was_on:
-            gc.enable()

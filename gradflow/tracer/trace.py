@@ -23,7 +23,6 @@ Tensor versions (in-place writes) belong in `_record`: every op passes there onc
 from __future__ import annotations
 
 import contextlib
-import gc
 import weakref
 from collections import Counter
 from contextlib import contextmanager
@@ -46,7 +45,6 @@ from gradflow.tracer.records import (
     TraceState,
     Use,
     cut_kind,
-    gc_deferred,
     grad_fn,
     inputs,
     op_name,
@@ -57,9 +55,8 @@ from gradflow.tracer.source_lines import custom_function, grad_switch, lines
 from gradflow.tracer.use_hooks import by_node, hook
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
-           "TraceMode", "gc_deferred", "op_name", "tensors_in"]
+           "TraceMode", "op_name", "tensors_in"]
 
-GC_EVERY = 1 << 16  # ops: with the collector deferred (gc_deferred), a young collection this often
 # Properties of a tensor's metadata: never a tensor, so nothing to record and no failure to tell: run at once.
 _METADATA_GETS = {"shape", "dtype", "device", "ndim"}
 # torch has no public way to ask which autograd nodes an op made; the sequence number the next node gets bounds the
@@ -103,7 +100,6 @@ class Trace:
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
-        self._gc = gc_deferred()
         self._found: list = []  # (autograd nodes of an op's results, stop, op index) of each op that used a leaf,
         #                         for arm(); never explained, let go with the trace
 
@@ -111,7 +107,6 @@ class Trace:
     def __enter__(self) -> Trace:
         calls_seen_by(self, True)
         self._grad_base = torch.is_grad_enabled()
-        self._gc.__enter__()  # (each entry notes anew whether the collector was on)
         self._mode.t = self
         self._mode.__enter__()
         self._recording = True
@@ -121,7 +116,7 @@ class Trace:
         self._recording = False
         self._mode.__exit__(exc_type, exc, tb)
         self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
-        self._gc.__exit__(exc_type, exc, tb)  # later collection of the Trace <-> mode cycle
+        #                      later collection of the Trace <-> mode cycle
         calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):
@@ -297,8 +292,6 @@ class Trace:
 
     def _append(self, rec: OpRecord) -> None:
         self.state.ops.append(rec)
-        if not rec.index % GC_EVERY and rec.index and self._gc.was_on:  # a long block: its young garbage, and
-            gc.collect(1 if rec.index % (8 * GC_EVERY) else 2)  # all of it now and then
         if self._checkpoint is not None:
             self.checkpoint_ops[self._checkpoint].append(rec.index)
 
@@ -490,8 +483,7 @@ class Trace:
         the trace by `gradflow.trace()` (the report layer sits above the recorder)."""
         if self._explain is None:
             raise TypeError("this trace was not made by gradflow.trace(): it records, but cannot explain")
-        with gc_deferred():
-            return self._explain(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
+        return self._explain(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
 
 
 def _input_nodes(ins: list) -> set:

@@ -27,10 +27,7 @@ def test_gc_state_is_restored_after_trace_and_explain(enabled):
         (gc.enable if was else gc.disable)()
 
 
-def test_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
-    from gradflow.tracer import trace as trace_ops
-
-    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
+def test_cyclic_garbage_in_a_long_block_is_collected():
 
     class Cycle:
         pass
@@ -116,11 +113,8 @@ def test_parameter_and_module_names_from_one_walk_are_torchs():
     assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
 
 
-def test_old_cyclic_garbage_in_a_long_block_is_collected(monkeypatch):
+def test_old_cyclic_garbage_in_a_long_block_is_collected():
     """Garbage that lived through the young collections (a script's earlier steps) is collected too."""
-    from gradflow.tracer import trace as trace_ops
-
-    monkeypatch.setattr(trace_ops, "GC_EVERY", 64)
 
     class Cycle:
         pass
