@@ -27,12 +27,21 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:  # report.py imports this module inside InspectReport.health(): types only, no cycle
-    from gradflow.report.inspect_report import InspectReport, ParamReport
+
+class InspectReport(Protocol):
+    """What layer health reads of a report (report/inspect_report.py's InspectReport, whose health() calls
+    layer_health: the report's module imports this one, not the other way)."""
+
+    params: list[Any]  # ParamReport
+    graph: Any  # reasons.FlowGraph | None
+    module_names: dict[int, str]
+
+
+ParamReport = Any
 
 FACTOR = 100.0
 WINDOW = 2

@@ -6,12 +6,7 @@ optimizers skip a parameter whose `.grad` is None, so both are silent in trainin
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gradflow.errors import GradflowError
-
-if TYPE_CHECKING:
-    from gradflow.report.inspect_report import InspectReport
 
 UNTRAINED = "gets gradient, but is in no optimizer param group: it never trains"
 ORPHAN = "in optimizer param group {group}, but gets no gradient: the optimizer never updates it"
@@ -36,7 +31,7 @@ def group_of(optimizer) -> dict[int, int]:
     return out
 
 
-def cover(report: InspectReport, optimizer, tensors: list) -> None:
+def cover(report, optimizer, tensors: list) -> None:  # (an InspectReport: its module imports this one)
     """Mark every parameter of the report (tensors: in the same order) with its param group; note strays."""
     groups = group_of(optimizer)
     for p, t in zip(report.params, tensors):

@@ -13,7 +13,7 @@ import math
 import shlex
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from gradflow.errors import GradflowError
 from gradflow.language.compile import compile_program
@@ -33,8 +33,9 @@ from gradflow.script.spelling import (
     value_text,
 )
 
-if TYPE_CHECKING:  # the recorder imports this module: types only, no cycle
-    from gradflow.script.recorder import Named, ScriptTrace
+# The recorder (script/recorder.py: ScriptTrace, Named) imports this module: its objects are read here untyped.
+ScriptTrace = Any
+Named = Any
 
 VALUE_CAP = 64  # elements: larger values are not recorded, nor written on a command line
 

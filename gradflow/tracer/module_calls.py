@@ -7,12 +7,17 @@ left by an exception), and any global hook sends every module call down torch's 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:  # types only: the trace imports this module
-    from gradflow.tracer.trace import Trace
+
+class Trace(Protocol):
+    """What a module call asks of a trace (tracer/trace.py's Trace, which imports this module)."""
+
+    def enter_module(self, module) -> None: ...
+
+    def leave_module(self, module) -> None: ...
 
 _TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
 _PLAIN_CALL: list = [torch.nn.Module._call_impl]  # what _module_call runs: _call_impl as the first trace found it
