@@ -42,7 +42,7 @@ def _same(a, b) -> bool:
 def _measure(p: ParamReport, norm: float) -> None:
     """The grad norm (and so "zero"), and each route's norm and share <flow, grad> / |grad|^2. A route whose flow
     is the grad tensor itself (one use) has the grad's norm and a share of exactly 1, without two more torch
-    calls per parameter (~10 us each: a model of many small layers spent most of explain() here)."""
+    calls per parameter."""
     p.grad_norm = norm
     if norm == 0.0 and p.status == "live":
         p.status, p.reason = "zero", ZERO_REASON
@@ -81,7 +81,7 @@ def _reports(trace: Trace, graph: FlowGraph, named: dict[str, list], grads: list
     that got a gradient with nothing cut on the way (the common one) is "live" (or "zero") without
     _param_report's questions, and its only use (`whole`: not hooked, it sent the whole grad) is its route with the
     grad's norm and a share of 1, written inline: what _param_report, _routes and _measure give it. (Its shape and
-    size read from the grad, which autograd gives the parameter's shape: a Parameter's own are ~3x slower to ask.)
+    size read from the grad, which autograd gives the parameter's shape.)
     `whys`: settle's reason per parameter (untraced), or None when no parameter can be. A grad that is not None
     is one of a tensor that required grad when backward had run (truth.gradients gives None for the others)."""
     norms = iter(grad_norms([g for g in grads if g is not None]))
@@ -168,8 +168,8 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
 
 def _use_ops(serials: list[int], ops: list[int], leaf_serials: set[int]) -> set[int]:
     """The ops that used one of `leaf_serials` (`serials`, `ops`: the trace's uses as columns). Every use is of
-    one when explain reports the trace's own parameters: then a set of the ops at once (~0.25 M instructions less
-    than the test per use on a model of 800 parameters; tests/tracer/test_speed_safety.py)."""
+    one when explain reports the trace's own parameters: then a set of the ops at once, no test per use
+    (tests/tracer/test_speed_safety.py)."""
     if leaf_serials.issuperset(serials):
         return set(ops)
     return {op for s, op in zip(serials, ops) if s in leaf_serials}

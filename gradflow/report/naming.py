@@ -77,7 +77,7 @@ def _names(roots: list) -> tuple[dict[str, list], dict[int, str]]:
 
 def _walk(module, full: str, named: dict, by_id: dict, names: dict, depth: int = 0) -> bool:
     """named_modules(remove_duplicate=False) and each module's own parameters, in torch's order, without a
-    generator per module (a model of many small layers spent ~2 ms of explain() there), straight into
+    generator per module (a model of many small layers made one per module), straight into
     _named_from_modules's answer ({first name: [tensor, alias, ...]}); False if a submodule overrides
     named_modules (then torch's own walk is the truth). A module seen before keeps its first name (a root's is
     set by _names)."""

@@ -47,7 +47,7 @@ def hidden_serials(trace, serials: set[int]) -> set[int]:
 
 def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) -> Gradients:
     """Each tensor's gradient; with hidden uses, also what a plain backward gives (see the module's doc)."""
-    flags = [t.requires_grad for t in tensors]  # (asked once: a Parameter's flag is ~650 instructions to read)
+    flags = [t.requires_grad for t in tensors]  # (asked once)
     wanted = list(compress(tensors, flags))
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))

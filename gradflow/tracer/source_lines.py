@@ -76,7 +76,7 @@ def lines_from(frame: FrameType | None) -> tuple[str | None, str | None]:
 
 _SKIPPED, _LIBRARY, _THEIRS = 0, 1, 2
 _KINDS: dict[str, int] = {}  # file -> how lines() counts its frames (asked for every op that uses a parameter)
-_AT: dict[tuple, str] = {}  # (code object, instruction) -> its `file:line` as lines() spells it (~1 us saved a use)
+_AT: dict[tuple, str] = {}  # (code object, instruction) -> its `file:line` as lines() spells it
 _AT_MAX = 4096
 
 
