@@ -20,6 +20,10 @@ class FollowedValues:
         self._objs: dict[int, tuple] = {}  # id(Python value) -> (it or a weak ref, serial)
         self._arrays: dict[int, int] = {}  # data pointer of a followed numpy array -> serial (torch.from_numpy)
 
+    def __bool__(self) -> bool:
+        """Whether any value is followed (then every op's arguments are looked at)."""
+        return bool(self._objs)
+
     def follow(self, obj, serial: int, depth: int = 0) -> None:
         if len(self._objs) >= _FOLLOWED_OBJECTS or obj is None or isinstance(obj, bool):
             return

@@ -19,6 +19,11 @@ class Trace(Protocol):
 
     def leave_module(self, module) -> None: ...
 
+    def run_leaf(self, module, args: tuple, kwargs: dict): ...
+
+
+NOT_RUN = object()  # Trace.run_leaf's answer for a module call it leaves to the general path
+
 _TRACES: list[Trace] = []  # recording now: every module call is seen by each (usually one)
 _PLAIN_CALL: list = [torch.nn.Module._call_impl]  # what _module_call runs: _call_impl as the first trace found it
 
@@ -40,6 +45,10 @@ def calls_seen_by(trace: Trace, on: bool) -> None:
 
 
 def _module_call(module, *args, **kwargs):
+    if len(_TRACES) == 1:
+        out = _TRACES[0].run_leaf(module, args, kwargs)
+        if out is not NOT_RUN:
+            return out
     seen = _TRACES[:]
     for t in seen:
         t.enter_module(module)
@@ -51,5 +60,10 @@ def _module_call(module, *args, **kwargs):
 
 
 def running_mean(module):
-    """The module's running mean (BatchNorm & co. update it in training), or None."""
-    return getattr(module, "running_mean", None)
+    """The module's running mean (BatchNorm & co. keep it as a buffer and update it in training), or None. Read
+    from the instance: getattr would have nn.Module.__getattr__ raise and catch AttributeError for every module
+    call that has none."""
+    d = module.__dict__
+    buffers = d.get("_buffers")
+    return buffers.get("running_mean") if buffers is not None and "running_mean" in buffers else \
+        d.get("running_mean")

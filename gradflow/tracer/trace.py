@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
-from gradflow.tracer.module_calls import calls_seen_by, running_mean
+from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
     ESCAPES,
@@ -147,6 +147,39 @@ class Trace:
             if stack.pop() is module:
                 break
 
+    def run_leaf(self, module, args: tuple, kwargs: dict):
+        """The one shortcut beside on_torch_function: a call of one of torch's own leaf modules (_LEAVES), in the
+        common state, runs torch's own forward with the trace's mode off, and its one op is recorded by `_record`
+        as the mode would have recorded it, without the mode's dispatch (bench/inspect_speed.py, many small ops:
+        the step took about half again as long without it). NOT_RUN for any other call."""
+        leaf = _LEAVES.get(type(module))
+        if leaf is None or kwargs or len(args) != 1 or type(args[0]) is not torch.Tensor or \
+                self._replay is not None or self._checkpoint is not None or self._dead is not None or \
+                self._values or not _bare(module):
+            return NOT_RUN
+        mode = _pop_mode()
+        if mode is not self._mode:  # a mode of the user's own is innermost: it must see the op
+            _push_mode(mode)
+            return NOT_RUN
+        try:
+            name, tensors = leaf
+            ins = [args[0], *tensors(module)]
+            in_rg = list(map(requires_grad, ins))
+            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
+            stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
+            self.enter_module(module)
+            try:
+                out = type(module).forward(module, args[0])
+                self._record(name, ins, in_rg, out, stop, in_leaf)
+            except RuntimeError as err:
+                self._maybe_failure(name, ins, err)
+                raise
+            finally:
+                self.leave_module(module)
+        finally:
+            _push_mode(mode)
+        return out
+
     # ---- bookkeeping -----------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int:
         """This tensor's serial number (a new one for a tensor seen the first time; a dead tensor's id reused by a
@@ -240,32 +273,34 @@ class Trace:
                 extra: tuple[int, ...] = ()) -> None:
         """The one way an op is recorded: its serials, its cut (if an input required grad and no result does),
         its source line where a report can show it, and its uses of leaves."""
-        outs = ins[:1] if name == "__setitem__" else tensors_in(out, [])  # x[i] = y writes into x
-        if not outs:
+        outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
+        if not outs:  # (x[i] = y writes into x)
             return
         first = len(self._refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        serials = [self.serial(a) for a in ins]
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf]
+        ids, refs = self._ids, self._refs  # (serial() inline for tensors seen before: every op asks it)
+        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else self.serial(a) for a in ins]
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
+            if len(self._refs) > first else ()
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(self.serial(o) for o in outs), grad_on,
-                       inference, id(st.stack[-1]) if st.stack else None)
-        given = self._cut(rec, in_rg, outs) if True in in_rg else None
-        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)]
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(map(self.serial, outs)), grad_on, inference,
+                       id(st.stack[-1]) if st.stack else None)
+        given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
+        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)] \
+            if True in in_leaf else ()
         if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
             rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
-        self._note_low_precision(rec, ins, outs)
+        if outs[0].dtype in LOW or (ins and ins[0].dtype in LOW):
+            self._note_low_precision(rec, ins, outs)
         if leaves:
             self._uses(rec, leaves, outs, stop, given)
 
-    def _cut(self, rec: OpRecord, in_rg: list[bool], outs: list) -> set[int] | None:
-        """Mark the op's cut when no result requires grad; inside a custom Function's forward (no cut: its own
-        backward carries the gradient), the ids of the tensors the Function was applied to."""
-        if any(o.requires_grad for o in outs):
-            return None
+    def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
+        """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
+        its own backward carries the gradient), the ids of the tensors the Function was applied to."""
         rec.cut = cut_kind(rec.name, rec.grad_enabled, rec.inference)
         dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
         if dead:
@@ -327,7 +362,7 @@ class Trace:
         """Op `rec` used these leaves. Kept as numbers (TraceState.add_uses) in the forward, unless a custom
         Function hides some of them; as Use objects while replaying, whose hooks are set now."""
         if self._replay is None and given is None:
-            self.state.add_uses(list(dict.fromkeys(self.serial(a) for a in leaves)), rec.index)
+            self.state.add_uses(list(dict.fromkeys(map(self.serial, leaves))), rec.index)
             uses = None
         else:
             uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
@@ -488,4 +523,33 @@ class Trace:
 
 def _input_nodes(ins: list) -> set:
     return {g for g in map(grad_fn, ins) if g is not None}
+
+
+# ---- torch's own leaf modules, run whole (Trace.run_leaf) ------------------------------------------------------
+def _weight_bias(m) -> list:
+    """The tensors the functional is given besides x, in its order (read where self.weight reads them)."""
+    p = m._parameters
+    return [a for a in (p.get("weight"), p.get("bias")) if a is not None]
+
+
+_LEAVES: dict = {torch.nn.Linear: ("linear", _weight_bias), torch.nn.LayerNorm: ("layer_norm", _weight_bias),
+                 torch.nn.GELU: ("gelu", lambda m: [])}  # module type -> (its op's name, its tensors besides x)
+_FORWARDS = {cls: cls.forward for cls in _LEAVES}  # as torch defines them: one patched by anyone is not run whole
+_hooks = torch.nn.modules.module
+# torch has no public way to ask whether a torch function mode is on, whether the JIT is tracing, or to take the
+# innermost mode off its stack and put it back (TorchFunctionMode.__exit__ pops whichever mode is innermost).
+_mode_on, _jit_tracing = torch._C._is_torch_function_mode_enabled, torch._C._get_tracing_state
+_pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+
+
+def _bare(module) -> bool:
+    """No hooks of any kind (the module's own and the global ones: nn.Module keeps them as attributes, with no
+    public way to ask), its forward torch's own, gradients on, not inference mode, a torch function mode on and the
+    JIT not tracing: then its call runs exactly its one functional op."""
+    h = _hooks
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or
+                module._backward_pre_hooks or h._global_forward_hooks or h._global_forward_pre_hooks or
+                h._global_backward_hooks or h._global_backward_pre_hooks) and \
+        "forward" not in module.__dict__ and type(module).forward is _FORWARDS[type(module)] and \
+        torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and _mode_on() and not _jit_tracing()
 
