@@ -169,7 +169,7 @@ def build_report(trace: Trace, loss, params=None, *, retain_graph: bool = True, 
 def _use_ops(serials: list[int], ops: list[int], leaf_serials: set[int]) -> set[int]:
     """The ops that used one of `leaf_serials` (`serials`, `ops`: the trace's uses as columns). Every use is of
     one when explain reports the trace's own parameters: then a set of the ops at once, no test per use
-    (tests/tracer/test_speed_safety.py)."""
+    (tests/tracer/test_invariants.py)."""
     if leaf_serials.issuperset(serials):
         return set(ops)
     return {op for s, op in zip(serials, ops) if s in leaf_serials}
