@@ -106,7 +106,7 @@ class ScriptTrace(Trace):
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
         return super().on_torch_function(func, args, kwargs)
 
-    def _uses(self, rec, leaves, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
+    def _uses(self, rec, used, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
         return
 
     def template(self, a):
@@ -138,9 +138,9 @@ class ScriptTrace(Trace):
         return len(self.values) - 1
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
-                extra: tuple[int, ...] = ()) -> None:
+                extra: tuple[int, ...] = (), module=None) -> None:
         n = len(self.state.ops)
-        super()._record(name, ins, in_rg, out, stop, in_leaf, extra)
+        super()._record(name, ins, in_rg, out, stop, in_leaf, extra, module)
         if len(self.state.ops) == n:
             return
         rec = self.state.ops[-1]

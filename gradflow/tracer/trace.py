@@ -133,13 +133,16 @@ class Trace:
 
     # ---- module calls (tracer/module_calls.py) ------------------------------------------
     def enter_module(self, module) -> None:
+        self._see_module(module)
+        self.state.stack.append(module)
+
+    def _see_module(self, module) -> None:
         st = self.state
         if not st.stack and id(module) not in st.modules:
             st.roots.append(module)
         st.modules[id(module)] = module
         if module.training and running_mean(module) is not None:
             st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
-        st.stack.append(module)
 
     def leave_module(self, module) -> None:
         stack = self.state.stack
@@ -167,15 +170,13 @@ class Trace:
             in_rg = list(map(requires_grad, ins))
             in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
             stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
-            self.enter_module(module)
+            self._see_module(module)  # (not pushed on the module stack: nothing inside its forward reads it)
             try:
                 out = type(module).forward(module, args[0])
-                self._record(name, ins, in_rg, out, stop, in_leaf)
             except RuntimeError as err:
                 self._maybe_failure(name, ins, err)
                 raise
-            finally:
-                self.leave_module(module)
+            self._record(name, ins, in_rg, out, stop, in_leaf, module=module)
         finally:
             _push_mode(mode)
         return out
@@ -270,33 +271,36 @@ class Trace:
         return out
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
-                extra: tuple[int, ...] = ()) -> None:
+                extra: tuple[int, ...] = (), module=None) -> None:
         """The one way an op is recorded: its serials, its cut (if an input required grad and no result does),
-        its source line where a report can show it, and its uses of leaves."""
+        its source line where a report can show it, and its uses of leaves. `module`: the module it ran in, when
+        not the innermost one on the stack (run_leaf)."""
         outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
         if not outs:  # (x[i] = y writes into x)
             return
-        first = len(self._refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        ids, refs = self._ids, self._refs  # (serial() inline for tensors seen before: every op asks it)
-        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else self.serial(a) for a in ins]
+        ids, refs, serial = self._ids, self._refs, self.serial  # (serial() inline for tensors seen before)
+        first = len(refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
+        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else serial(a) for a in ins]
         came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
-            if len(self._refs) > first else ()
+            if len(refs) > first else ()
+        out_serials = tuple([s if (s := ids.get(id(o))) is not None and refs[s]() is o else serial(o) for o in outs])
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        rec = OpRecord(len(st.ops), name, (*serials, *extra), tuple(map(self.serial, outs)), grad_on, inference,
-                       id(st.stack[-1]) if st.stack else None)
+        if module is None and st.stack:
+            module = st.stack[-1]
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), out_serials, grad_on, inference,
+                       None if module is None else id(module))
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
-        leaves = [a for a, leaf in zip(ins, in_leaf) if leaf and not any(a is o for o in outs)] \
-            if True in in_leaf else ()
-        if rec.cut or leaves or inference or rec.module is None or came_in or self._checkpoint is not None:
+        used = [s for s, leaf in zip(serials, in_leaf) if leaf and s not in out_serials] if True in in_leaf else ()
+        if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
             rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
         if outs[0].dtype in LOW or (ins and ins[0].dtype in LOW):
             self._note_low_precision(rec, ins, outs)
-        if leaves:
-            self._uses(rec, leaves, outs, stop, given)
+        if used:
+            self._uses(rec, used, outs, stop, given)
 
     def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
         """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
@@ -358,15 +362,15 @@ class Trace:
         self._append(rec)
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
-    def _uses(self, rec: OpRecord, leaves: list, outs: list, stop, given: set[int] | None = None):
-        """Op `rec` used these leaves. Kept as numbers (TraceState.add_uses) in the forward, unless a custom
-        Function hides some of them; as Use objects while replaying, whose hooks are set now."""
-        if self._replay is None and given is None:
-            self.state.add_uses(list(dict.fromkeys(map(self.serial, leaves))), rec.index)
+    def _uses(self, rec: OpRecord, used: list[int], outs: list, stop, given: set[int] | None = None):
+        """Op `rec` used these leaves (serials). Kept as numbers (TraceState.add_uses), unless a custom Function
+        hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
+        if given is None:
+            self.state.add_uses(list(dict.fromkeys(used)), rec.index)
             uses = None
         else:
-            uses = {id(a): Use(self.serial(a), rec.index, hidden=given is not None and id(a) not in given)
-                    for a in leaves}
+            leaves = {s: self._refs[s]() for s in used}
+            uses = {id(a): Use(s, rec.index, hidden=id(a) not in given) for s, a in leaves.items()}
             self.state.uses.extend(uses.values())
         if rec.grad_enabled:
             self._listen(outs, uses, stop, rec.index)
