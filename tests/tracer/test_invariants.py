@@ -504,7 +504,7 @@ def test_parameters_each_used_once_are_whole_and_a_second_forward_makes_them_sea
         assert report.param(name).grad_norm == pytest.approx(float(g.norm()))
 
 
-def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for trace_records._into)
+def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for tracer/records._into)
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
@@ -517,7 +517,7 @@ def _walk(obj, out):  # the plain walk an op's tensors are found by (oracle for 
 
 
 def test_an_ops_tensors_are_those_a_walk_of_every_argument_finds():
-    """inputs() / tensors_in() pass arguments of a type that holds no tensor (trace_records._NO_TENSOR) by their
+    """inputs() / tensors_in() pass arguments of a type that holds no tensor (tracer/records._NO_TENSOR) by their
     exact type, before any isinstance: the same tensors, in the same order, as the plain isinstance walk of every
     argument, on ints, bools, subclasses of int and tuple, torch.Size, nested containers, Parameters and a tensor
     subclass; and no type in _NO_TENSOR can hold or be a tensor (torch.Size: ints only)."""
