@@ -23,8 +23,8 @@ __all__ = ["explain", "sweep", "check", "hessian", "trace", "watch", "whatif", "
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
-         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "inspect.tracer",
-         "watch": "inspect.watch",
+         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "report.build",
+         "watch": "report.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
          "run_batch": "batch.run"}
 

@@ -45,7 +45,7 @@ class _Emitter:
         self.summary = summary
 
     def __call__(self, call):
-        from gradflow.inspect.script import StopScript
+        from gradflow.script.run import StopScript
 
         try:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
@@ -56,7 +56,7 @@ class _Emitter:
             raise StopScript from None
 
     def _print(self, call):
-        from gradflow.inspect.script_table import backward_view, program_line, record
+        from gradflow.script.backward_table import backward_view, program_line, record
 
         if self.json:
             from gradflow.values.jsonable import document, dumps
@@ -103,7 +103,7 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
 
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False) -> int:
     from gradflow.cli.streams import stdout_gone
-    from gradflow.inspect.script import run_script
+    from gradflow.script.run import run_script
 
     emit = _Emitter(json_, sys.stdout, options, summary)
     with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON

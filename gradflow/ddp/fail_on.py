@@ -1,4 +1,4 @@
-"""`gradflow ddp --fail-on CLASSES --allow PATTERN`: inspect's gate (gradflow/inspect/gate.py), on every rank.
+"""`gradflow ddp --fail-on CLASSES --allow PATTERN`: inspect's gate (gradflow/report/fail_on.py), on every rank.
 
 Each rank's verdicts are an inspect JSON document in small (`rank.verdicts`), so inspect's classes are
 applied per rank with `gate.failures`; a parameter failing on any rank fails, and its line names the rank(s).
@@ -13,7 +13,7 @@ Torch-free: the rank that merges the report computes it; the launcher only print
 """
 from __future__ import annotations
 
-from gradflow.inspect.gate import CLASSES, Failure, allowed, failures, gate_error, parse_classes, rows_of
+from gradflow.report.fail_on import CLASSES, Failure, allowed, failures, gate_error, parse_classes, rows_of
 
 EXTRA = {"divergent": "gets a gradient on some ranks only (ddp)"}
 PER_RANK_NO_GRAD = ("cut", "unreached", "untraced")  # on a divergent parameter: part of the divergence

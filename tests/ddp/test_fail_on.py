@@ -6,7 +6,7 @@ import pytest
 from gradflow.ddp.fail_on import error, gate
 from gradflow.ddp.merge import merge
 from gradflow.errors import ExitCode, ValueInputError
-from gradflow.inspect.gate import parse_classes
+from gradflow.report.fail_on import parse_classes
 
 F = "net.py"
 CUT = f"cut by `detach()` at {F}:9 (in Net)"
@@ -101,12 +101,12 @@ def test_classes_all_default_and_unknown():
 
 def test_a_rank_s_verdicts_keep_every_class_plain_torch_gives():
     """What a rank sends (ddp/rank.py verdicts, no process group needed) is enough for every per-rank class:
-    checked against a plain backward of the same model (tests/inspect_code/test_gate.py's Mixed)."""
+    checked against a plain backward of the same model (tests/report/test_fail_on.py's Mixed)."""
     import torch
 
     from gradflow.ddp.rank import verdicts
 
-    from ..inspect_code.test_gate import Mixed, X, plain_truth, traced
+    from ..report.test_fail_on import Mixed, X, plain_truth, traced
 
     truth = plain_truth(Mixed(), X)
     sent = verdicts(traced(Mixed(), X), 0)

@@ -104,7 +104,7 @@ RUNS_A_FILE = {"exec_module", "run_path", "run_module", "spec_from_file_location
 # The only modules that run a Python file, and why: each runs the file the user named on the command line,
 # the user's own code, by design (like pytest or python itself). Expression text never reaches them.
 RUNS_FILES = {"cli/inspect_command.py",  # gradflow inspect FILE.py:FUNCTION imports FILE.py
-              "inspect/script.py"}  # gradflow script FILE.py runs FILE.py as __main__
+              "script/run.py"}  # gradflow script FILE.py runs FILE.py as __main__
 
 
 def test_only_the_two_commands_named_for_it_run_a_python_file():
