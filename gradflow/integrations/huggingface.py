@@ -11,6 +11,8 @@ callback's events become TrainerCallback's own empty ones: later steps cost what
 """
 from __future__ import annotations
 
+from types import MethodType
+
 try:
     from transformers import TrainerCallback
     from transformers.utils import logging
@@ -18,13 +20,12 @@ except ImportError as err:  # pragma: no cover - the suite skips without transfo
     raise ImportError("gradflow.integrations.huggingface needs transformers: pip install 'gradflow[huggingface]'") \
         from err
 
-from gradflow.integrations.step_check import CHECK_STEPS, Finding, StepCheck, describe
+from gradflow.integrations.step_check import Checked, describe
 
 logger = logging.get_logger("transformers.gradflow")
-_EVENTS = ("on_step_begin", "on_pre_optimizer_step", "on_train_end")
 
 
-class GradflowCallback(TrainerCallback):
+class GradflowCallback(Checked, TrainerCallback):
     """Report (and with `fail_on`, stop on) parameters that get no gradient in the Trainer's first steps.
 
     fail_on: classes as for `gradflow inspect --fail-on` ("default", "cut,unused", ["frozen"], ...): raise
@@ -33,13 +34,6 @@ class GradflowCallback(TrainerCallback):
     check_steps: later steps checked cheaply for a change in which parameters get no gradient.
     `findings`: what each reported step showed (Finding objects: `.missing`, `.frozen`, `.to_dict()`).
     """
-
-    def __init__(self, fail_on=(), allow=(), check_steps: int = CHECK_STEPS):
-        self.check = StepCheck(fail_on, allow, check_steps)
-
-    @property
-    def findings(self) -> list[Finding]:
-        return self.check.findings
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
         if model is not None:
@@ -60,5 +54,6 @@ class GradflowCallback(TrainerCallback):
     def detach(self) -> None:
         """From now on every event is TrainerCallback's empty one (the Trainer keeps calling each callback's)."""
         self.check.stop()
-        for event in _EVENTS:
-            setattr(self, event, getattr(TrainerCallback, event).__get__(self))
+        self.on_step_begin = MethodType(TrainerCallback.on_step_begin, self)  # type: ignore[method-assign]
+        self.on_pre_optimizer_step = MethodType(TrainerCallback.on_pre_optimizer_step, self)  # type: ignore[method-assign]
+        self.on_train_end = MethodType(TrainerCallback.on_train_end, self)  # type: ignore[method-assign]

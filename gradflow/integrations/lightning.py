@@ -19,7 +19,7 @@ try:
 except ImportError as err:  # pragma: no cover - the suite skips without lightning
     raise ImportError("gradflow.integrations.lightning needs lightning: pip install 'gradflow[lightning]'") from err
 
-from gradflow.integrations.step_check import CHECK_STEPS, Finding, StepCheck, describe
+from gradflow.integrations.step_check import Checked, Finding, describe
 
 log = logging.getLogger("lightning.pytorch.callbacks.gradflow")
 
@@ -29,7 +29,7 @@ def _say(found: Finding) -> None:
     (log.warning if found.missing or found.failures else log.info)(describe(found))
 
 
-class GradflowCallback(Callback):
+class GradflowCallback(Checked, Callback):
     """Report (and with `fail_on`, stop on) parameters that get no gradient in the Trainer's first steps.
 
     fail_on: classes as for `gradflow inspect --fail-on` ("default", "cut,unused", ["frozen"], ...): raise
@@ -39,13 +39,6 @@ class GradflowCallback(Callback):
     check_steps: later steps checked cheaply for a change in which parameters get no gradient.
     `findings`: what each reported step showed (Finding objects: `.missing`, `.frozen`, `.to_dict()`).
     """
-
-    def __init__(self, fail_on=(), allow=(), check_steps: int = CHECK_STEPS):
-        self.check = StepCheck(fail_on, allow, check_steps)
-
-    @property
-    def findings(self) -> list[Finding]:
-        return self.check.findings
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.check.begin(pl_module)

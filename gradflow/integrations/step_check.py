@@ -228,3 +228,15 @@ def describe(found: Finding) -> str:
     wide, count_wide = max(map(len, labels)), max(map(len, counts))
     return "\n".join([head, *(f"  {label:<{wide}}  {count:>{count_wide}}  {r.first.why or r.first.status}"
                               for label, count, r in zip(labels, counts, shown))])
+
+
+class Checked:
+    """What both callbacks hold (mixed in before the framework's Callback class): the check and its findings."""
+
+    def __init__(self, fail_on=(), allow=(), check_steps: int = CHECK_STEPS):
+        self.check = StepCheck(fail_on, allow, check_steps)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """What each reported step showed."""
+        return self.check.findings
