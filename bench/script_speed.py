@@ -18,8 +18,8 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inspect_speed import best_of  # noqa: E402  (one interleaved best-of timer for both benchmarks)
 
-from gradflow.inspect.script import run_script
-from gradflow.inspect.script_table import backward_view
+from gradflow.script.backward_table import backward_view
+from gradflow.script.run import run_script
 
 SCRIPT = """
 import torch

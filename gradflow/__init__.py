@@ -23,14 +23,14 @@ __all__ = ["explain", "sweep", "check", "hessian", "trace", "watch", "whatif", "
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
-         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "inspect.tracer",
-         "watch": "inspect.watch",
+         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "report.build",
+         "watch": "report.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
-         "run_batch": "studies.batch"}
+         "run_batch": "batch.run"}
 
 
 def _version() -> str:
-    try:  # importlib.metadata costs ~0.1 s of start-up: only when asked
+    try:  # importlib.metadata is slow to import: only when asked
         from importlib.metadata import version
 
         return version("gradflow")

@@ -16,7 +16,7 @@ from gradflow.errors import LimitError, Span
 MAX_LENGTH = 10_000  # characters of program text
 MAX_DEPTH = 500  # nesting levels of the expression tree (parentheses, calls, operator chains)
 # nodes in the lowered graph. Names are short (language/graph.py: NAME_WIDTH), so cost grows linearly with the
-# nodes: 20,000 take ~1 s and ~150 MB over start-up (bench/program_size.py). A graph is also a chain as deep
+# nodes (bench/program_size.py measures it). A graph is also a chain as deep
 # as its nodes (x+x+...+x, or a1 = x*1; a2 = a1*1; ...): eval of a chain of 40,000 worked, one of 80,000
 # crashed (SIGSEGV, the C stack; docs/limits.md); the default keeps twice that margin.
 MAX_NODES = 20_000
@@ -94,7 +94,7 @@ def current() -> Limits:
 
 def using(limits: Limits) -> contextlib.AbstractContextManager[Limits]:
     """These limits in force inside the block (it gives them back); nothing to enter when they are in force
-    already (every record of a batch: its prepare, evaluate and record each asked again, ~1.5 us a time)."""
+    already (every record of a batch: its prepare, evaluate and record each ask again)."""
     return contextlib.nullcontext(limits) if limits is _CURRENT.get() else _entered(limits)
 
 

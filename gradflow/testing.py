@@ -6,7 +6,7 @@
         model = MyModel()
         assert_gradients_flow(lambda m: m(torch.randn(4, 8)).sum(), model, allow=["aux_head.*"])
 
-The check is `gradflow inspect --fail-on` from Python (classes: gradflow.inspect.gate.CLASSES). `.grad` is
+The check is `gradflow inspect --fail-on` from Python (classes: gradflow.report.fail_on.CLASSES). `.grad` is
 left as it was.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 
-from gradflow.inspect.gate import DEFAULT, failures, parse_classes
+from gradflow.report.fail_on import DEFAULT, failures, parse_classes
 
 __all__ = ["assert_gradients_flow"]
 
@@ -34,7 +34,7 @@ def assert_gradients_flow(loss_fn: Callable, model, *, allow: Iterable[str] = ()
     Returns the InspectReport when nothing failed. Raises AssertionError listing each offending parameter
     with its class and reason (the reason names the file:line of a cut or a freeze).
     """
-    from gradflow.inspect.tracer import trace
+    from gradflow.report.build import trace
 
     wanted = parse_classes(fail_on)
     allow = [allow] if isinstance(allow, str) else list(allow)

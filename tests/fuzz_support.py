@@ -20,7 +20,7 @@ from gradflow import GradflowError, explain
 from gradflow.language.compile import compile_program
 from gradflow.cli.app import app
 from gradflow.language.ops import FUNCTIONS, METHODS, QUALIFIED, short
-from gradflow.render.table import print_error, print_explanation
+from gradflow.render.node_table import print_error, print_explanation
 
 VARS = ["x", "y", "z", "w"]
 NUMBERS = ["0", "0.0", "1", "2", "3.5", ".5", "7.", "1e38", "1e39", "1e400", "1e-45", "1e-50", "123456789"]

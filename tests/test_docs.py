@@ -19,7 +19,7 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {}
 
 README = ROOT / "README.md"
 PAGES = pages()
-SLOW_PAGES = {"ddp.md"}  # each example starts real ranks (seconds each): checked with -m slow
+SLOW_PAGES = {"ddp.md", "integrations.md"}  # real ranks, real Trainers (seconds each): checked with -m slow
 
 
 def page_param(page: Path):

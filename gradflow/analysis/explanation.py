@@ -21,10 +21,10 @@ from gradflow.values.jsonable import (
     to_jsonable,
 )
 
-if TYPE_CHECKING:  # types only: the analysis never imports torch
-    from torch import Tensor
-
+if TYPE_CHECKING:
     from gradflow.language.graph import Graph
+
+Tensor = Any  # a torch.Tensor: the analysis never imports torch, not even for its types (the import contract)
 
 SCHEMA_VERSION = 1
 Status = Literal["live", "cut", "unused", "unreached", "off"]  # what the table's marker says (docs/eval.md)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradflow.language.ops import is_region
 from gradflow.values.jsonable import UNCONVERTED, plain_json, to_jsonable
 
-if TYPE_CHECKING:
-    from gradflow.analysis.explanation import Explanation
+Explanation = Any  # explanation.py's Explanation, which imports this module (in Explanation.flows)
 
 
 @dataclass(slots=True)

@@ -5,19 +5,17 @@ evaluation stay fast. Results go to stdout, diagnostics to stderr.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
+from typing import Annotated
+
+import typer
+
 from gradflow.cli import startup
-
-startup.begin()  # before the imports below: see startup.py
-
-import importlib  # noqa: E402
-import sys  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-import typer  # noqa: E402
-
-from gradflow.cli.common import EXTRA, long_options  # noqa: E402
-from gradflow.cli.help import Command, help_end  # noqa: E402
-from gradflow.errors import ExitCode  # noqa: E402
+from gradflow.cli.common import EXTRA, long_options
+from gradflow.cli.help import Command, help_end
+from gradflow.errors import ExitCode
 
 HELP_END = help_end([
     'gradflow eval "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
@@ -36,13 +34,14 @@ def _version(value: bool):
         raise typer.Exit()
 
 
-def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                               help="Show the version and exit.")] = False):
+def main(ctx: typer.Context, version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                                   help="Show the version and exit.")] = False):
     """Show how gradients flow through a PyTorch computation.
 
     Values are given as --NAME VALUE for each variable (--x 1, --x=-2, --w "[1,2]").
     Each command's --help lists its options, examples and exit codes.
     """
+    ctx.obj = option_table  # what a command asks for every command's options (cli/common.option_owners)
 
 
 # One module per command, gradflow/cli/NAME_command.py with a function NAME_cmd and a HELP_END epilog;
@@ -64,8 +63,8 @@ NAMES = [name for name, _ in _COMMANDS]
 def make_app(only: str | None = None) -> typer.Typer:
     """The Typer app with every command, or with the one command `only` (what a run of that command needs).
 
-    Building a command (importing its module, and Typer reading its signature) costs ~1-3 ms each, so a run
-    builds only the command it runs: a syntax error or `gradflow eval --help` never pays for the other seven.
+    A run builds only the command it runs (importing its module, Typer reading its signature): a syntax error
+    or `gradflow eval --help` never pays for the other eight.
     """
     application = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                               epilog=HELP_END, help="Show how gradients flow through a PyTorch computation.")
@@ -78,8 +77,11 @@ def make_app(only: str | None = None) -> typer.Typer:
     return application
 
 
+@functools.cache
 def option_table() -> dict[str, tuple[str, ...]]:
-    """Every long option (without --) of every command, and the commands that have it (cli/option_names.py)."""
+    """Every long option (without --) of every command, and the commands that have it: read from the app with
+    every command, built when first asked (a run builds only its own command, and asks only once the program
+    has parsed, so a syntax error never builds the others)."""
     root = typer.main.get_command(make_app())
     owners: dict[str, list[str]] = {}
     for cname, command in getattr(root, "commands", {}).items():
@@ -99,12 +101,7 @@ def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (test
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
     from gradflow.cli.streams import run_safely
 
-    startup.in_command()
     command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in NAMES else None  # else: help, --version, a typo
-    startup.begin()
     application = make_app(command)
-    startup.finish()
+    startup.before_run()
     run_safely(lambda: application(prog_name="gradflow"))
-
-
-startup.finish()

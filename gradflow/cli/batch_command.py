@@ -1,4 +1,4 @@
-"""`gradflow batch`: many programs in one process, JSON Lines out (see gradflow.studies.batch)."""
+"""`gradflow batch`: many programs, JSON Lines out (the work is gradflow.batch's)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
-from gradflow.cli.batch_encode import dumps_record
+from gradflow.batch.records import dumps_record
 from gradflow.cli.common import (
     BriefOpt,
     DebugOpt,
@@ -32,11 +32,10 @@ from gradflow.cli.common import (
 )
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
-from gradflow.studies.batch_freeze import Freezer
 
 if TYPE_CHECKING:
-    from gradflow.studies.batch import DefaultsUse
-    from gradflow.studies.batch_worker import Out
+    from gradflow.batch.records import Out
+    from gradflow.batch.run import DefaultsUse
 
 InputArg = Annotated[str | None, typer.Argument(
     help="A JSON Lines file, or '-' (the default) for stdin.", show_default=False, metavar="FILE")]
@@ -61,10 +60,10 @@ HELP_END = help_end([
 
 
 def _open(source: str, limit: int, first: int = 1) -> tuple[Iterator[str | GradflowError], Path | None]:
-    """The input's lines (batch_lines: one reader for files, pipes and stdin), and the path when it is a regular
+    """The input's lines (batch.lines: one reader for files, pipes and stdin), and the path when it is a regular
     file (its lines can be counted for a progress bar). A pipe, FIFO or `<(process substitution)` can be read only
     once: it is streamed like stdin."""
-    from gradflow.studies.batch_lines import read_lines
+    from gradflow.batch.lines import read_lines
 
     if source == "-":
         from gradflow.cli.streams import stdin_bytes
@@ -149,23 +148,24 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     def body() -> int:
         from functools import partial
 
+        from gradflow.batch.pool import end_of_command, needs_hard_exit, records_out, usable_cores
+        from gradflow.batch.run import DefaultsUse
         from gradflow.limits import as_limits
-        from gradflow.studies.batch import DefaultsUse
-        from gradflow.studies.batch_pool import batch_lines_out, needs_hard_exit, usable_cores
 
         path, extra = _source(source, ctx.args)
         values = parse_values(extra, var, ctx)
         limits = as_limits(limit)
         lines, regular = _open(path, limits.line, first_line)
         jobs_ = jobs or usable_cores()
-        records = batch_lines_out(lines, jobs_, partial(dumps_record, debug=debug, brief=brief), first_line=first_line,
-                                  text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
-                                  limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
-                                  summary=summary_mode(full, summary), brief=brief)
+        records = records_out(lines, jobs_, partial(dumps_record, debug=debug, brief=brief), first_line=first_line,
+                              text=text, values=values, wrt=wrt, dtype=dtype, device=device, debug=debug,
+                              limits=limits, seed=seed, strict=strict, options=option_owners(ctx),
+                              summary=summary_mode(full, summary), brief=brief)
         try:
             return _write_all(records, regular, first_line, DefaultsUse(values, limits), strict)
         finally:
             records.close()  # the workers stop now, whatever ended the loop (a reader gone, Ctrl-C, an error)
+            end_of_command()
             if needs_hard_exit():  # the input's reader thread still waits on a pipe: end without joining it
                 from gradflow.cli.streams import exit_hard
 
@@ -179,16 +179,14 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     """Every record to stdout, then `N of M lines failed` and the unused defaults on stderr; the exit code."""
     done = failed = 0
     # Reading a stream, each record goes out as soon as it is made (a pipeline may wait on it); from a file,
-    # in blocks (a flush per record cost ~5% of a batch). Ctrl-C still writes every finished record:
+    # in blocks (a flush per record would be a cost of every record). Ctrl-C still writes every finished record:
     # streams.run_safely flushes stdout on the way out.
     streaming = regular is None  # stdin, a pipe or a FIFO
-    freezer = Freezer()
     for _, out, kind, source in _progress(records, regular, first_line):
         if not _write(out, streaming):
             return int(ExitCode.OK)
         done, failed = done + 1, failed + counts_as_failure(kind)
         uses.see({"source": source})
-        freezer.record_done()  # torch and the cached graphs live as long as the batch: studies/batch_freeze.py
     if failed:
         consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
     if strict:

@@ -24,9 +24,9 @@ from gradflow.limits import (
     MAX_NODES,
     MAX_TOTAL_ELEMENTS,
 )
-from gradflow.studies.extras import EVAL_GRAPH_FORMATS
+from gradflow.studies.eval_extras import EVAL_GRAPH_FORMATS
 
-if TYPE_CHECKING:  # rich.console costs ~25 ms: imported only when something is printed through it
+if TYPE_CHECKING:  # rich.console is slow to import: imported only when something is printed through it
     from rich.console import Console
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -218,11 +218,10 @@ def read_program(expr: str | None, file: Path | None, limits=None) -> str:
 def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     """Every long option (without --) of every gradflow command, and the commands that have it: one rule for
     all commands, so no name is silently a variable in one command and an option in another (`--seed 3`).
-    The other commands' options come from cli/option_names.py (a run builds only its own command)."""
-    from gradflow.cli.option_names import OWNERS
-
+    Read from the app itself (cli/app.option_table, handed down in ctx.obj); without it, this command's own."""
+    table = ctx.obj() if callable(ctx.obj) else {}
     owners: dict[str, list[str]] = {"help": [], "version": []}
-    for name, commands in OWNERS.items():
+    for name, commands in table.items():
         owners[name] = list(commands)
     here = ctx.info_name or ctx.command.name or ""
     for name in long_options(ctx.command):
@@ -249,9 +248,10 @@ def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limit
     from gradflow.language.compile import compile_program
     from gradflow.limits import as_limits
 
+    inputs = compile_program(source, as_limits(limits)).inputs  # a syntax error stops here
     given = {item.partition("=")[0].strip() for item in var or []}
     owners = option_owners(ctx)
-    for name in compile_program(source, as_limits(limits)).inputs:
+    for name in inputs:
         if name in owners and name not in given:
             where = _elsewhere(name, owners, ctx)
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}"
@@ -310,7 +310,7 @@ def _once(values: dict[str, str], name: str, first: str, second: str | None = No
 def print_warnings(result) -> None:
     """A result's warnings to stderr, as eval prints them (--json also has them in `warnings`)."""
     if result.warnings:
-        from gradflow.render.table import print_warnings as show
+        from gradflow.render.node_table import print_warnings as show
 
         show(result, consoles()[1])
 

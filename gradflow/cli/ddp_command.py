@@ -67,7 +67,7 @@ def _classes(fail_on: tuple[str, ...], allow: tuple[str, ...]) -> tuple[str, ...
                               hint="e.g. --fail-on unused,divergent --allow 'aux_head.*'")
     if not fail_on:
         return ()
-    from gradflow.ddp.gate import classes
+    from gradflow.ddp.fail_on import classes
 
     return classes(fail_on)
 
@@ -170,7 +170,7 @@ def _show(doc: dict, json_: bool) -> int:
 
         print(dumps(doc), flush=True)
     else:
-        from gradflow.ddp.table import print_report
+        from gradflow.ddp.report_text import print_report
 
         print_report(doc, *consoles())
     if doc.get("gate"):
@@ -180,8 +180,8 @@ def _show(doc: dict, json_: bool) -> int:
 
 def _print_gate(doc: dict) -> None:
     """--fail-on: after the report, what failed on which rank(s), and why (stderr), as inspect prints it."""
-    from gradflow.ddp.gate import error
-    from gradflow.render.table import print_error
+    from gradflow.ddp.fail_on import error
+    from gradflow.render.node_table import print_error
 
     err = consoles()[1]
     for pat in doc["gate"]["unmatched_allow"]:

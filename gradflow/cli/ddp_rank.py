@@ -127,9 +127,9 @@ class RankRun:
 def run_rank(path: Path, name: str, target: str, timeout: float, fail_on: tuple[str, ...] = (),
              allow: tuple[str, ...] = ()) -> tuple[dict, int]:
     """(the report or an error document, the exit code) — the same on every rank. With `fail_on`, the report
-    gets its `gate` (ddp/gate.py), read from every rank's verdicts."""
+    gets its `gate` (ddp/fail_on.py), read from every rank's verdicts."""
     preload()
-    import gradflow.ddp.gate  # noqa: F401
+    import gradflow.ddp.fail_on  # noqa: F401
     import gradflow.ddp.merge  # noqa: F401  (imported while sys.path is gradflow's own)
 
     run = RankRun(path, name, timeout)
@@ -150,7 +150,7 @@ def run_rank(path: Path, name: str, target: str, timeout: float, fail_on: tuple[
 
     doc = merge(target, str(path), run.settings, verdicts, probes)
     if fail_on:
-        from gradflow.ddp.gate import gate
+        from gradflow.ddp.fail_on import gate
 
         doc["gate"] = gate(verdicts, doc, fail_on, allow)
     return doc, 0

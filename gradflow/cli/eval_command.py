@@ -97,7 +97,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
                                         strict, brief), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit,
                          strict=strict, brief=brief)
-        from gradflow.studies.extras import Extras
+        from gradflow.studies.eval_extras import Extras
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits
             extra = Extras.compute(result, check=check, order=order, graph=graph)
@@ -117,19 +117,19 @@ def check_brief(brief: bool, **views: bool) -> None:
 
 def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
-    from gradflow.render import extras
-    from gradflow.render.table import print_error, print_explanation, print_warnings
+    from gradflow.render import extras_output
+    from gradflow.render.node_table import print_error, print_explanation, print_warnings
 
     out, err = consoles()
     if as_json:
         from gradflow.values.jsonable import document, dumps
 
         with document(summary):  # one document: the extras' tensors count against the same limit
-            text = dumps(extras.add_to(extra, result.to_dict()))
+            text = dumps(extras_output.add_to(extra, result.to_dict()))
         print(text, flush=True)
         print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
     elif result.brief:
-        from gradflow.render.table import print_brief
+        from gradflow.render.node_table import print_brief
 
         print_brief(result, out, err)
     else:
@@ -138,7 +138,7 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
             from gradflow.render.flows import print_flows
 
             print_flows(result, out)
-        extras.print_extras(extra, out)
+        extras_output.print_extras(extra, out)
     if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
         print_error(result.error, err)
         return int(result.error.exit_code)

@@ -112,7 +112,7 @@ def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wr
     """
     def body() -> int:
         from gradflow.engine.explain import explain
-        from gradflow.studies.picture import picture
+        from gradflow.studies.torch_graph import picture
 
         source = read_program(expr, file)
         check_shadowed(source, ctx, var)  # a variable named format or output: --var format=2, not --format 2

@@ -24,8 +24,8 @@ from gradflow.cli.help import help_end
 from gradflow.cli.streams import exit_hard
 from gradflow.cli.user_code import contained, preload
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.inspect.gate import CLASSES as GATE_CLASSES
-from gradflow.inspect.gate import gate_document, parse_classes
+from gradflow.report.fail_on import CLASSES as GATE_CLASSES
+from gradflow.report.fail_on import gate_document, parse_classes
 
 GRAPHS = ("tree", "dot", "mermaid", "svg", "png")
 TargetArg = Annotated[str, typer.Argument(help="FUNCTION takes no arguments (or those given with --arg) and "
@@ -109,8 +109,7 @@ def load_function(path: Path, name: str):
 
 def run_function(func, name: str, kwargs: dict | None = None):
     """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer)."""
-    from gradflow.inspect.report_build import failure_error
-    from gradflow.inspect.tracer import trace
+    from gradflow.report.build import failure_error, trace
 
     check_call(func, name, kwargs or {})
     t = trace()
@@ -153,7 +152,7 @@ def _emit(report, o: Opts):
 def _picture(report, o: Opts):
     """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does)."""
     from gradflow.cli.graph_command import graphviz, write_out
-    from gradflow.inspect.picture import to_dot, to_mermaid
+    from gradflow.report.module_picture import to_dot, to_mermaid
 
     text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
     if o.graph in ("svg", "png"):
@@ -179,11 +178,11 @@ def _emit_to_stdout(report, o: Opts):
     elif o.graph in ("dot", "mermaid", "svg", "png"):
         _picture(report, o)
     elif o.graph == "tree":
-        from gradflow.inspect.table import module_tree
+        from gradflow.report.param_table import module_tree
 
         consoles()[0].print(module_tree(report))
     else:
-        from gradflow.inspect.table import print_report
+        from gradflow.report.param_table import print_report
 
         print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
 
@@ -210,7 +209,7 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
 
 def _json_error(err: GradflowError) -> int:
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
     from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
@@ -266,7 +265,7 @@ def _inspect(target: str, o: Opts) -> int:
         _free(report)
     code = 0
     if report.error is not None:
-        from gradflow.render.table import print_error
+        from gradflow.render.node_table import print_error
 
         print_error(report.error, consoles()[1])
         code = int(report.error.exit_code)
@@ -277,8 +276,8 @@ def _gate(report, o: Opts) -> int:
     """--fail-on: after the report, what failed and why (stderr); 6 if anything did."""
     if not o.fail_on:
         return 0
-    from gradflow.inspect.gate import failures, gate_error, unmatched
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
+    from gradflow.report.fail_on import failures, gate_error, unmatched
 
     err = consoles()[1]
     for pat in unmatched(report, o.allow):
@@ -314,8 +313,8 @@ def _threads_warning(threads) -> str:
 
 def _free(report):
     """Free the loss's autograd graph from the loss backwards: a long chain freed by torch alone can overflow
-    the C stack (inspect/teardown.py)."""
-    from gradflow.inspect.teardown import free_graph
+    the C stack (tracer/teardown.py)."""
+    from gradflow.tracer.teardown import free_graph
 
     holder, report.loss = [report.loss], report.loss.detach()
     free_graph(holder)

@@ -45,7 +45,7 @@ class _Emitter:
         self.summary = summary
 
     def __call__(self, call):
-        from gradflow.inspect.script import StopScript
+        from gradflow.script.run import StopScript
 
         try:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
@@ -56,7 +56,7 @@ class _Emitter:
             raise StopScript from None
 
     def _print(self, call):
-        from gradflow.inspect.script_table import backward_view, program_line, record
+        from gradflow.script.backward_table import backward_view, program_line, record
 
         if self.json:
             from gradflow.values.jsonable import document, dumps
@@ -103,7 +103,7 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
 
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False) -> int:
     from gradflow.cli.streams import stdout_gone
-    from gradflow.inspect.script import run_script
+    from gradflow.script.run import run_script
 
     emit = _Emitter(json_, sys.stdout, options, summary)
     with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
@@ -114,7 +114,7 @@ def _script(file: Path, args: list[str], json_: bool, options: set[str], summary
 def _json_error(err: GradflowError) -> int:
     """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.table import print_error
+    from gradflow.render.node_table import print_error
     from gradflow.values.jsonable import dumps
 
     print(dumps({"schema": SCHEMA_VERSION, "call": None, "line": None, "code": None, "outputs": [],

@@ -136,7 +136,7 @@ def _evaluate(req: SweepRequest, var: str, rng: SweepRange, tally: _Tally, table
 
 
 class _TableStream:
-    """The sweep table, a row at a time: the swept values (known before any point: ~2 µs each) set their
+    """The sweep table, a row at a time: the swept values (known before any point) set their
     column's width, the rows of the first BLOCK points (or of BLOCK_SECONDS from the first) the others'; then
     each row goes out as soon as its point is computed (`| head` returns at once, memory stays flat). A later
     cell wider than its column widens only its own row. The layout is the one rich gave the whole table
@@ -178,7 +178,7 @@ class _TableStream:
 
     def close(self, first) -> None:
         """The rows still held back (a short sweep), then the first point's cut lines."""
-        from gradflow.render.table import cut_lines
+        from gradflow.render.node_table import cut_lines
 
         if self.widths is None:
             self._open()
@@ -230,7 +230,7 @@ class _Tally:
     def finish(self) -> int:
         from rich.text import Text
 
-        from gradflow.render.table import print_error
+        from gradflow.render.node_table import print_error
 
         err = consoles()[1]
         for msg in self.warnings:

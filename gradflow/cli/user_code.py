@@ -32,12 +32,12 @@ def preload() -> None:
     import rich.table  # noqa: F401
 
     import gradflow.analysis.explanation  # noqa: F401
-    import gradflow.inspect.picture  # noqa: F401
-    import gradflow.inspect.report  # noqa: F401
-    import gradflow.inspect.report_build  # noqa: F401
-    import gradflow.inspect.table  # noqa: F401
-    import gradflow.inspect.teardown  # noqa: F401
-    import gradflow.render.table  # noqa: F401
+    import gradflow.render.node_table  # noqa: F401
+    import gradflow.report.build  # noqa: F401
+    import gradflow.report.inspect_report  # noqa: F401
+    import gradflow.report.module_picture  # noqa: F401
+    import gradflow.report.param_table  # noqa: F401
+    import gradflow.tracer.teardown  # noqa: F401
     import gradflow.values.jsonable  # noqa: F401
 
 
@@ -52,7 +52,7 @@ class UserCode:
     def run(self, what: str, fn: Callable[..., Any], *args, all_errors: bool = True, **kwargs):
         """fn(*args, **kwargs); what it raises is the user's failure (`what` names the step), except
         gradflow's own errors, a real Ctrl-C, and with all_errors=False any Exception (gradflow sorted those)."""
-        from gradflow.inspect.source import user_failure
+        from gradflow.tracer.source_lines import user_failure
 
         try:
             return fn(*args, **kwargs)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 ENV_STATUS = "GRADFLOW_DDP_STATUS_FD"  # the pipe a rank reports to (set by this launcher only)
 GRACE = 3.0  # seconds the other ranks get to finish once one rank is done or gave up
-JOIN_FLOOR = 60.0  # seconds the ranks this launcher starts get to import torch and meet (a busy machine: ~15 s)
+JOIN_FLOOR = 60.0  # seconds the ranks this launcher starts get to import torch and meet (room for a busy machine)
 
 
 def under_launcher() -> tuple[int, int] | None:

@@ -174,7 +174,7 @@ def verdicts(report, rank: int) -> dict:
         line = p.cuts[0].line if p.cuts and p.cuts[0].line else (use_lines[0] if use_lines else None)
         params.append({"name": p.name, "numel": p.numel, "status": p.status, "grad": p.grad is not None,
                        "requires_grad": p.requires_grad, "reason": p.why, "line": line, "uses": use_lines[:8],
-                       # what inspect's gate reads of its JSON (inspect/gate.py rows_of), for --fail-on
+                       # what inspect's gate reads of its JSON (report/fail_on.py rows_of), for --fail-on
                        "aliases": list(p.aliases), "grad_is_none": p.grad is None,
                        "grad_norm": to_jsonable(_norm(p)), "routes": [r.to_dict() for r in p.routes[:1]],
                        "cuts": [c.line for c in p.cuts]})

@@ -2,7 +2,7 @@
 
 Torch-free: a result's shape is computed from its operands' shapes by the op row's rule (broadcasting,
 matmul's, cat's, stack's). Running the operation on "meta" tensors would give the same, but the first such
-call imports torch._dynamo (~1-2 s).
+call imports torch._dynamo, which is slow to import.
 """
 from __future__ import annotations
 

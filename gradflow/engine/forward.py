@@ -20,7 +20,6 @@ import torch
 
 from gradflow.analysis.explanation import EdgeResult, Warning
 from gradflow.engine.budget import account, account_flow, precheck
-from gradflow.engine.hooks import torch_imported
 from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
@@ -31,8 +30,6 @@ from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-torch_imported()  # in a command, torch's objects are frozen out of the garbage collector's reach (cli/startup.py)
 
 # The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
 REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
@@ -171,7 +168,7 @@ class Run:
             if node.modes and (modes := self.modes(node)):
                 with _context(modes):
                     out = fn(*args, **dict(node.params))
-            else:  # most ops: no context manager to enter, often no keyword to pass (~1 us each per op)
+            else:  # most ops: no context manager to enter, often no keyword to pass
                 out = fn(*args, **dict(node.params)) if node.params else fn(*args)
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
@@ -223,8 +220,8 @@ class Run:
                             span=step.span, source=self.g.source)
 
     def run(self) -> dict[int, torch.Tensor]:
-        """Every step in order. Warnings are recorded once for the whole run (a catch_warnings() per op cost
-        ~6 us); an op's are reported as its node's, any other (making a leaf) is passed on as it would be."""
+        """Every step in order. Warnings are recorded once for the whole run (not a catch_warnings() per op);
+        an op's are reported as its node's, any other (making a leaf) is passed on as it would be."""
         self.claimed = set()  # indexes in self.said of the ops' own warnings
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")

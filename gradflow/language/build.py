@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from functools import partial
 
+from lark import Token
+from lark.visitors import Transformer_NonRecursive
+
 from gradflow.errors import ParseError, Span
 from gradflow.language.calls import Binder, number, quick_bind
-from gradflow.language.larklib import Token, Transformer_NonRecursive
 from gradflow.language.ops import CONTEXTS, FUNCTIONS, METHODS, PROPERTIES, QUALIFIED, qualified, short, suggest
 from gradflow.language.syntax import (
     Assign,

@@ -102,24 +102,6 @@ def compile_program(source: str, limits: Limits | None = None) -> Graph:
     return graph
 
 
-def compile_uncached(source: str, limits: Limits | None = None) -> Graph:
-    """compile_program without the cache: for a graph that another process will use (`batch --jobs N`'s
-    command compiles programs for its workers while their fork server starts, studies/batch_ahead.py)."""
-    return _compile(source, current() if limits is None else limits)
-
-
-def known(source: str, limits: Limits) -> bool:
-    """Is the graph of `source` within `limits` in the cache already?"""
-    with _CACHE.lock:
-        return (source, limits) in _CACHE.entries
-
-
-def remember(graph: Graph, limits: Limits) -> None:
-    """Keep a graph compiled elsewhere (by compile_uncached, in another process) as the compiled `graph.source`
-    within `limits`: compile_program then returns it without parsing."""
-    _CACHE.put((graph.source, limits), graph)
-
-
 def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
     program = parse(source)  # first: a syntax error never loads syntax.py

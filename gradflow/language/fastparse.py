@@ -1,20 +1,17 @@
-"""Parsing without a parse tree: an LALR loop over lark's tables calls Build's methods as it reduces, fed by a
-lexer that matches every terminal at once. The second of parser.parse's three paths: climb.py (precedence
-climbing, one-line programs of the common constructs) tries first and gives up on anything else; this module
-parses every text that parses; any error, and parser.py parses the text again the usual way (lark's contextual
-lexer, the parse tree, then Build over it), which reports it exactly as before: a syntax error anywhere wins
-over an unknown function before it, as it always has.
+"""Parsing without a parse tree, for a process that parses many texts (batch, sweeps): an LALR loop over lark's
+tables calls Build's methods as it reduces, fed by a lexer that matches every terminal at once.
+
+Why it is kept beside lark's own parser (parser.py): over all-distinct programs (`batch --brief` of 10,000
+lines, bench/run.py (e)) lark's parser and the tree pass made the whole command more than 15% slower than
+this loop (figures in bench/README.md). It parses every text that parses, to the same nodes (tests pin it);
+on an error it stops (`NotFast`, a table miss, a build or indentation error) and parser.py parses the text
+again with lark, which reports it exactly as before: a syntax error anywhere wins over an unknown function
+before it.
 
 lark stays the parser generator (the tables come from it), the grammar's reader and the error reporter; only the
-hot loop is ours (`Fast._parse`): lark's `ParserState.feed_token` is one Python call per token with its look-ups
-and asserts, behind its `parse_from_state` and `LexerThread`. The price: the loop reads the table as lark 1.3.1
-lays it out (`_layout` checks that layout when the parser is built; any other, and parser.py keeps to the tree
-path, as for any other lark insides this module does not expect).
-
-Where the time went (bench/README.md, "Front end"): lark's tree builder and the Build pass over the tree,
-Python-level hash and equality of lark's rules at every reduction (its table holds a copy of a rule per
-action), a wrapper call for each `?rule` with one child, lark's lexer (a parser-state look-up, a line counter
-and a Token built through keyword arguments per token), and its parser's per-token call.
+hot loop is ours (`Fast._parse`). It reads lark's insides (its table layout, lexers and rule callbacks, the
+private ones through gradflow/compat.py): `_layout` checks the table when the parser is built, and on any other
+lark parser.py keeps to lark's own parser.
 """
 from __future__ import annotations
 
@@ -23,8 +20,12 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
+from lark import Lark, Token
+from lark.lexer import UnlessCallback
+from lark.parse_tree_builder import ExpandSingleChild
+
+from gradflow.compat import lark_rule_callbacks, lark_scanner_patterns
 from gradflow.language.build import Build
-from gradflow.language.larklib import ExpandSingleChild, Lark, Token, UnlessCallback
 from gradflow.language.lexing import Continuation, at_end
 
 
@@ -34,7 +35,7 @@ class Fast(threading.local):
 
     def __init__(self, lark: Lark):
         self.build = Build("")
-        by_rule = lark._parse_tree_builder.create_callback(self.build)
+        by_rule = lark_rule_callbacks(lark, self.build)
         for rule, f in by_rule.items():
             if type(f) is ExpandSingleChild and len(rule.expansion) == 1:  # `?sum: product`: the child itself, in C
                 by_rule[rule] = itemgetter(0)
@@ -60,9 +61,9 @@ class Fast(threading.local):
         for rule, callback in callbacks.items():
             rule.callback = callback
         self.lexers = lark.parser.lexer.lexer.lexers  # lark's contextual lexer: one per parser state
+        self.patterns = {state: lark_scanner_patterns(lexer.scanner) for state, lexer in self.lexers.items()}
         root = lark.parser.lexer.lexer.root_lexer  # lark's lexer over every terminal (the contextual one's fallback)
-        scanner = root.scanner
-        (self.pattern,) = scanner._mres  # one regular expression: every terminal a named group, in lark's order
+        (self.pattern,) = lark_scanner_patterns(root.scanner)  # every terminal a named group, in lark's order
         self.ignore = frozenset(root.ignore_types)
         self.newlines = frozenset(root.newline_types)
         self.keywords: dict[str, dict[str, str]] = {}  # NAME -> {"with": "WITH", ...}: lark's `unless` callbacks
@@ -115,7 +116,7 @@ class Fast(threading.local):
                     return values[-1]
                 stack.append(goto)
                 row = states[goto]
-        raise _NotFast  # not reached: the end of input is never shifted
+        raise NotFast  # not reached: the end of input is never shifted
 
     def _tokens(self, text: str, stack: list, end_line: bool):
         """The tokens of lark's contextual lexer. Each is matched against every terminal at once (lark's order,
@@ -130,7 +131,7 @@ class Fast(threading.local):
         while pos < end:
             m = match(text, pos)
             if m is None:
-                raise _NotFast  # a character no terminal matches
+                raise NotFast  # a character no terminal matches
             kind = m.lastgroup
             if kind in ignore:  # spaces, comments: every state's lexer has them too
                 if kind in newlines and "\n" in m.group():
@@ -158,7 +159,7 @@ class Fast(threading.local):
     def _contextual(self, state, text: str, pos: int):
         """The match of lark's lexer for this parser state (only the terminals it accepts), and its type."""
         lexer = self.lexers[state]
-        for pattern in lexer.scanner._mres:
+        for pattern in self.patterns[state]:
             m = pattern.match(text, pos)
             if m is not None:
                 kind = m.lastgroup
@@ -168,7 +169,7 @@ class Fast(threading.local):
                 if kind in self.ignore:
                     break
                 return m, kind
-        raise _NotFast  # lark reports what is wrong here
+        raise NotFast  # lark reports what is wrong here
 
 
 def _skip_unit_states(states: dict, callbacks: dict, ends: set) -> None:
@@ -221,7 +222,7 @@ def _layout(states: dict, start: int, end: int):
     return shift
 
 
-class _NotFast(Exception):
+class NotFast(Exception):
     pass
 
 

@@ -8,7 +8,8 @@
 """
 from __future__ import annotations
 
-from gradflow.language.larklib import PostLex, Token
+from lark import Token
+from lark.lark import PostLex
 
 _OPEN, _CLOSE = ("LPAR", "LSQB"), ("RPAR", "RSQB")
 

@@ -1,29 +1,24 @@
-"""Text -> Program: lark parses with grammar.lark, the transformer in build.py builds typed nodes.
+"""Text -> Program: lark's LALR parser reads grammar.lark into a parse tree, the transformer in build.py
+turns the tree into typed nodes.
 
-Errors become `ParseError`s carrying a span, so the CLI can underline the bad
-token. Nothing is ever handed to Python's eval.
+Errors become `ParseError`s carrying a span, so the CLI can underline the bad token. Nothing is ever handed to
+Python's eval.
 
-Three paths give the same nodes (`parse`): climb.py, precedence climbing over one-line programs of the common
-constructs (the batch's programs), gives up on anything else and on any error; fastparse.py, lark's LALR
-tables in a loop of our own, parses every text that parses and gives up on any error; the parse tree
-(`_tree_parse`, lark's parser then Build over its tree) reports every error, as it always has. Each of the
-first two checks when it is built that grammar.lark and lark are what it reads (else parse keeps to the rest).
+Why a tree and not lark's `transformer=` option (nodes built during the parse, as lark's calc example does):
+that is a little faster, but it would report an unknown name before a syntax error later in the text, load the
+node classes before a syntax error is found, and share one transformer (which quotes the text in its errors)
+between threads. Parsing first, then building, gives all three for free. Neither is fast enough for a batch of
+all-distinct programs: fastparse.py is, once a first text has parsed (`parse`).
 """
 from __future__ import annotations
 
 import functools
-import sys
 from typing import TYPE_CHECKING, Any
 
+from lark import Lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
 from gradflow.errors import ParseError, Span
-from gradflow.language.larklib import (
-    Lark,
-    UnexpectedCharacters,
-    UnexpectedEOF,
-    UnexpectedInput,
-    UnexpectedToken,
-    VisitError,
-)
 from gradflow.language.lexing import Continuation, IndentationProblem
 
 if TYPE_CHECKING:
@@ -93,69 +88,56 @@ def _where(source: str, pos: int) -> str:
     return f"line {line}, column {pos - (source.rfind(chr(10), 0, pos) + 1) + 1}"
 
 
-# The fast paths (climb.py, then fastparse.py: no parse tree, Build's methods called as the text is read) are taken
-# once the node classes are loaded (a previous program parsed: batch, sweeps, tests) or for a text long enough
-# that loading them (~20 ms) is small next to parsing it: a short program with a syntax error, the common early
-# exit, still loads none of them. Any error there, and the tree path reports it, exactly as it always has.
-FAST_FROM = 2000  # characters
-
-
-_FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ from what it expects
-_CLIMB: list = []  # [climb.Climb], or [None] when grammar.lark's rules or lark's insides differ from its own
-
-
-def _build(slot: list, path) -> None:
-    """A fast path over this lark (`path(lark)`) into `slot`, or None there when grammar.lark's rules or lark's
-    insides differ from what it reads: parse then keeps to the paths after it."""
-    try:
-        slot.append(path(_lark()))
-    except (AttributeError, KeyError, TypeError, ValueError):
-        slot.append(None)
-
-
-def _fast():
-    if not _FAST:
-        from gradflow.language.fastparse import Fast
-
-        _build(_FAST, Fast)
-    return _FAST[0]
-
-
-def _climb():
-    if not _CLIMB:
-        from gradflow.language.climb import Climb
-
-        _build(_CLIMB, Climb)
-    return _CLIMB[0]
-
-
 def parse(source: str) -> Program:
     """Parse program text into typed statements. Raises ParseError.
 
-    Three paths, each taking over where the one before gives up: climb.py (one-line programs of the common
-    constructs, by precedence climbing), fastparse.py (lark's LALR tables in a loop of our own, any text that
-    parses), and the parse tree (`_tree_parse`), which reports every error. The first two never report one:
-    on any error they give up, and the text is parsed again by the next path. All three give the same nodes."""
-    if len(source) >= FAST_FROM or "gradflow.language.build" in sys.modules:
-        for path in (_climb(), _fast()):
-            if path is not None:
-                try:
-                    stmts = path.parse(source)
-                except Exception:  # noqa: BLE001  # any error: the next path, and last the tree path, reports it
-                    continue
-                if not _PROGRAM:  # an import statement costs ~0.7 us, 2% of a short program's parse
-                    from gradflow.language.syntax import Program
-
-                    _PROGRAM.append(Program)
-                return _PROGRAM[0](source, stmts)
-    return _tree_parse(source)
+    lark's LALR parser builds the parse tree, then Build turns it into typed nodes. Parsing the whole text
+    first means a syntax error anywhere wins over an unknown name before it, and a text with a syntax error
+    never loads the node classes. Once a text has parsed, later texts go through fastparse.py first (the
+    same nodes, faster, for a process that parses many); on any error there, lark's parser reports it."""
+    if _FAST:
+        fast = _FAST[0]
+        if fast is not None:
+            try:
+                return _program()(source, fast.parse(source))
+            except _fast_errors():
+                pass  # lark's parser below reports the error, exactly as always
+    program = _tree_parse(source)
+    if not _FAST:
+        _FAST.append(_fast())
+    return program
 
 
-_PROGRAM: list = []  # [syntax.Program], once a fast path has parsed a text
+_FAST: list = []  # [fastparse.Fast], or [None] when this lark's insides differ from what it reads
+
+
+def _fast():
+    """fastparse's parser over this lark, or None where lark's insides differ from what it reads."""
+    from gradflow.language.fastparse import Fast
+
+    try:
+        return Fast(_lark())
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def _fast_errors() -> tuple[type[Exception], ...]:
+    """What fastparse raises on a text with an error: then lark's parser parses it again and reports it."""
+    from gradflow.language.fastparse import NotFast
+
+    return NotFast, KeyError, ParseError, IndentationProblem
+
+
+@functools.cache
+def _program() -> type[Program]:
+    from gradflow.language.syntax import Program
+
+    return Program
 
 
 def _tree_parse(source: str) -> Program:
-    """The parse tree, then Build over it: every error is reported from here."""
+    """lark's parse tree, then Build over it: every error is reported from here."""
     try:
         tree = _lark().parse(source)
     except UnexpectedInput as err:

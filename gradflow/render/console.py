@@ -18,7 +18,7 @@ from rich.segment import Segment
 
 from gradflow.display import visible
 
-MIN_WIDTH = 40  # below this, even the per-node blocks (render/table.py) break every few characters
+MIN_WIDTH = 40  # below this, even the per-node blocks (render/node_table.py) break every few characters
 MAX_WIDTH = 4096  # above this, a padded line would cost memory for nothing (COLUMNS=100000000)
 DEFAULT_HEIGHT = 25
 

@@ -13,7 +13,7 @@ from rich.tree import Tree
 
 from gradflow.display import dot_string, mermaid_text
 from gradflow.language.ops import is_cut, is_region
-from gradflow.studies.picture import Picture, PNode
+from gradflow.studies.torch_graph import Picture, PNode
 
 GREEN, GREY, RED = "#2e7d32", "#9e9e9e", "#c62828"
 

@@ -1,4 +1,4 @@
-"""Gradient health per layer (inspect/health.py) as a terminal bar chart or a picture.
+"""Gradient health per layer (report/layer_health.py) as a terminal bar chart or a picture.
 
 Both are the "plot grad flow" chart: one bar per layer in forward order, the grad norm on a log scale, and the
 layers a log scale cannot show marked apart: exactly zero (`0`), no gradient at all (None, `—`) and nan/inf
@@ -17,7 +17,7 @@ from gradflow.display import visible
 from gradflow.values.text import format_number
 
 if TYPE_CHECKING:
-    from gradflow.inspect.health import HealthReport, LayerHealth
+    from gradflow.report.layer_health import HealthReport, LayerHealth
 
 BAR_WIDTH = 32
 NAME_WIDTH = 28

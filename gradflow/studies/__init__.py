@@ -1,2 +1,2 @@
-"""Questions answered with several evaluations: whatif, compare, modes, numeric check, Hessian, sweeps,
-batch, the graph picture."""
+"""Questions answered with several evaluations: whatif, compare, modes, numeric check, Hessian, sweeps, the graph
+picture."""

@@ -41,7 +41,7 @@ _DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gr
 class document:  # noqa: N801 - used as a function: `with document(summary):`
     """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
     (limits.using). Nested: the outermost document counts and decides. A class, not a generator: every record
-    of a batch enters one (a generator-based context manager costs ~2 us, this ~0.5 us)."""
+    of a batch enters one (a generator-based context manager costs several times more)."""
 
     __slots__ = ("summary", "token")
 
@@ -218,5 +218,5 @@ _ENCODER = json.JSONEncoder(allow_nan=False, check_circular=False)  # gradflow's
 def dumps(obj, **kw) -> str:
     """Strict RFC 8259 JSON: a stray NaN raises instead of producing invalid output."""
     if not kw:
-        return _ENCODER.encode(obj)  # one encoder, without the cycle check's bookkeeping (~8%)
+        return _ENCODER.encode(obj)  # one encoder, without the cycle check's bookkeeping
     return json.dumps(obj, allow_nan=False, **kw)

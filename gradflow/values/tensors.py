@@ -28,7 +28,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, MemoryError)
 
 
-@functools.cache  # probing cuda/mps costs ~50 us: once per process (batch)
+@functools.cache  # probing cuda/mps is slow: once per process (batch)
 def resolve_device(device: str) -> torch.device:
     if device == "cpu":
         return _CPU  # always there (asked per evaluation: no other backend to ask about)
@@ -53,7 +53,7 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 def scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A 0-d tensor of a Python number, as torch.tensor makes it (1e39 in float32 is inf); scalar_tensor is
-    twice as fast (~3 us, once per number of every evaluation) but refuses values the dtype overflows."""
+    faster (once per number of every evaluation) but refuses values the dtype overflows."""
     try:
         return torch.scalar_tensor(value, dtype=dtype, device=device)
     except RuntimeError:

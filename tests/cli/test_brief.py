@@ -74,8 +74,7 @@ def test_batch_brief_records_are_the_full_records_less_the_graph(jobs):
 
 def test_batch_brief_strips_records_made_outside_run_batch():
     """A record the pool makes itself (a worker that died: crashed_record) loses the graph keys too."""
-    from gradflow.cli.batch_encode import dumps_record
-    from gradflow.studies.batch import crashed_record
+    from gradflow.batch.records import crashed_record, dumps_record
 
     rec = crashed_record(3, '{"expr": "x*2"}', False, "was killed")
     assert "nodes" in rec

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from gradflow.render import plain as diagnostics
 from gradflow.errors import ParseError, Span, UserCodeError, ValueInputError
-from gradflow.render.table import print_error as rich_print_error
+from gradflow.render.node_table import print_error as rich_print_error
 
 from ..processes import GRADFLOW, run
 
@@ -31,7 +31,7 @@ def test_syntax_error_loads_no_rich_console_nor_node_classes():
     res, mods = _imported("eval", "(x*y1 - detach(x*y2)^2", "--x", "1")
     assert res.returncode == 2
     assert "error: syntax error: unexpected end of input at position 22" in res.stderr
-    assert not {"rich.console", "rich.text", "gradflow.render.table", "gradflow.language.graph", "torch"} & mods
+    assert not {"rich.console", "rich.text", "gradflow.render.node_table", "gradflow.language.graph", "torch"} & mods
 
 
 def test_inspect_of_a_missing_file_loads_no_torch():

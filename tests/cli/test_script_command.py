@@ -140,7 +140,7 @@ def test_a_bug_in_gradflow_is_not_blamed_on_the_script(cli, tmp_path, monkeypatc
     def broken(*args, **kwargs):
         raise KeyError("oops")
 
-    monkeypatch.setattr("gradflow.inspect.script_trace.build_program", broken)
+    monkeypatch.setattr("gradflow.script.recorder.build_program", broken)
     path = script(tmp_path, "import torch\nx = torch.ones(2, requires_grad=True)\ntry:\n    x.sum().backward()\n"
                             "except Exception:\n    pass\n")
     res = cli("script", path)

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gradflow.analysis.explanation import error_document
+from gradflow.batch import run_batch
 from gradflow.cli.app import app
 from gradflow.errors import GradflowError
-from gradflow.studies.batch import run_batch
 
 UNUSED = "a value was given for 'y2', which the program does not use"
 TYPO = "a value was given for 'yy1', which the program does not use; did you mean 'y1'?"
@@ -244,13 +244,3 @@ def test_the_python_api_warns_too_and_strict_raises():
     for run in (explain, whatif):
         with pytest.raises(ValueInputError, match="which the program does not use"):
             run("x*y1", x=1, y1=2, y2=7, strict=True)
-
-
-def test_the_option_names_table_is_the_apps():
-    import pprint
-
-    from gradflow.cli.app import option_table
-    from gradflow.cli.option_names import OWNERS
-
-    table = option_table()
-    assert OWNERS == table, f"a command's options changed: paste into cli/option_names.py\n{pprint.pformat(table)}"

@@ -2,7 +2,7 @@
 Typer's coercion still right for the values that need it, no parse-table cache to poison."""
 import pytest
 
-from gradflow.cli import startup
+from gradflow import compat
 
 from ..processes import GRADFLOW, PYTHON, run
 
@@ -25,20 +25,8 @@ def test_help_and_early_errors_import_neither_torch_nor_pydantic(args):
     assert res.returncode in (0, 2)
     mods = _imported(res.stderr)
     assert "torch" not in mods
-    from typer import core
-    if getattr(core.build_runtime_param, "_gradflow", False):  # only where the Typer shortcut applies
+    if compat.typer_coercion_applies():  # only where the Typer shortcut applies
         assert "pydantic" not in mods
-
-
-def test_the_batch_encoder_brings_no_typer_into_the_fork_server():
-    """`batch --jobs N`'s fork server preloads the module of the encoder its workers run before it forks the first
-    one (batch_pool): that module must not bring Typer and the command's options with it (~25 ms on that path)."""
-    from gradflow.cli import batch_command
-    from gradflow.cli.batch_encode import dumps_record
-
-    assert batch_command.dumps_record is dumps_record
-    res = run([*PYTHON, "-X", "importtime", "-c", "import gradflow.cli.batch_encode"], text=True)
-    assert res.returncode == 0 and not {"typer", "click", "rich"} & _imported(res.stderr)
 
 
 _MODULES_AT_EXIT = """
@@ -63,15 +51,6 @@ def test_a_run_builds_only_its_command():
     assert {"gradflow.cli.batch_command", "gradflow.cli.inspect_command", "gradflow.cli.script_command"} <= helped
 
 
-def test_lark_is_imported_with_regex_hidden_and_regex_stays_importable():
-    pytest.importorskip("regex")  # an optional package (transformers brings it): lark imports it when present
-    code = ("import sys; from gradflow.language import parser; parser.parse('x+1'); "
-            "hidden = 'regex' not in sys.modules; import regex; print(hidden, regex.compile('a+').match('aa')[0])")
-    res = run([*PYTHON, "-c", code], text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["True", "aa"]
-
-
 def test_options_still_coerced(cli, tmp_path):
     prog = tmp_path / "p.txt"
     prog.write_text("x*y")
@@ -81,34 +60,39 @@ def test_options_still_coerced(cli, tmp_path):
     assert '"grads": {"x": 5.0, "y": 2.0}' in res.stdout and '"dtype": "float64"' in res.stdout
 
 
-@pytest.mark.parametrize("low,high", [(None, None), (1, None), (0, 10), (2, 3)])
-def test_a_whole_number_is_what_typers_coercion_makes_of_it(low, high):
-    """`--jobs 2`, `--first-line 3`: the shortcut gives Typer's int, or leaves the value to Typer's coercion,
-    which then words the error (never a different answer)."""
-    import typer
-    from typer import _coercion
-
-    info = typer.Option("--n", min=low, max=high)
-    typers = _coercion.build_runtime_param(_coercion.resolve_type_descriptor(int, info))
-    taken = 0
-    for value in ["0", "1", "2", "3", "02", "007", "10", "11", "-1", "+3", " 3", "3 ", "1.5", "x", "", "٣", "1e3",
-                  "99999999999999999999"]:
-        got = startup._plain(int, value, info)
-        try:
-            want = typers._coerce_value(value, param=None, ctx=None)
-        except typer.BadParameter:
-            assert got is startup._NOT_PLAIN, value
-            continue
-        assert got is startup._NOT_PLAIN or (got == want and type(got) is int), value
-        taken += got is not startup._NOT_PLAIN
-    assert taken >= 3  # digits within the range are taken: no pydantic for them
-    assert startup._plain(str, "x", info) == "x" and startup._plain(float, "1.5", info) is startup._NOT_PLAIN
+_STATE = """
+import gc, importlib, sys
+from typer import core
+patch = core.build_runtime_param
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(gc.isenabled(), gc.get_freeze_count(), core.build_runtime_param is patch)
+"""
 
 
-def test_install_is_idempotent():
-    import gradflow.cli.app  # noqa: F401  (installs it)
+def _state_after_importing(*modules: str) -> list[str]:
+    res = run([*PYTHON, "-c", _STATE, *modules], text=True)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
 
-    assert startup._lazy_typer_coercion() is False  # already installed (or not applicable)
+
+def test_importing_the_command_changes_no_global_state():
+    """The collector, its frozen objects and Typer stay as they were: only run() changes them."""
+    assert _state_after_importing("gradflow.cli.app", "gradflow.cli.startup", "gradflow.compat") == \
+        ["True", "0", "True"]
+
+
+@pytest.mark.slow
+def test_importing_any_gradflow_module_changes_no_global_state():
+    """Every module but the entry point."""
+    import pkgutil
+
+    import gradflow
+
+    names = [m.name for m in pkgutil.walk_packages(gradflow.__path__, "gradflow.")
+             if m.name != "gradflow.__main__"]
+    assert len(names) > 100
+    assert _state_after_importing(*names) == ["True", "0", "True"]
 
 
 _PAYLOAD = """

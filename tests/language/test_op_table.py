@@ -55,7 +55,7 @@ def test_every_spelling_names_one_row():
 
 
 def test_a_new_cut_spelling_is_known_to_inspect():
-    from gradflow.inspect.tracer import _DETACH
+    from gradflow.tracer.records import DETACH as _DETACH
 
     assert _DETACH == set(OPS["detach"].torch_names) == {"detach", "detach_", "data"}
 

@@ -1,4 +1,6 @@
-"""Parser: precedence, statements, every error kind with its position, injection attempts."""
+"""Parser: precedence, statements, every error kind with its position, injection attempts, deep and long texts."""
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -217,3 +219,55 @@ def test_any_text_parses_or_raises_parse_error(text):
         assert e.kind in ("syntax", "unknown_function", "unknown_method", "unknown_keyword", "arity", "argument",
                           "empty")
         assert e.span is None or 0 <= e.span.start <= len(text)
+
+
+def test_a_build_error_before_a_syntax_error_is_still_the_syntax_error():
+    """The whole text is parsed before any node is built, so a syntax error anywhere wins over an unknown
+    function before it."""
+    with pytest.raises(ParseError) as e:
+        parse("foo(x) + )")
+    assert e.value.kind == "syntax" and "unexpected ')' at position 9" in str(e.value)
+    with pytest.raises(ParseError) as e:
+        parse("x[1.5]; (")
+    assert e.value.kind == "syntax"
+
+
+def test_threads_parse_their_own_texts():
+    """Each parse builds its nodes against its own text (errors quote it), whichever thread runs it: lark's
+    parser, and fastparse's per-thread state once a text has parsed."""
+    texts = [" + ".join(f"x*{k}" for k in range(n, n + 40)) for n in range(8)]
+    want = [parse(t).stmts for t in texts]
+    got: dict[int, list] = {}
+
+    def work(i):
+        got[i] = [parse(texts[i]).stmts for _ in range(30)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(runs == [want[i]] * 30 for i, runs in got.items()) and len(got) == len(texts)
+
+
+@pytest.mark.parametrize("text,depth", [("(" * 2000 + "x" + ")" * 2000, 1), ("-" * 3000 + "x", 3001),
+                                        ("x" + "^x" * 3000, 3001), ("sin(" * 1500 + "x" + ")" * 1500, 1501)])
+def test_deep_nesting_parses_without_recursion(text, depth):
+    """Far deeper than Python's recursion limit: lark's parser and the transformer both work without it."""
+    (stmt,) = parse(text).stmts
+    levels, todo = 0, [(stmt.expr, 1)]
+    while todo:
+        e, level = todo.pop()
+        levels = max(levels, level)
+        todo.extend((a, level + 1) for a in getattr(e, "args", ()))
+    assert levels == depth and stmt.expr.full == (0, len(text))
+
+
+def test_long_sums_parse_left_to_right():
+    text = " + ".join(f"x*{k}" for k in range(2000))
+    (stmt,) = parse(text).stmts
+    e, terms = stmt.expr, 1
+    while e.op == "add":
+        assert e.args[1].args[1].value == 2000 - terms
+        e, terms = e.args[0], terms + 1
+    assert terms == 2000 and e.op == "mul"

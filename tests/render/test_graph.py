@@ -11,7 +11,7 @@ import pytest
 
 from gradflow import explain
 from gradflow.render.graph import to_dot, to_mermaid, to_tree
-from gradflow.studies.picture import picture
+from gradflow.studies.torch_graph import picture
 
 from ..conftest import BLOG
 from ..processes import PYTHON, run

@@ -5,7 +5,7 @@ import torch
 from rich.console import Console
 
 from gradflow import explain
-from gradflow.render.table import print_explanation
+from gradflow.render.node_table import print_explanation
 from gradflow.values.text import format_tensor
 
 

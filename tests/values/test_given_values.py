@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from gradflow import explain
+from gradflow.batch import run_batch
 from gradflow.errors import LimitError, ValueInputError
 from gradflow.limits import as_limits
-from gradflow.studies.batch import run_batch
 from gradflow.studies.sweeps import sweep
 
 

@@ -1,0 +1,6 @@
+"""gradflow inside the training frameworks users already run: a Hugging Face `TrainerCallback`
+(integrations/huggingface.py) and a Lightning `Callback` (integrations/lightning.py), both thin adapters over
+integrations/step_check.py, which traces the first optimizer step and says which parameters got no gradient.
+
+Importing this package imports neither torch nor a framework; each adapter module imports its own framework.
+"""

@@ -1,0 +1,153 @@
+"""A traced forward as a picture grouped by module: dot (Graphviz) or mermaid text.
+
+One box per module (at the chosen depth) holding its parameters' statuses, one
+red node per cut (detach / no_grad / inference_mode) on a path to the loss, one
+node per op run outside any module, and the loss. Edges follow the data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gradflow.display import dot_string, mermaid_text
+from gradflow.report.inspect_report import InspectReport
+from gradflow.report.param_table import module_of, summary
+from gradflow.report.reasons import spelled
+
+if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
+    from gradflow.tracer.trace import OpRecord
+
+_FILL = {"cut": "#f8c8c8", "unused": "#fff2b3", "unreached": "#fff2b3", "zero": "#fff2b3",
+         "frozen": "#e0e0e0", "live": "#c8ecc8", "untraced": "#e8d0f0"}
+_DOT_STYLE = {"cutop": ', shape=octagon, fillcolor="#ff9a9a"', "loss": ', shape=ellipse, fillcolor="#d0e0ff"',
+              "op": ""}
+_WORST = ("cut", "untraced", "unreached", "unused", "zero", "live", "frozen")
+
+
+@dataclass
+class Picture:
+    labels: dict[str, str] = field(default_factory=dict)  # node key -> label
+    kinds: dict[str, str] = field(default_factory=dict)  # node key -> status/cut/op/loss
+    edges: dict[tuple[str, str], bool] = field(default_factory=dict)  # (src, dst) -> from a cut
+    param_keys: dict[int, str] = field(default_factory=dict)  # parameter serial -> its module's node
+    keep: set[int] = field(default_factory=set)  # indices of the ops drawn
+
+
+def _module_key(report: InspectReport, rec: OpRecord, depth: int) -> str:
+    name = report.module_names.get(rec.module) if rec.module is not None else None
+    if _shown_cut(rec):
+        return f"cut{rec.index}"
+    if name is None:
+        return f"op{rec.index}"
+    short = ".".join(name.split(".")[:depth])
+    return f"m:{short}"
+
+
+def _shown_cut(rec: OpRecord) -> bool:
+    """detach / no_grad / inference_mode get their own node; integer-output ops stay in their module."""
+    return rec.cut is not None and rec.cut != "nondiff"
+
+
+def _label(rec: OpRecord, key: str) -> str:
+    if key.startswith("m:"):
+        return key[2:]
+    at = f"\n{rec.line}" if rec.line else ""
+    if not _shown_cut(rec):
+        return rec.name + at
+    if rec.cut in ("detach", "item", "rewrap"):
+        return f"✂ {spelled(rec.cut, rec.name)}" + at
+    return f"✂ {rec.name} under {rec.cut}" + at
+
+
+def build_picture(report: InspectReport, depth: int = 2) -> Picture:
+    pic, graph = Picture(), report.graph
+    pic.param_keys = {p.serial: f"m:{module_of(p.name, depth) or p.name}" for p in report.params
+                      if p.serial is not None}
+    _module_nodes(report, pic, depth)
+    if graph is None:  # backward never ran: the modules alone
+        return pic
+    keep = {r.index for r in graph.relevant_ops()} | report.use_ops
+    pic.keep = {i for i in keep if graph.ops[i].ins}  # factories (randn…) left out
+    ops = [graph.ops[i] for i in sorted(pic.keep)]
+    for rec in ops:
+        key = _module_key(report, rec, depth)
+        if key not in pic.labels:
+            pic.labels[key], pic.kinds[key] = (_label(rec, key), "cutop" if _shown_cut(rec) else "op")
+        for s in rec.ins:
+            _edge(report, pic, s, rec, key, depth)
+    if graph.loss is not None:
+        pic.labels["loss"], pic.kinds["loss"] = "loss", "loss"
+        last = _last_producer(report, pic, graph.loss, len(graph.ops))
+        if last is not None:
+            pic.edges[(_module_key(report, last, depth), "loss")] = _shown_cut(last)
+    return pic
+
+
+def _module_nodes(report: InspectReport, pic: Picture, depth: int):
+    groups: dict[str, list] = {}
+    for p in report.params:
+        groups.setdefault(module_of(p.name, depth) or p.name, []).append(p)
+    for key, params in groups.items():
+        worst = next(s for s in _WORST if any(p.status == s for p in params))
+        text, n = summary(params, ", "), len(params)
+        pic.labels[f"m:{key}"], pic.kinds[f"m:{key}"] = f"{key}\n{n} param{'s' * (n != 1)}: {text}", worst
+
+
+def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int) -> OpRecord | None:
+    """The last op shown in the picture that wrote this tensor before op `before`."""
+    graph = report.graph
+    assert graph is not None  # build_picture stops early without one
+    found = [i for i in graph.producers.get(serial, ()) if i < before and i in pic.keep]
+    return graph.ops[found[-1]] if found else None
+
+
+def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: str, depth: int):
+    src = _last_producer(report, pic, serial, rec.index)
+    if src is None:
+        if report.graph is not None and serial in report.graph.leaves:
+            name = pic.param_keys.get(serial)
+            if name and name != key:
+                pic.edges[(name, key)] = False
+        return
+    skey = _module_key(report, src, depth)
+    if skey != key and skey in pic.labels:
+        pic.edges[(skey, key)] = _shown_cut(src)
+
+
+def _ids(pic: Picture) -> dict[str, str]:
+    return {k: f"n{i}" for i, k in enumerate(pic.labels)}
+
+
+def to_dot(report: InspectReport, depth: int = 2) -> str:
+    pic = build_picture(report, depth)
+    ids = _ids(pic)
+    lines = ["digraph gradflow {", "  rankdir=LR;",
+             '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica"];']
+    for key, label in pic.labels.items():
+        kind = pic.kinds[key]
+        attrs = _DOT_STYLE[kind] if kind in _DOT_STYLE else f', fillcolor="{_FILL[kind]}"'
+        lines.append(f'  {ids[key]} [label={dot_string(label)}{attrs}];')
+    for (a, b), cut in pic.edges.items():
+        style = ' [style=dashed, color="#cc0000"]' if cut else ""
+        lines.append(f"  {ids[a]} -> {ids[b]}{style};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def to_mermaid(report: InspectReport, depth: int = 2) -> str:
+    pic = build_picture(report, depth)
+    ids = _ids(pic)
+    lines = ["flowchart LR"]
+    for key, label in pic.labels.items():
+        text = mermaid_text(label)
+        shape = ('{{"', '"}}') if pic.kinds[key] == "cutop" else (('(["', '"])') if pic.kinds[key] == "loss"
+                                                               else ('["', '"]'))
+        lines.append(f"  {ids[key]}{shape[0]}{text}{shape[1]}")
+    for (a, b), cut in pic.edges.items():
+        lines.append(f"  {ids[a]} {'-.->' if cut else '-->'} {ids[b]}")
+    for kind, fill in {**_FILL, "cutop": "#ff9a9a"}.items():
+        members = [ids[k] for k, v in pic.kinds.items() if v == kind]
+        if members:
+            lines.append(f"  classDef {kind} fill:{fill},stroke:#555")
+            lines.append(f"  class {','.join(members)} {kind}")
+    return "\n".join(lines)

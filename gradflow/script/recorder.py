@@ -1,0 +1,282 @@
+"""Record a whole script for `gradflow script`: every op with its arguments, and each backward() call.
+
+A `ScriptTrace` is the tracer (tracer/trace.py) with three additions:
+- each recorded op keeps its arguments as a template: a tensor as a `Ref` (its serial, the op that last wrote
+  it, whether it had a grad_fn), a Python number as it is, anything else as an `Opaque` marker. That is enough
+  to spell the op again in gradflow's language (program.py);
+- the values of tensors without a grad_fn (leaves, constants) of at most VALUE_CAP elements are copied when an
+  op uses them, once per distinct value, so the program gets the values the script used even if the script
+  changed them afterwards (`w.data -= lr * w.grad.data` is invisible to autograd's version counters);
+- `Tensor.backward()` and `torch.autograd.backward()` go through the mode too: before the real call, every
+  tensor the script has named (the locals of the calling frames and the script's globals) gets a hook that
+  catches the gradient reaching it; after it, `on_backward` receives a `BackwardCall`.
+Per-use flows (inspect's routes) are not measured: a script may run many steps.
+"""
+from __future__ import annotations
+
+import inspect as pyinspect
+import linecache
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.nn.parameter import is_lazy
+
+from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
+from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
+from gradflow.tracer.source_lines import short_path, user_code
+from gradflow.tracer.trace import Trace, op_name, tensors_in
+
+MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
+MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
+
+
+@dataclass
+class Named:
+    """A tensor the script has named at a backward call: its first name and the others."""
+
+    name: str
+    tensor: Any
+    aliases: list[str] = field(default_factory=list)
+    serial: int | None = None
+    grad: Any = None  # the gradient that reached it in this backward (a hook's), None if none did
+    accumulated: bool = False  # a leaf whose .grad was already non-zero before the call
+    grad_before: Any = None  # that .grad, when small enough to copy
+    cut: Cut | None = None  # the detach / no_grad / inference_mode that produced it
+
+    @property
+    def status(self) -> str:
+        if self.grad is not None:
+            return "live"
+        if self.cut is not None and not self.tensor.requires_grad:
+            return "cut"
+        return "none" if self.tensor.requires_grad else "off"
+
+
+@dataclass
+class BackwardCall:
+    """One backward() of the script, seen right after it ran (or failed)."""
+
+    index: int  # 1, 2, ...
+    line: str | None  # file:line of the call in the user's code
+    code: str  # the source line
+    roots: list[Any]  # the tensors backward ran from
+    root_names: list[str | None]
+    retain_graph: bool
+    named: list[Named]
+    program: Any  # program.Program | program.NoProgram
+    error: str | None = None  # torch's message when backward raised
+
+
+class InternalFailure(BaseException):
+    """gradflow's own code failed inside the script's backward(): carried past the script's `except Exception`
+    and reported as gradflow's bug (exit 1), not as the script's error."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+class ScriptTrace(Trace):
+    """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
+
+    follows_numbers = False  # its programs are spelled from tensors only
+
+    def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
+        super().__init__()
+        self.script = script  # the file name the script's code objects carry
+        self.on_backward = on_backward
+        self.calls: dict[int, Call] = {}  # op index -> its arguments
+        self.writer: dict[int, int] = {}  # serial -> index of the op that last wrote it
+        self.values: list[torch.Tensor] = []
+        self.latest: dict[int, int] = {}  # serial -> index of its latest copy in values
+        self.count = 0
+        self.failed: BaseException | None = None  # the error a backward() raised, if one did
+        self._pending: tuple[tuple, dict] = ((), {})
+
+    # ---- ops ------------------------------------------------------------------------------
+    def on_torch_function(self, func, args, kwargs: dict):
+        """backward() runs with hooks on the named tensors (run_backward); every other call keeps its arguments
+        as a template for the program (`_record`), then is recorded as the trace records it."""
+        if op_name(func) == "backward":
+            return self.run_backward(func, args, kwargs)
+        self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
+        return super().on_torch_function(func, args, kwargs)
+
+    def _uses(self, rec, used, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
+        return
+
+    def template(self, a):
+        if isinstance(a, torch.Tensor):
+            return self.ref(a)
+        if isinstance(a, (int, float)) and not isinstance(a, bool) or a is None or isinstance(a, str):
+            return a
+        return Opaque(type(a).__name__)
+
+    def ref(self, a: torch.Tensor) -> Ref:
+        s = self.serial(a)
+        leaf = a.grad_fn is None
+        return Ref(s, self.writer.get(s, -1), leaf, a.requires_grad, self._copy(s, a) if leaf else None)
+
+    def _copy(self, serial: int, a: torch.Tensor) -> int | None:
+        """The index of a copy of `a`'s current value (one per distinct value); None if too big to keep."""
+        if not _plain(a) or a.numel() > VALUE_CAP:
+            return None
+        last = self.latest.get(serial)
+        if last is not None:
+            old = self.values[last]
+            same = old.shape == a.shape and old.dtype == a.dtype and old.device == a.device
+            if same and torch.equal(old, a.detach()):
+                return last
+        if len(self.values) >= MAX_VALUES:
+            return None
+        self.values.append(a.detach().clone())
+        self.latest[serial] = len(self.values) - 1
+        return len(self.values) - 1
+
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
+                extra: tuple[int, ...] = (), module=None) -> None:
+        n = len(self.state.ops)
+        super()._record(name, ins, in_rg, out, stop, in_leaf, extra, module)
+        if len(self.state.ops) == n:
+            return
+        rec = self.state.ops[-1]
+        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
+        first = outs[0]
+        same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
+        fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
+        self.calls[rec.index] = Call(*self._pending, fn, same)
+        for s in rec.outs:
+            self.writer[s] = rec.index
+
+    # ---- backward -------------------------------------------------------------------------
+    def run_backward(self, func, args, kwargs):
+        """Run the script's backward() as asked, with hooks on the named tensors; report it."""
+        try:
+            bound = pyinspect.signature(func).bind(*args, **kwargs).arguments
+        except TypeError:  # the script's own mistake: torch says what it is
+            return func(*args, **kwargs)
+        try:
+            call, handles, caught = self._before(bound)
+        except Exception as bug:  # gradflow's own failure: never reported as the script's
+            raise InternalFailure(bug) from bug
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as err:
+            self.failed, call.error = err, str(err).split("\n")[0]
+            raise
+        finally:
+            for h in handles:
+                h.remove()
+            for key, g in caught.items():
+                call.named[key].grad = g
+            try:
+                self.on_backward(call)
+            except Exception as bug:
+                raise InternalFailure(bug) from bug
+
+    def _before(self, bound: dict):
+        given = bound.get("tensors", bound.get("self"))
+        roots: list = [given] if isinstance(given, torch.Tensor) else list(given or ())
+        grads = bound.get("grad_tensors", bound.get("gradient"))
+        grads = [grads] * len(roots) if grads is None or isinstance(grads, torch.Tensor) else list(grads)
+        frame = _user_frame()
+        named = self.named_tensors(frame)
+        if all(isinstance(t, torch.Tensor) for t in [*roots, *(g for g in grads if g is not None)]):
+            program = build_program(self, [self.ref(r) for r in roots],
+                                    [None if g is None else self.ref(g) for g in grads], named, bound.get("inputs"))
+        else:
+            program = NoProgram("backward() was given a GradientEdge, not a tensor")
+            roots = [r for r in roots if isinstance(r, torch.Tensor)]
+        handles, caught = self._grad_hooks(named)
+        self.count += 1
+        call = BackwardCall(self.count, _where(frame), _code(frame), roots, [self.name_of(named, r) for r in roots],
+                            bool(bound.get("retain_graph")), named, program)
+        return call, handles, caught
+
+    def _grad_hooks(self, named: list[Named]):
+        handles: list = []
+        caught: dict[int, torch.Tensor] = {}
+        for i, n in enumerate(named):
+            t = n.tensor
+            if not t.requires_grad:
+                continue
+            if t.is_leaf and t.grad is not None and bool(t.grad.ne(0).any()):
+                n.accumulated = True  # this backward adds to what an earlier one left in .grad
+                n.grad_before = t.grad.detach().clone() if t.grad.numel() <= VALUE_CAP else None
+            try:
+                handles.append(t.register_hook(lambda g, i=i: caught.__setitem__(i, g + caught[i] if i in caught
+                                                                                  else g)))
+            except RuntimeError:  # e.g. a view modified in place: no hook, no grad shown
+                continue
+        return handles, caught
+
+    def named_tensors(self, frame: FrameType | None) -> list[Named]:
+        """The tensors named in the calling frames' locals, then the script's globals; by identity."""
+        found: dict[int, Named] = {}
+        for scope in self._scopes(frame):
+            for name, t in _tensors(scope):
+                if id(t) in found:
+                    if name not in found[id(t)].aliases and name != found[id(t)].name:
+                        found[id(t)].aliases.append(name)
+                    continue
+                n = found[id(t)] = Named(name, t, serial=self.known(t))
+                rec = self.ops[self.writer[n.serial]] if n.serial in self.writer else None
+                if rec is not None and rec.cut in SHOWN_CUTS:
+                    n.cut = cut_of(rec, lambda m: None)
+        return list(found.values())
+
+    def _scopes(self, frame: FrameType | None) -> list[dict]:
+        """The locals of each user frame from the caller out to the script's module frame, whose are its globals."""
+        scopes: list[dict] = []
+        while frame is not None:
+            if user_code(frame.f_code.co_filename):
+                scopes.append(frame.f_locals)
+            if frame.f_code.co_name == "<module>" and frame.f_code.co_filename == self.script:
+                break
+            frame = frame.f_back
+        return scopes
+
+    @staticmethod
+    def name_of(named: list[Named], t) -> str | None:
+        return next((n.name for n in named if n.tensor is t), None)
+
+
+def _plain(t) -> bool:
+    """A dense real tensor with data (not sparse, quantized, complex, meta, nor a lazy module's parameter)."""
+    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta"
+            and not is_lazy(t) and not t.is_quantized and not t.is_complex())
+
+
+def _tensors(scope: dict):
+    """(name, tensor) for the tensors a scope names: directly, as a module's parameters, in a list/tuple."""
+    for name, v in list(scope.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(v, torch.Tensor):
+            found = [(name, v)]
+        elif isinstance(v, torch.nn.Module):
+            found = [p for _, p in zip(range(MAX_NAMED), v.named_parameters(prefix=name))]
+        elif isinstance(v, (list, tuple)) and 0 < len(v) <= MAX_NAMED:
+            found = [(f"{name}[{i}]", x) for i, x in enumerate(v)]
+        else:
+            continue
+        yield from ((k, t) for k, t in found if _plain(t))
+
+
+def _user_frame() -> FrameType | None:
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _where(frame: FrameType | None) -> str | None:
+    return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else None
+
+
+def _code(frame: FrameType | None) -> str:
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip() if frame is not None else ""

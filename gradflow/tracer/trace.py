@@ -1,0 +1,559 @@
+"""Record a real PyTorch forward pass: ops, cuts, parameter uses and their source lines.
+
+    with gradflow.trace() as t:
+        loss = model(batch).mean()
+    report = t.explain(loss, params=model)
+
+A `TorchFunctionMode` sees every torch call while it runs and hands it to `Trace.on_torch_function`, the one path
+that records an op (`_record`). Tensors are tracked by identity (weak references, no copies of data); each op keeps
+the serial numbers of its tensor inputs and outputs, whether grad / inference mode was on, and which module was
+running (module calls are seen through tracer/module_calls.py). Source lines (the innermost frame outside torch
+and gradflow) are computed only for cuts, parameter uses, flag changes and top-level ops. Each use of a leaf used
+more than once gets a hook on the autograd node that consumes it at explain (`arm`), so the gradient along every
+use is measured, not inferred (a leaf's only use carries its whole gradient). Results of the user's code are
+unchanged: every call runs as it would without the trace.
+
+Also recorded: how gradients were switched off (torch.no_grad(), torch.set_grad_enabled(False), a decorator: the
+regions of tracer/grad_regions.py), values that leave torch (`.item()`, `float(t)`, `.tolist()`, `.numpy()`:
+followed by identity into the ops they are given to, tracer/followed_values.py), and the ops inside each reentrant
+checkpoint, whose forward runs with grad off: `replaying` maps its recomputation in backward onto them.
+
+Tensor versions (in-place writes) belong in `_record`: every op passes there once with its inputs and outputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from gradflow.tracer.followed_values import FollowedValues
+from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
+from gradflow.tracer.records import (
+    DETACH,
+    ESCAPES,
+    FLAGS,
+    LOW,
+    METADATA_ONLY,
+    FlagEvent,
+    OpRecord,
+    TraceFailure,
+    TraceState,
+    Use,
+    cut_kind,
+    grad_fn,
+    inputs,
+    op_name,
+    requires_grad,
+    tensors_in,
+)
+from gradflow.tracer.source_lines import custom_function, grad_switch, lines
+from gradflow.tracer.use_hooks import by_node, hook
+
+__all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
+           "TraceMode", "op_name", "tensors_in"]
+
+# Properties of a tensor's metadata: never a tensor, so nothing to record and no failure to tell: run at once.
+_METADATA_GETS = {"shape", "dtype", "device", "ndim"}
+# torch has no public way to ask which autograd nodes an op made; the sequence number the next node gets bounds the
+# search for an op's own nodes (older ones computed its inputs). Without it, the inputs' nodes bound it.
+_next_node = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
+class TraceMode(TorchFunctionMode):
+    """Hands every torch call to its trace while the trace records."""
+
+    def __init__(self, trace: Trace):
+        super().__init__()
+        self.t: Trace | None = trace  # None once the trace has left it (Trace.__exit__: no Trace <-> mode cycle)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        t = self.t
+        if t is None:  # left on torch's stack by a mode entered inside the block and never left: run, not record
+            return func(*args, **(kwargs or {}))
+        return t.on_torch_function(func, args, kwargs or {})
+
+
+class Trace:
+    """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
+
+    follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
+
+    def __init__(self, explain=None) -> None:
+        self._explain = explain  # report.build.build_report, given by gradflow.trace()
+        self.state = TraceState()
+        self._ids: dict[int, int] = {}  # id(tensor) -> serial
+        self._refs: list = []  # serial -> weak reference to its tensor (None: a Python value's, or a dead tensor's
+        #                        whose id another one took)
+        self._mode = TraceMode(self)
+        self._failed_with: BaseException | None = None
+        self._regions: list[Region] = []  # gradient on/off contexts entered and not left, innermost last
+        self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
+        self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
+        self._grad_base = True  # gradients on when the trace began
+        self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
+        self._values = FollowedValues()
+        self._ear = [False]  # the per-use hooks listen only while explain runs its backward
+        self._replay: Replay | None = None
+        self._recording = False  # inside the `with` block
+        self._found: list = []  # (autograd nodes of an op's results, stop, op index) of each op that used a leaf,
+        #                         for arm(); never explained, let go with the trace
+
+    # ---- context manager -------------------------------------------------------------
+    def __enter__(self) -> Trace:
+        calls_seen_by(self, True)
+        self._grad_base = torch.is_grad_enabled()
+        self._mode.t = self
+        self._mode.__enter__()
+        self._recording = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._recording = False
+        self._mode.__exit__(exc_type, exc, tb)
+        self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
+        #                      later collection of the Trace <-> mode cycle
+        calls_seen_by(self, False)
+        failure = self.failure_of(exc)
+        if failure is not None and hasattr(exc, "add_note"):
+            exc.add_note(f"gradflow: {failure.describe()}")
+        return False
+
+    def failure_of(self, exc: BaseException | None) -> TraceFailure | None:
+        """The recorded inference-tensor failure if `exc` is (or was raised from) torch's error for it."""
+        while exc is not None:
+            if exc is self._failed_with:
+                return self.state.failure
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+    # ---- module calls (tracer/module_calls.py) ------------------------------------------
+    def enter_module(self, module) -> None:
+        self._see_module(module)
+        self.state.stack.append(module)
+
+    def _see_module(self, module) -> None:
+        st = self.state
+        if not st.stack and id(module) not in st.modules:
+            st.roots.append(module)
+        st.modules[id(module)] = module
+        if module.training and running_mean(module) is not None:
+            st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
+
+    def leave_module(self, module) -> None:
+        stack = self.state.stack
+        while stack:  # also unwinds modules left by an exception
+            if stack.pop() is module:
+                break
+
+    def run_leaf(self, module, args: tuple, kwargs: dict):
+        """The one shortcut beside on_torch_function: a call of one of torch's own leaf modules (_LEAVES), in the
+        common state, runs torch's own forward with the trace's mode off, and its one op is recorded by `_record`
+        as the mode would have recorded it, without the mode's dispatch (bench/inspect_speed.py, many small ops:
+        the step took about half again as long without it). NOT_RUN for any other call."""
+        leaf = _LEAVES.get(type(module))
+        if leaf is None or kwargs or len(args) != 1 or type(args[0]) is not torch.Tensor or \
+                self._replay is not None or self._checkpoint is not None or self._dead is not None or \
+                self._values or not _bare(module):
+            return NOT_RUN
+        mode = _pop_mode()
+        if mode is not self._mode:  # a mode of the user's own is innermost: it must see the op
+            _push_mode(mode)
+            return NOT_RUN
+        try:
+            name, tensors = leaf
+            ins = [args[0], *tensors(module)]
+            in_rg = list(map(requires_grad, ins))
+            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
+            stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
+            self._see_module(module)  # (not pushed on the module stack: nothing inside its forward reads it)
+            try:
+                out = type(module).forward(module, args[0])
+            except RuntimeError as err:
+                self._maybe_failure(name, ins, err)
+                raise
+            self._record(name, ins, in_rg, out, stop, in_leaf, module=module)
+        finally:
+            _push_mode(mode)
+        return out
+
+    # ---- bookkeeping -----------------------------------------------------------------
+    def serial(self, t: torch.Tensor) -> int:
+        """This tensor's serial number (a new one for a tensor seen the first time; a dead tensor's id reused by a
+        new one gets a new serial)."""
+        s = self._ids.get(id(t))
+        if s is not None and self._refs[s]() is t:
+            return s
+        if s is not None:
+            self._refs[s] = None
+        self._ids[id(t)] = s = len(self._refs)
+        self._refs.append(weakref.ref(t))
+        return s
+
+    def _value_serial(self) -> int:
+        """A serial for a Python value that left torch (no tensor to refer to)."""
+        self._refs.append(None)
+        return len(self._refs) - 1
+
+    def known(self, t: torch.Tensor) -> int | None:
+        """This tensor's serial number, if the trace has seen it (an id reused by a new tensor is not a match)."""
+        s = self._ids.get(id(t))
+        return s if s is not None and self._refs[s]() is t else None
+
+    def known_all(self, tensors: list) -> list[int | None]:
+        """known() of each."""
+        return [self.known(t) for t in tensors]
+
+    def producer(self, serial: int | None) -> OpRecord | None:
+        """The last op that wrote this tensor (its creator, or its last in-place update)."""
+        for rec in reversed(self.state.ops):
+            if serial in rec.outs:
+                return rec
+        return None
+
+    def seen(self) -> list[torch.Tensor]:
+        """Every tensor the trace has seen that is still alive."""
+        return [t for t in (self._refs[s]() for s in list(self._ids.values())) if t is not None]
+
+    def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
+        """(tensor, serial) of every live leaf that requires grad and was used by an op."""
+        used = set(self.state.use_columns()[0])
+        live = [(self._refs[s](), s) for s in list(self._ids.values()) if s in used]
+        return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
+
+    @property
+    def ops(self) -> list[OpRecord]:
+        return self.state.ops
+
+    @property
+    def failure(self) -> TraceFailure | None:
+        return self.state.failure
+
+    # ---- every torch call --------------------------------------------------------------
+    def on_torch_function(self, func, args, kwargs: dict):
+        """Run the call as asked and record it: an op, a switch of grad mode, a flag change, a value leaving
+        torch, or (explain's backward) a reentrant checkpoint's recomputation."""
+        name = op_name(func)
+        if name in _METADATA_GETS and func.__name__ == "__get__":  # x.shape, x.dtype: nothing to record
+            return func(*args, **kwargs)
+        if name == "_set_grad_enabled":
+            self._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
+            return func(*args, **kwargs)
+        ins = inputs(args, kwargs)
+        if name in METADATA_ONLY and self.follows_numbers:
+            ins = ins[1:]
+        if name in FLAGS and ins and self._replay is None:
+            self._flag(name, ins[0], args, kwargs)
+        in_rg = list(map(requires_grad, ins))
+        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
+        # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op. Other ops
+        # never touch grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md).
+        stop = None
+        if True in in_leaf:
+            stop = _next_node() if self._replay is None and _next_node is not None else _input_nodes(ins)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            if self._replay is None:
+                self._maybe_failure(name, ins, err)
+            raise
+        if self._replay is not None:
+            self._replayed(name, ins, in_rg, in_leaf, out, stop)
+        elif name in ESCAPES and self.follows_numbers:
+            self._escape(name, ins, in_rg, out)
+        elif name not in FLAGS:
+            extra = self._values.serials_in(args, kwargs, ins, self.known)
+            self._record(name, ins, in_rg, out, stop, in_leaf, extra)
+        return out
+
+    def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
+                extra: tuple[int, ...] = (), module=None) -> None:
+        """The one way an op is recorded: its serials, its cut (if an input required grad and no result does),
+        its source line where a report can show it, and its uses of leaves. `module`: the module it ran in, when
+        not the innermost one on the stack (run_leaf)."""
+        outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
+        if not outs:  # (x[i] = y writes into x)
+            return
+        ids, refs, serial = self._ids, self._refs, self.serial  # (serial() inline for tensors seen before)
+        first = len(refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
+        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else serial(a) for a in ins]
+        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
+            if len(refs) > first else ()
+        out_serials = tuple([s if (s := ids.get(id(o))) is not None and refs[s]() is o else serial(o) for o in outs])
+        st = self.state
+        grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        if module is None and st.stack:
+            module = st.stack[-1]
+        rec = OpRecord(len(st.ops), name, (*serials, *extra), out_serials, grad_on, inference,
+                       None if module is None else id(module))
+        given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
+        used = [s for s, leaf in zip(serials, in_leaf) if leaf and s not in out_serials] if True in in_leaf else ()
+        if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
+        if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
+            st.outside += [(rec.index, s) for s in came_in]
+        self._append(rec)
+        if outs[0].dtype in LOW or (ins and ins[0].dtype in LOW):
+            self._note_low_precision(rec, ins, outs)
+        if used:
+            self._uses(rec, used, outs, stop, given)
+
+    def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
+        """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
+        its own backward carries the gradient), the ids of the tensors the Function was applied to."""
+        rec.cut = cut_kind(rec.name, rec.grad_enabled, rec.inference)
+        dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
+        if dead:
+            rec.cut, rec.how = self._dead  # type: ignore[misc]
+            return None
+        function = custom_function() if rec.cut == "no_grad" else None
+        if function is not None:
+            rec.cut, rec.inside = None, function[0]
+            self.state.functions.add(function[0])
+            return {id(a) for a in tensors_in(function[1], [])}
+        if rec.cut == "no_grad":
+            rec.how = self._grad_off()
+        return None
+
+    def _note_low_precision(self, rec: OpRecord, ins: list, outs: list) -> None:
+        """Half precision: the op's autograd node is kept to find where a gradient under/overflows."""
+        dtype = outs[0].dtype
+        low = dtype if dtype in LOW else ins[0].dtype if ins and ins[0].dtype in LOW else None
+        node = outs[0].grad_fn if low is not None else None
+        if node is not None:
+            self.state.low_nodes[id(node)] = (node, rec.index, low)
+            if rec.line is None:
+                rec.line, rec.library_line = lines()
+
+    def _append(self, rec: OpRecord) -> None:
+        self.state.ops.append(rec)
+        if self._checkpoint is not None:
+            self.checkpoint_ops[self._checkpoint].append(rec.index)
+
+    def _flag(self, name: str, t: torch.Tensor, args, kwargs):
+        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
+
+    def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
+        bad = [a for a in ins if a.is_inference()]
+        if not bad or torch.is_inference_mode_enabled() or self.state.failure is not None:
+            return
+        self._failed_with = err
+        origin = self.producer(self.known(bad[0]))
+        self.state.failure = TraceFailure(str(err).split("\n")[0], name, lines()[0],
+                                          origin.name if origin else None, origin.line if origin else None)
+
+    # ---- values that leave torch (tracer/followed_values.py) ----------------------------
+    def _escape(self, name: str, ins: list, in_rg: list[bool], out):
+        """`.item()`, `float(t)`, `.tolist()`, `.numpy()`: an op whose output is a Python value, followed by id."""
+        if not ins:
+            return
+        st = self.state
+        serial = self._value_serial()
+        self._values.follow(out, serial)
+        rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
+                       torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
+                       cut="item" if in_rg[0] else None)
+        rec.line, rec.library_line = lines()
+        self._append(rec)
+
+    # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
+    def _uses(self, rec: OpRecord, used: list[int], outs: list, stop, given: set[int] | None = None):
+        """Op `rec` used these leaves (serials). Kept as numbers (TraceState.add_uses), unless a custom Function
+        hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
+        if given is None:
+            self.state.add_uses(list(dict.fromkeys(used)), rec.index)
+            uses = None
+        else:
+            leaves = {s: self._refs[s]() for s in used}
+            uses = {id(a): Use(s, rec.index, hidden=id(a) not in given) for s, a in leaves.items()}
+            self.state.uses.extend(uses.values())
+        if rec.grad_enabled:
+            self._listen(outs, uses, stop, rec.index)
+
+    def _listen(self, outs: list, uses: dict | None, stop, index: int):
+        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
+        however many leaves it consumes: LayerNorm's weight and bias). In the forward the nodes are kept for
+        arm() at explain, when a report needs the flow (a leaf used once needs neither)."""
+        nodes = [g for g in map(grad_fn, outs) if g is not None]
+        if self._replay is None:
+            if nodes:
+                self._found.append((nodes, stop, index))
+            return
+        for node, pairs in by_node(nodes, uses or {}, stop).items():
+            hook(self._ear, node, pairs)
+
+    def arm(self) -> None:
+        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+        than once (a leaf's only use sends it its whole gradient: `whole`, no hook). Everything is hooked when
+        part of the computation came from outside the trace, where a leaf may have other uses."""
+        pending, self._found = self._found, []
+        st = self.state
+        serials = st.use_columns()[0]
+        everything = bool(st.outside)
+        if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model)
+            for use in st.made:
+                use.whole = True
+            st.whole_below = len(st.use_serials)
+            return
+        counts = Counter(serials)
+        by_op: dict[int, list[Use]] = {}
+        for use in st.uses:
+            if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
+                use.whole = False
+            by_op.setdefault(use.op, []).append(use)
+        for nodes, stop, index in pending:
+            self._arm_op(by_op.get(index, []), counts, everything, nodes, stop)
+
+    def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop) -> None:
+        if not everything and all(counts[use.serial] == 1 for use in op_uses):
+            for use in op_uses:  # its only use: no search for the node that consumes it, no hook
+                use.whole = True
+            return
+        uses = {id(leaf): use for use in op_uses if (leaf := self._refs[use.serial]()) is not None}
+        for node, pairs in by_node(nodes, uses, stop).items():
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                hook(self._ear, node, pairs)
+
+    def listening(self) -> Listening:
+        """The per-use hooks record what flows back while this is open."""
+        return Listening(self._ear)
+
+    # ---- gradient contexts and reentrant checkpoints (tracer/grad_regions.py) -----------
+    def _grad_switch(self, value: bool) -> None:
+        switch = grad_switch(value)
+        regions = self._regions
+        if switch.action == "exit" and regions:
+            region = regions.pop()
+            if region.recompute and self._replay is not None and region.checkpoint is not None:
+                self._replay.counts[region.checkpoint] = region.count
+        elif switch.action == "enter":
+            regions.append(self._region(value, switch))
+        self._checkpoint, self._dead = checkpoint_state(regions, self._replay is not None)
+
+    def _region(self, value: bool, switch) -> Region:
+        region = Region(value, switch.how, switch.checkpoint, switch.recompute)
+        if switch.checkpoint is not None and not switch.recompute and self._replay is None:
+            region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in self._regions)
+            region.dead = None if region.nested else self._unrecorded(switch.inputs_require_grad)
+            if region.dead is None and not region.nested:
+                self.state.functions.add("CheckpointFunction")
+                self.checkpoint_ops.setdefault(switch.checkpoint, [])
+        return region
+
+    def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
+        """A reentrant checkpoint starting: autograd records it only if gradients were on where it was called and
+        one of its inputs requires grad; else the parameters used inside get nothing -- (cut kind, how)."""
+        outer = self._regions[-1] if self._regions else None
+        if not (outer.value if outer is not None else self._grad_base):
+            return "no_grad", outer.how if outer is not None else None
+        return None if inputs_require_grad else ("checkpoint", None)
+
+    def _grad_off(self) -> str | None:
+        """How the innermost context switched gradients off, when the trace saw it do so."""
+        region = self._regions[-1] if self._regions else None
+        return region.how if region is not None and not region.value else None
+
+    @contextmanager
+    def replaying(self):
+        """Run a plain backward inside this: the reentrant checkpoints' recomputations are recorded, and each of
+        their forward's ops gets the cut and the per-use gradients of its recomputed twin."""
+        by_op: dict[int, list[Use]] = {}
+        for use in self.state.uses:
+            by_op.setdefault(use.op, []).append(use)
+        saved, self._regions = self._regions, []
+        self._replay = Replay(by_op)
+        try:
+            if not self._recording:
+                self._mode.t = self  # (the mode holds its trace only while on)
+            with self.listening(), contextlib.nullcontext() if self._recording else self._mode:
+                yield
+        finally:
+            if not self._recording:
+                self._mode.t = None
+            replay, self._replay, self._regions = self._replay, None, saved
+            self._checkpoint = None
+        replay.settle(self.checkpoint_ops)
+
+    def _replayed(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool], out, stop):
+        """An op run during the explaining backward: a reentrant checkpoint's recomputation, or anything else."""
+        replay = self._replay
+        assert replay is not None
+        if name in DETACH and ins:  # the checkpoint detaches its saved inputs before recomputing
+            serial = self.known(ins[0])
+            if serial is not None:
+                for o in tensors_in(out, []):
+                    replay.alias[id(o)] = (weakref.ref(o), serial)
+        region = next((r for r in reversed(self._regions) if r.checkpoint is not None), None)
+        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
+        if region is None or not region.recompute or name in FLAGS or not (outs or name in ESCAPES):
+            return
+        rec = replay.twin(region, name, self.state.ops, self.checkpoint_ops)
+        if rec is None:
+            return
+        if any(in_rg) and (name in ESCAPES or not any(o.requires_grad for o in outs)):
+            kind = "item" if name in ESCAPES else cut_kind(name, torch.is_grad_enabled(),
+                                                           torch.is_inference_mode_enabled())
+            replay.cuts.setdefault(region.checkpoint, []).append(
+                (rec, kind, self._grad_off() if kind == "no_grad" else None, *lines()))
+        uses = {}
+        for a, leaf in zip(ins, in_leaf):
+            serial = replay.serial_of(a, self.known(a)) if leaf and not any(a is o for o in outs) else None
+            use = next((u for u in replay.uses.get(rec.index, []) if u.serial == serial), None)
+            if use is not None:
+                uses[id(a)] = use
+                replay.found.setdefault(region.checkpoint, []).append(use)
+        if uses and torch.is_grad_enabled():
+            self._listen(outs, uses, stop, rec.index)
+
+    # ---- the report ------------------------------------------------------------------
+    def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
+        """Run backward from `loss` and report every parameter: grad, routes, and why not (and, given the
+        optimizer, the parameters it never trains). The graph is kept (`retain_graph`), so the user's own
+        `loss.backward()` still works afterwards; `.grad` is left alone. The report is gradflow.report's, given to
+        the trace by `gradflow.trace()` (the report layer sits above the recorder)."""
+        if self._explain is None:
+            raise TypeError("this trace was not made by gradflow.trace(): it records, but cannot explain")
+        return self._explain(self, loss, params, retain_graph=retain_graph, optimizer=optimizer)
+
+
+def _input_nodes(ins: list) -> set:
+    return {g for g in map(grad_fn, ins) if g is not None}
+
+
+# ---- torch's own leaf modules, run whole (Trace.run_leaf) ------------------------------------------------------
+def _weight_bias(m) -> list:
+    """The tensors the functional is given besides x, in its order (read where self.weight reads them)."""
+    p = m._parameters
+    return [a for a in (p.get("weight"), p.get("bias")) if a is not None]
+
+
+_LEAVES: dict = {torch.nn.Linear: ("linear", _weight_bias), torch.nn.LayerNorm: ("layer_norm", _weight_bias),
+                 torch.nn.GELU: ("gelu", lambda m: [])}  # module type -> (its op's name, its tensors besides x)
+_FORWARDS = {cls: cls.forward for cls in _LEAVES}  # as torch defines them: one patched by anyone is not run whole
+_hooks = torch.nn.modules.module
+# torch has no public way to ask whether a torch function mode is on, whether the JIT is tracing, or to take the
+# innermost mode off its stack and put it back (TorchFunctionMode.__exit__ pops whichever mode is innermost).
+_mode_on, _jit_tracing = torch._C._is_torch_function_mode_enabled, torch._C._get_tracing_state
+_pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+
+
+def _bare(module) -> bool:
+    """No hooks of any kind (the module's own and the global ones: nn.Module keeps them as attributes, with no
+    public way to ask), its forward torch's own, gradients on, not inference mode, a torch function mode on and the
+    JIT not tracing: then its call runs exactly its one functional op."""
+    h = _hooks
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or
+                module._backward_pre_hooks or h._global_forward_hooks or h._global_forward_pre_hooks or
+                h._global_backward_hooks or h._global_backward_pre_hooks) and \
+        "forward" not in module.__dict__ and type(module).forward is _FORWARDS[type(module)] and \
+        torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and _mode_on() and not _jit_tracing()
+
