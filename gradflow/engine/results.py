@@ -17,6 +17,7 @@ from gradflow.language.ops import is_region
 from gradflow.values.jsonable import PLAIN_MAX, UNCONVERTED, plain
 from gradflow.values.tensors import TORCH_ERRORS
 
+
 def check_output(run: Run) -> torch.Tensor:
     g = run.g
     out = run.t[g.output]
