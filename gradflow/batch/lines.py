@@ -94,8 +94,11 @@ def _bad(message: str, hint: str = _HINT) -> ValueInputError:
     return ValueInputError("bad_record", message, hint=hint)
 
 
+_AS_STRING = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan"}
+
+
 def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON (RFC 8259); write it as a string, e.g. \"nan\"")
+    raise ValueError(f"{name} is not valid JSON (RFC 8259); write it as the string \"{_AS_STRING.get(name, 'nan')}\"")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:

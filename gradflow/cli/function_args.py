@@ -76,6 +76,10 @@ def unpack(value) -> tuple[object, object, object]:
     """
     if isinstance(value, tuple) and len(value) in (2, 3):
         return value[0], value[1], value[2] if len(value) == 3 else None
+    if type(value) is not dict and not isinstance(value, tuple) and not _is_tensor(value):
+        loss = _loss_of(value)  # a transformers ModelOutput (`return model(**batch)`), or any object with .loss
+        if loss is not None:
+            return loss, None, None
     if isinstance(value, dict) and "loss" in value:
         odd = [k for k in value if k not in RESULT_KEYS]
         if odd:
@@ -83,3 +87,25 @@ def unpack(value) -> tuple[object, object, object]:
                                   hint="its keys: " + ", ".join(RESULT_KEYS))
         return value["loss"], value.get("model", value.get("params")), value.get("optimizer")
     return value, None, None
+
+
+def _is_tensor(value) -> bool:
+    return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
+
+
+def _loss_of(value):
+    """value.loss when it has one (None otherwise): what a Hugging Face model returns when given labels."""
+    try:
+        loss = getattr(value, "loss", _MISSING)
+    except Exception as err:  # noqa: BLE001  # the user's object: its attribute raised
+        raise ValueInputError("bad_result", f"FUNCTION returned a {type(value).__name__} whose .loss raised "
+                              f"{type(err).__name__}", hint="return the loss tensor itself") from None
+    if loss is None:
+        raise ValueInputError("bad_result", f"FUNCTION returned a {type(value).__name__} whose .loss is None "
+                              "(a Hugging Face model computes its loss only when it is given labels)",
+                              hint="return model(**batch, labels=labels), or compute and return the loss")
+    return None if loss is _MISSING else loss
+
+
+_MISSING = object()
+

@@ -54,6 +54,8 @@ def _syntax_error(err: UnexpectedInput, source: str) -> ParseError:
         msg = f"unexpected character {found}"
         if source[pos] == "_":
             msg += " (names start with a letter)"
+        elif source[pos].isdigit():  # ٣, ３, ²: digits to Python's str.isdigit, not to the grammar
+            msg += " (not an ASCII digit: numbers are written with 0-9)"
         expected = _accepted(err, err.allowed)
     else:
         found = "end of input" if tok is None or at_end else repr(str(tok))

@@ -86,3 +86,19 @@ def test_an_int_beyond_float64_is_inf_with_a_warning_as_on_the_command_line(valu
     assert any("beyond float64's range" in w.message for w in result.warnings)
     listed = explain("sum(x*2)", x=[1, value])
     assert listed.grads["x"].tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("text, shown", [("x*٣", "٣"), ("x*３", "３"), ("x*²", "²")])
+def test_non_ascii_digits_are_not_numbers(text, shown):
+    from gradflow import ParseError
+
+    with pytest.raises(ParseError) as err:
+        explain(text, x=2.0)
+    assert f"unexpected character '{shown}' (not an ASCII digit: numbers are written with 0-9)" in err.value.message
+
+
+@pytest.mark.parametrize("constant, string", [("Infinity", "inf"), ("-Infinity", "-inf"), ("NaN", "nan")])
+def test_a_batch_line_with_a_json_constant_names_its_string(cli, constant, string):
+    line = '{"expr": "x*2", "vars": {"x": %s}}\n' % constant
+    result = cli("batch", "-", input=line)
+    assert f'{constant} is not valid JSON (RFC 8259); write it as the string \\"{string}\\"' in result.stdout
