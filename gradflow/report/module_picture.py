@@ -114,13 +114,14 @@ def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: 
         pic.edges[(skey, key)] = _shown_cut(src)
 
 
-def _ids(pic: Picture) -> dict[str, str]:
+def dot_ids(pic: Picture) -> dict[str, str]:
+    """Picture node key -> its DOT node name (the <title> of its group in Graphviz's SVG)."""
     return {k: f"n{i}" for i, k in enumerate(pic.labels)}
 
 
 def to_dot(report: InspectReport, depth: int = 2) -> str:
     pic = build_picture(report, depth)
-    ids = _ids(pic)
+    ids = dot_ids(pic)
     lines = ["digraph gradflow {", "  rankdir=LR;",
              '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica"];']
     for key, label in pic.labels.items():
@@ -136,7 +137,7 @@ def to_dot(report: InspectReport, depth: int = 2) -> str:
 
 def to_mermaid(report: InspectReport, depth: int = 2) -> str:
     pic = build_picture(report, depth)
-    ids = _ids(pic)
+    ids = dot_ids(pic)
     lines = ["flowchart LR"]
     for key, label in pic.labels.items():
         text = mermaid_text(label)
