@@ -26,6 +26,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
  'full': ('batch', 'eval'),
  'graph': ('eval', 'inspect'),
  'health': ('inspect',),
+ 'html': ('eval', 'inspect', 'script'),
  'jobs': ('batch',),
  'json': ('compare', 'ddp', 'eval', 'inspect', 'ops', 'script', 'whatif'),
  'library-lines': ('inspect',),
