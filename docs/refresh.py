@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from docs.pictures import main as draw_pictures  # noqa: E402
 from tests.docsrun import pages, refresh_text  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
         if new != page.read_text():
             page.write_text(new)
             print(f"rewrote {page.relative_to(ROOT)}")
-    return 0
+    return 0 if argv else draw_pictures()  # every page: the pictures too (docs/pictures.py)
 
 
 if __name__ == "__main__":

@@ -34,3 +34,57 @@ def dot_string(text: str) -> str:
 def mermaid_text(text: str) -> str:
     """Text inside a quoted Mermaid label: control characters shown escaped, then Mermaid's entities."""
     return visible(text).replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;").replace("\n", "<br/>")
+
+
+# ---- results that show themselves ---------------------------------------------------------------------------
+# A result prints as its terminal table (print, the REPL) and shows the same table in colour in Jupyter
+# (IPython's display protocol: _repr_html_, _repr_mimebundle_). Drawing is the job of gradflow.render, a layer
+# above every result, so a result does not import it: its class names its view in VIEWS below, and the
+# renderers are imported by name when the result is first shown (the one place a lower layer reaches up, as
+# IPython's own formatters reach every object's _repr_*_ methods).
+
+VIEWS = "gradflow.render.views"  # the module that knows how to draw every result (render/views.py)
+
+
+def _views():
+    import importlib
+
+    return importlib.import_module(VIEWS)
+
+
+class Shown:
+    """Mixin: `str()`/`repr()` the terminal table as text, Jupyter the same table in HTML with its colours."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return _views().text(self)
+
+    def __repr__(self) -> str:
+        return _views().short_text(self)
+
+    def _repr_html_(self) -> str:
+        return _views().html(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return _views().mimebundle(self)
+
+
+class Drawn(Shown):
+    """A result with a graph: also `to_dot()`, `to_mermaid()`, `draw(path)`, and its picture (SVG when Graphviz's
+    `dot` is installed) beside its table in Jupyter."""
+
+    __slots__ = ()
+
+    def to_dot(self) -> str:
+        """The graph as Graphviz DOT text."""
+        return _views().dot(self)
+
+    def to_mermaid(self) -> str:
+        """The graph as Mermaid text (GitHub and many Markdown viewers draw it)."""
+        return _views().mermaid(self)
+
+    def draw(self, path):
+        """Write the graph to `path`, in the format its suffix names: .svg, .png, .pdf (Graphviz's `dot`),
+        .dot / .gv (DOT text), .mmd (Mermaid text). Returns the path."""
+        return _views().draw(self, path)

@@ -186,3 +186,12 @@ def test_readme_is_a_front_page():
 def test_checked_tables_are_found():
     limits = [i for i in parse((DOCS / "limits.md").read_text()) if isinstance(i, Table)]
     assert limits and len(limits[0].rows) >= 20
+
+
+def test_every_picture_a_page_shows_exists():
+    """docs/pictures.py draws them (Graphviz, chromium); a page must not show a missing one."""
+    for page in pages():
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+            if not target.startswith("http"):
+                picture = page.parent / target
+                assert picture.exists() and picture.stat().st_size > 1000, f"{page.name}: {target}"

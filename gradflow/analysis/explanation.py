@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gradflow.display import Drawn
 from gradflow.errors import GradflowError
 from gradflow.values.jsonable import (
     UNCONVERTED,
@@ -108,8 +109,8 @@ class Warning:
         return {"kind": self.kind, "node": self.node, "message": self.message}
 
 
-@dataclass
-class Explanation:
+@dataclass(repr=False)  # repr(): the table as text (display.Shown)
+class Explanation(Drawn):
     """Everything gradflow learned from one evaluation and backward pass."""
 
     source: str

@@ -81,9 +81,20 @@ OrderOpt = Annotated[int, typer.Option("--order", metavar=choices((1, 2)),
 GraphOpt = Annotated[str | None, typer.Option("--graph", metavar=choices(EVAL_GRAPH_FORMATS),
                                                  help="Also draw the autograd graph.")]
 LimitOpt = Annotated[list[str] | None, typer.Option("--limit", metavar="NAME=N", help=_limit_help())]
+HtmlOpt = Annotated[Path | None, typer.Option("--html", metavar="FILE.html",
+                    help="Also write one self-contained HTML page: the graph (click a node for its details), the "
+                         "table and the cuts.")]
 FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
 OutOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
                                                 help="Write to this file instead of stdout.")]
+
+
+def write_html(path: Path, title: str, sections: list) -> None:
+    """--html: the page (render/html_report.py), written whole or not at all (cli/files.py)."""
+    from gradflow.cli.files import write_file
+    from gradflow.render.html_report import page
+
+    write_file(path, page(title, sections))
 
 
 def consoles() -> tuple[Console, Console]:

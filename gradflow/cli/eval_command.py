@@ -14,6 +14,7 @@ from gradflow.cli.common import (
     FlowsOpt,
     FullOpt,
     GraphOpt,
+    HtmlOpt,
     JsonOpt,
     LimitOpt,
     OrderOpt,
@@ -55,7 +56,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
              json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
              graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
              plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False,
-             summary: SummaryOpt = False, brief: BriefOpt = False):
+             summary: SummaryOpt = False, brief: BriefOpt = False, html: HtmlOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
@@ -80,7 +81,7 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
         program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
         source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
-        check_brief(brief, flows=flows, check=check, order=order != 1, graph=graph is not None)
+        check_brief(brief, flows=flows, check=check, order=order != 1, graph=graph is not None, html=html is not None)
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
         from gradflow.engine.explain import explain
@@ -90,6 +91,9 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
         values = parse_values(args, var, ctx)
         swept = find_sweep(values, plot, json_ and plot_file is None, check or order != 1 or graph is not None)
         summary_ = summary_mode(full, summary)
+        if swept and html is not None:
+            raise ValueInputError("usage", "--html draws one evaluation, not a sweep",
+                                  hint="give the swept variable one value")
         if swept:
             resume_collector()  # many evaluations
             with using(as_limits(limit)):  # every point, and every JSON record, within the limits
@@ -97,6 +101,11 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
                                         strict, brief), *swept)
         result = explain(source, wrt=wrt, dtype=dtype, device=device, seed=seed, values=values, limits=limit,
                          strict=strict, brief=brief)
+        if html is not None:
+            from gradflow.cli.common import write_html
+            from gradflow.render.html_report import explanation_section
+
+            write_html(html, f"gradflow eval {source}", [explanation_section(result, source)])
         from gradflow.studies.eval_extras import Extras
 
         with using(as_limits(limit)):  # --check/--order 2/--graph re-run the program within the same limits

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import io
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +27,8 @@ from gradflow.cli.common import (
     refuse_binary_on_terminal,
 )
 from gradflow.cli.help import help_end
-from gradflow.errors import ExitCode, GradflowError, ValueInputError
+from gradflow.errors import ExitCode, ValueInputError
+from gradflow.render.graphviz import graphviz
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")
 FormatOpt = Annotated[str, typer.Option("--format", metavar=choices(FORMATS),
@@ -40,32 +39,6 @@ HELP_END = help_end([
     'gradflow graph "sum(w*x)" --w "[1,2]" --x "[3,4]" --format mermaid -o g.mmd',
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.INTERRUPTED],
     {ExitCode.OK: "done (also when no gradient flows: the graph shows why)"})
-
-
-GRAPHVIZ_SECONDS = 60  # Graphviz can take minutes on a big graph: give up with a message instead
-
-
-def graphviz(dot_text: str, fmt: str) -> bytes:
-    """Render DOT through the Graphviz `dot` program (svg or png)."""
-    exe = shutil.which("dot")
-    if exe is None:
-        raise GradflowError("graphviz_missing", f"--format {fmt} needs Graphviz's `dot` program, which is not "
-                            "installed (not on PATH)",
-                            hint="install Graphviz (Debian/Ubuntu: sudo apt-get install graphviz; macOS: brew "
-                                 "install graphviz), or use --format dot / mermaid / tree, which need nothing")
-    try:
-        done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
-                              timeout=GRAPHVIZ_SECONDS)
-    except subprocess.TimeoutExpired:  # run() has killed it
-        raise GradflowError("graphviz_timeout", f"Graphviz's dot -T{fmt} did not finish in {GRAPHVIZ_SECONDS} s, "
-                            "so it was stopped",
-                            hint="write the DOT text instead (--format dot -o graph.dot) and render it yourself, "
-                                 "or use --format mermaid / tree") from None
-    except OSError as err:
-        raise GradflowError("graphviz_failed", f"cannot run {exe}: {err.strerror or err}") from None
-    if done.returncode != 0:
-        raise GradflowError("graphviz_failed", f"dot -T{fmt} failed: {done.stderr.decode(errors='replace')[:300]}")
-    return done.stdout
 
 
 def _tree_text(pic, output: Path | None):

@@ -18,7 +18,17 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, JsonOpt, OutOpt, choices, consoles, guarded, refuse_binary_on_terminal
+from gradflow.cli.common import (
+    DebugOpt,
+    HtmlOpt,
+    JsonOpt,
+    OutOpt,
+    choices,
+    consoles,
+    guarded,
+    refuse_binary_on_terminal,
+    write_html,
+)
 from gradflow.cli.function_args import check_call, parse_args, unpack
 from gradflow.cli.help import help_end
 from gradflow.cli.streams import exit_hard
@@ -139,6 +149,7 @@ class Opts:
     health: bool = False
     plot: Path | None = None
     library_lines: bool = False
+    html: Path | None = None
 
 
 def _emit(report, o: Opts):
@@ -190,10 +201,11 @@ def _emit_to_stdout(report, o: Opts):
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
                 expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
                 fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
-                health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False):
+                health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False,
+                html: HtmlOpt = None):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth, graph, output, tuple(fail_on or ()), tuple(allow or ()),
-             tuple(arg or ()), health=health, plot=plot, library_lines=library_lines)
+             tuple(arg or ()), health=health, plot=plot, library_lines=library_lines, html=html)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -257,6 +269,10 @@ def _inspect(target: str, o: Opts) -> int:
         report.warnings.append(_threads_warning(threads))
     if o.fail_on:
         report.gate = gate_document(report, o.fail_on, o.allow)
+    if o.html is not None:
+        from gradflow.render.html_report import inspect_section
+
+        write_html(o.html, f"gradflow inspect {target}", [inspect_section(report, target, o.depth)])
     try:
         _emit(report, o)
         if o.plot is not None:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, LimitOpt, SummaryOpt, consoles, guarded
+from gradflow.cli.common import DebugOpt, HtmlOpt, LimitOpt, SummaryOpt, consoles, guarded, write_html
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError
 
@@ -40,9 +40,11 @@ HELP_END = help_end([
 class _Emitter:
     """Called at each backward(): prints to the real stdout while the script's own prints go to stderr."""
 
-    def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False):
+    def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False, html: bool = False):
         self.json, self.stdout, self.options, self.gone = json_, stdout, options, False
         self.summary = summary
+        self.sections: list | None = [] if html else None  # --html: each call's part of the page, drawn as it
+                                                            # happens (the script goes on changing its tensors)
 
     def __call__(self, call):
         from gradflow.script.run import StopScript
@@ -51,6 +53,10 @@ class _Emitter:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
             with contextlib.redirect_stdout(self.stdout):
                 self._print(call)
+            if self.sections is not None:
+                from gradflow.render.html_report import backward_section
+
+                self.sections.append(backward_section(call))
         except (BrokenPipeError, SystemExit):  # the reader went away (| head; rich exits on it): stop the
             self.gone = True                     # script there, quietly
             raise StopScript from None
@@ -84,7 +90,7 @@ def _eval_options(ctx: typer.Context) -> set[str]:
 
 
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
-               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None):
+               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None):
     """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad."""
 
     def body() -> int:
@@ -92,7 +98,7 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
             from gradflow.limits import as_limits, using
 
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
-                return _script(file, list(args or []), json_, _eval_options(ctx), summary)
+                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html)
         except GradflowError as err:
             if not json_ or debug:
                 raise
@@ -101,13 +107,18 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
     guarded(debug, json_, body)
 
 
-def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False) -> int:
+def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False,
+            html: Path | None = None) -> int:
     from gradflow.cli.streams import stdout_gone
     from gradflow.script.run import run_script
 
-    emit = _Emitter(json_, sys.stdout, options, summary)
-    with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
-        run_script(file, args, emit)
+    emit = _Emitter(json_, sys.stdout, options, summary, html is not None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
+            run_script(file, args, emit)
+    finally:  # the page shows the calls made before a failure too
+        if html is not None and emit.sections:
+            write_html(html, f"gradflow script {file}", emit.sections)
     return stdout_gone() if emit.gone else 0
 
 

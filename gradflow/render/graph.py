@@ -59,7 +59,7 @@ def _dot_edge(e) -> str:
     attrs = [f"label={_q(_edge_label(e))}"]
     if e.kind == "cut":
         attrs += ["style=dashed", f'color="{RED}"', f'fontcolor="{RED}"']
-    elif e.kind in ("off", "same"):
+    elif e.kind in ("off", "same", "idle"):  # grey: no gradient flows along it
         attrs += [f'color="{GREY}"', f'fontcolor="{GREY}"'] + (["style=dotted"] if e.kind == "same" else [])
     else:
         attrs += [f'color="{GREEN}"', "penwidth=1.5"]

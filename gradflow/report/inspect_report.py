@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import SCHEMA_VERSION
+from gradflow.display import Drawn
 from gradflow.errors import GradflowError
 from gradflow.report.optimizer_coverage import note as optimizer_note
 from gradflow.report.reasons import Cut, FlowGraph, describe_cuts
@@ -75,8 +76,8 @@ class ParamReport:
                 **({} if self.in_optimizer is None else {"optimizer_group": self.optimizer_group})}
 
 
-@dataclass
-class InspectReport:
+@dataclass(repr=False)  # repr(): the table as text, never the tensors (display.Shown)
+class InspectReport(Drawn):
     loss: Any  # tensor
     params: list[ParamReport]
     error: GradflowError | None = None

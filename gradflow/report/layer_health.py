@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 import torch
 
+from gradflow.display import Shown
+
 
 class InspectReport(Protocol):
     """What layer health reads of a report (report/inspect_report.py's InspectReport, whose health() calls
@@ -78,8 +80,8 @@ class LayerHealth:
                 "status": self.status, "ratio": None if self.ratio is None else to_jsonable(self.ratio)}
 
 
-@dataclass
-class HealthReport:
+@dataclass(repr=False)  # repr(): the chart as text (display.Shown)
+class HealthReport(Shown):
     layers: list[LayerHealth] = field(default_factory=list)
     factor: float = FACTOR
     window: int = WINDOW

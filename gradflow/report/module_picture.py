@@ -31,6 +31,8 @@ class Picture:
     edges: dict[tuple[str, str], bool] = field(default_factory=dict)  # (src, dst) -> from a cut
     param_keys: dict[int, str] = field(default_factory=dict)  # parameter serial -> its module's node
     keep: set[int] = field(default_factory=set)  # indices of the ops drawn
+    op_keys: dict[int, str] = field(default_factory=dict)  # op index -> the node it is drawn in
+    current: dict[str, str] = field(default_factory=dict)  # module key -> its node now (see _node_for)
 
 
 def _module_key(report: InspectReport, rec: OpRecord, depth: int) -> str:
@@ -61,8 +63,6 @@ def _label(rec: OpRecord, key: str) -> str:
 
 def build_picture(report: InspectReport, depth: int = 2) -> Picture:
     pic, graph = Picture(), report.graph
-    pic.param_keys = {p.serial: f"m:{module_of(p.name, depth) or p.name}" for p in report.params
-                      if p.serial is not None}
     _module_nodes(report, pic, depth)
     if graph is None:  # backward never ran: the modules alone
         return pic
@@ -70,27 +70,47 @@ def build_picture(report: InspectReport, depth: int = 2) -> Picture:
     pic.keep = {i for i in keep if graph.ops[i].ins}  # factories (randn…) left out
     ops = [graph.ops[i] for i in sorted(pic.keep)]
     for rec in ops:
-        key = _module_key(report, rec, depth)
-        if key not in pic.labels:
-            pic.labels[key], pic.kinds[key] = (_label(rec, key), "cutop" if _shown_cut(rec) else "op")
+        key = pic.op_keys[rec.index] = _node_for(report, pic, rec, depth)
         for s in rec.ins:
-            _edge(report, pic, s, rec, key, depth)
+            _edge(report, pic, s, rec, key)
     if graph.loss is not None:
         pic.labels["loss"], pic.kinds["loss"] = "loss", "loss"
         last = _last_producer(report, pic, graph.loss, len(graph.ops))
         if last is not None:
-            pic.edges[(_module_key(report, last, depth), "loss")] = _shown_cut(last)
+            pic.edges[(pic.op_keys[last.index], "loss")] = _shown_cut(last)
     return pic
 
 
+def _node_for(report: InspectReport, pic: Picture, rec: OpRecord, depth: int) -> str:
+    """The node op `rec` is drawn in: its module's, or, when data came back into the module from a node it fed
+    (GPT-2's `transformer` -> `wte` -> `transformer`), a new node for the module's later ops (`transformer
+    (continued)`), so the picture has no cycle and reads as the data's way forward."""
+    base = _module_key(report, rec, depth)
+    key = pic.current.get(base, base)
+    sources = {pic.op_keys[src.index] for s in rec.ins if (src := _last_producer(report, pic, s, rec.index))}
+    if any(s != key and (s, key) not in pic.edges and _reaches(pic, key, s) for s in sources):
+        key = pic.current[base] = f"{base}#{rec.index}"
+        pic.labels[key], pic.kinds[key] = _label(rec, base) + "\n(continued)", "op"
+    elif key not in pic.labels:
+        pic.labels[key], pic.kinds[key] = (_label(rec, key), "cutop" if _shown_cut(rec) else "op")
+    return key
+
+
 def _module_nodes(report: InspectReport, pic: Picture, depth: int):
+    """A box per module's parameters; a module whose parameters differ in status gets a box per status (its
+    ops' node, named by the module, takes the data flow), so a cut or frozen parameter never hides in a live
+    box."""
     groups: dict[str, list] = {}
     for p in report.params:
         groups.setdefault(module_of(p.name, depth) or p.name, []).append(p)
-    for key, params in groups.items():
-        worst = next(s for s in _WORST if any(p.status == s for p in params))
-        text, n = summary(params, ", "), len(params)
-        pic.labels[f"m:{key}"], pic.kinds[f"m:{key}"] = f"{key}\n{n} param{'s' * (n != 1)}: {text}", worst
+    for module, params in groups.items():
+        statuses = [s for s in _WORST if any(p.status == s for p in params)] or [params[0].status]
+        for status in statuses:
+            same = [p for p in params if p.status == status] if len(statuses) > 1 else params
+            key = f"m:{module}" if len(statuses) == 1 else f"m:{module} [{status}]"
+            text, n = summary(same, ", "), len(same)
+            pic.labels[key], pic.kinds[key] = f"{key[2:]}\n{n} param{'s' * (n != 1)}: {text}", status
+            pic.param_keys.update({p.serial: key for p in same if p.serial is not None})
 
 
 def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int) -> OpRecord | None:
@@ -101,7 +121,23 @@ def _last_producer(report: InspectReport, pic: Picture, serial: int, before: int
     return graph.ops[found[-1]] if found else None
 
 
-def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: str, depth: int):
+def _reaches(pic: Picture, start: str, goal: str) -> bool:
+    """Is there a path of edges from `start` to `goal`?"""
+    out: dict[str, list[str]] = {}
+    for a, b in pic.edges:
+        out.setdefault(a, []).append(b)
+    seen, stack = {start}, [start]
+    while stack:
+        for nxt in out.get(stack.pop(), ()):
+            if nxt == goal:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: str):
     src = _last_producer(report, pic, serial, rec.index)
     if src is None:
         if report.graph is not None and serial in report.graph.leaves:
@@ -109,18 +145,19 @@ def _edge(report: InspectReport, pic: Picture, serial: int, rec: OpRecord, key: 
             if name and name != key:
                 pic.edges[(name, key)] = False
         return
-    skey = _module_key(report, src, depth)
+    skey = pic.op_keys[src.index]
     if skey != key and skey in pic.labels:
         pic.edges[(skey, key)] = _shown_cut(src)
 
 
-def _ids(pic: Picture) -> dict[str, str]:
+def dot_ids(pic: Picture) -> dict[str, str]:
+    """Picture node key -> its DOT node name (the <title> of its group in Graphviz's SVG)."""
     return {k: f"n{i}" for i, k in enumerate(pic.labels)}
 
 
 def to_dot(report: InspectReport, depth: int = 2) -> str:
     pic = build_picture(report, depth)
-    ids = _ids(pic)
+    ids = dot_ids(pic)
     lines = ["digraph gradflow {", "  rankdir=LR;",
              '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica"];']
     for key, label in pic.labels.items():
@@ -136,7 +173,7 @@ def to_dot(report: InspectReport, depth: int = 2) -> str:
 
 def to_mermaid(report: InspectReport, depth: int = 2) -> str:
     pic = build_picture(report, depth)
-    ids = _ids(pic)
+    ids = dot_ids(pic)
     lines = ["flowchart LR"]
     for key, label in pic.labels.items():
         text = mermaid_text(label)

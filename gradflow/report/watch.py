@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gradflow.display import Shown
 from gradflow.report.optimizer_coverage import group_of
 from gradflow.values.jsonable import dumps
 
@@ -62,7 +63,7 @@ class Watched:
                 "reasons": {str(k): v for k, v in self.reasons.items()}}
 
 
-class Watch:
+class Watch(Shown):
     """Records, per step, which parameters got gradient. `step()` closes a step; `close()` removes the hooks."""
 
     def __init__(self, model, optimizer=None):

@@ -89,6 +89,12 @@ class Program:
     def command(self, options: Collection[str] = ()) -> str:
         return "gradflow " + shlex.join(self.argv(options))
 
+    def explain(self):
+        """The program explained, as `gradflow eval` would (its table and picture are the backward's)."""
+        from gradflow.engine.explain import explain
+
+        return explain(self.source, values=dict(self.values), wrt=self.wrt, dtype=self.dtype or "float32")
+
 
 @dataclass
 class NoProgram:

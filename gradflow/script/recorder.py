@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from gradflow.display import Drawn
 from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.tracer.source_lines import short_path, user_code
@@ -56,8 +57,8 @@ class Named:
         return "none" if self.tensor.requires_grad else "off"
 
 
-@dataclass
-class BackwardCall:
+@dataclass(repr=False)  # repr(): the table as text, never the tensors (display.Shown)
+class BackwardCall(Drawn):
     """One backward() of the script, seen right after it ran (or failed)."""
 
     index: int  # 1, 2, ...

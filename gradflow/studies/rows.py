@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradflow.analysis.explanation import Explanation, Warning
+from gradflow.display import Shown
 from gradflow.errors import ExitCode, GradflowError, counts_as_failure, is_no_gradient
 from gradflow.values.jsonable import dumps, one_document, to_jsonable
 
@@ -44,8 +45,8 @@ class Row:
                 "error": None if self.error is None else self.error.to_dict()}
 
 
-@dataclass
-class Comparison:
+@dataclass(repr=False)  # repr(): the table as text (display.Shown)
+class Comparison(Shown):
     rows: list[Row]
     leaves: list[str]  # every leaf shown (a column per leaf)
     modes: bool = False

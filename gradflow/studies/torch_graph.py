@@ -38,7 +38,9 @@ class PNode:
     inner: list[str] = field(default_factory=list)  # torch's own steps inside this op (matmul: Mm, Unsqueeze)
 
 
-EdgeKind = Literal["torch", "cut", "same", "off"]  # in torch's graph | cut | the same tensor (a region) | no grad
+# in torch's graph, gradient flows | cut | the same tensor (a region) | no grad | in torch's graph, but nothing
+# flows along it (its end is cut off from the output further on: x -> x*y2 in `x*y1 - detach(x*y2)`)
+EdgeKind = Literal["torch", "cut", "same", "off", "idle"]
 
 
 @dataclass
@@ -171,6 +173,6 @@ def _add_edges(pic: Picture, graph: Graph, result: Explanation, tedges: set, rea
         else:
             walked = (f"n{_resolve(graph, e.src)}", f"n{e.dst}", e.pos) in tedges
             recorded = result.nodes[e.src].requires_grad and result.nodes[e.dst].requires_grad
-            kind = "torch" if walked or recorded else "off"
+            kind = ("torch" if result.nodes[e.dst].status == "live" else "idle") if walked or recorded else "off"
         flow = None if e.flow is None else format_tensor(e.flow)
         pic.edges.append(PEdge(f"n{e.src}", f"n{e.dst}", e.pos, kind, flow))

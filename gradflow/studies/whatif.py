@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gradflow.analysis.explanation import Explanation
+from gradflow.display import Shown
 from gradflow.engine.prepare import merge_values, prepare
 from gradflow.errors import GradflowError, LimitError, is_no_gradient
 from gradflow.language.edits import Edit, cut_nodes, off_flags
@@ -43,8 +44,8 @@ class Scenario:
                 "no_gradient": self.no_gradient, "error": None if self.error is None else self.error.to_dict()}
 
 
-@dataclass
-class WhatIf:
+@dataclass(repr=False)  # repr(): the table as text (display.Shown)
+class WhatIf(Shown):
     """The current result and one Scenario per possible cut change."""
 
     current: Explanation

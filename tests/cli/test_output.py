@@ -68,7 +68,7 @@ def _jobs(tmp) -> dict[str, dict]:
         "warning_full": {"args": ["eval", "x/0", "--x", "1"], "stderr": "/dev/full"},
         "slow_dot": {"args": ["graph", "x*2", "--x", "1", "--format", "svg", "-o", "g.svg"], "cwd": tmp / "slow_dot",
                      "env": {"PATH": f"{tmp / 'bin'}{os.pathsep}{os.environ['PATH']}"},
-                     "setup": "import gradflow.cli.graph_command as g; g.GRAPHVIZ_SECONDS = 1"},
+                     "setup": "import gradflow.render.graphviz as g; g.GRAPHVIZ_SECONDS = 1"},
         "typo_ascii": {"args": ["eval", "x²", "--x", "1"], "encoding": "ascii"},  # user text: escaped, not guessed
         "png_pty": {"args": PNG, "stdout": "pty"},
         "inspect_png_pty": {"args": ["inspect", f"{ROOT}/examples/frozen_encoder.py:main", "--graph", "png"],

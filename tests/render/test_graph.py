@@ -198,3 +198,21 @@ def test_cli_variable_named_like_an_option(cli):
     assert "--var format=VALUE" in res.stderr
     res = cli("graph", "format*x", "--x", "1", "--var", "format=2")
     assert res.exit_code == 0 and "grad 2" in res.stdout  # d(format*x)/dx = format = 2
+
+
+def test_no_edge_is_drawn_live_where_no_gradient_flows():
+    """out2 detached: torch records x -> x*y2, but nothing flows back along it (plain torch: a hook on x*y2
+    never runs). Drawn grey, not green and bold; x -> x*y1, which carries -20, stays green."""
+    import torch
+
+    x = torch.tensor(1.0, requires_grad=True)
+    seen = []
+    out2 = x * 7.0
+    out2.register_hook(seen.append)
+    ((x * 2.0 - out2.detach()) ** 2).backward()
+    assert seen == [] and float(x.grad) == -20.0
+    p = pic()
+    kinds = {(e.src, e.dst): e.kind for e in p.edges}
+    assert kinds[("n0", "n4")] == "idle" and kinds[("n0", "n2")] == "torch"
+    dot = to_dot(p)
+    assert 'n0 -> n4 [label="", color="#9e9e9e"' in dot and 'n0 -> n2 [label="-20", color="#2e7d32"' in dot
