@@ -33,7 +33,8 @@ HELP_END = help_end([
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file, or an option",
-     ExitCode.USER_CODE: "your script failed: it raised, could not be compiled, or exited with a failure status",
+     ExitCode.USER_CODE: "your script failed: it raised, could not be compiled, exited with a failure status, or "
+                          "ended the process (os._exit, a signal, a crash in C)",
      ExitCode.NO_GRADIENT: "no gradient: the script never called backward(), or its backward failed "
                            "because nothing required grad"})
 
@@ -108,9 +109,8 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
 
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False) -> int:
     from gradflow.cli.streams import stdout_gone
-    from gradflow.script.run import run_script
-
     from gradflow.cli.user_code import stdout_to_stderr
+    from gradflow.script.run import run_script
 
     stdout = sys.stdout
     with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
