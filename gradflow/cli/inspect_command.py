@@ -81,7 +81,8 @@ HELP_END = help_end([
                      "tensor reused in training",
      ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad",
      ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced); the rest of the report stands",
-     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)",
+     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown), or ended "
+                                  "the process (os._exit, a signal, a crash in C)",
      ExitCode.GATE: "--fail-on: some parameter is in a class you asked to fail on (listed after the report)"})
 
 
@@ -218,6 +219,16 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
 
     guarded(debug, json_, body)
 
+
+
+def report_death(err: GradflowError, as_json: bool) -> int:
+    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
+    if as_json:
+        return _json_error(err)
+    from gradflow.render.node_table import print_error
+
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
 
 def _json_error(err: GradflowError) -> int:
     from gradflow.analysis.explanation import SCHEMA_VERSION
