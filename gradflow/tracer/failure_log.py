@@ -20,9 +20,9 @@ import itertools
 import sys
 from collections import deque
 from dataclasses import dataclass
-from types import FrameType
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from gradflow.tracer.source_lines import lines_from
@@ -31,6 +31,10 @@ OPS_KEPT = 20_000  # ops with gradients on, most recent first out
 WRITES_KEPT = 20_000
 BACKWARDS_KEPT = 8
 _BACKWARDS = {"backward", "grad"}  # Tensor.backward, torch.autograd.backward, torch.autograd.grad
+_ATTRIBUTES = {"__get__", "__set__", "__delete__"}  # x.grad, x.shape, x.grad = None: no op, nothing saved
+# torch has no public way to take the innermost torch function mode off its stack and put it back (an optimizer's
+# step runs with the recorder's mode off: see FailureLog._step_begins).
+_pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
 _GRAD = torch.Tensor.grad  # the descriptor: its __get__ is a new object each time, its __self__ this one
 
 
@@ -119,15 +123,6 @@ def _written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return []
 
 
-def _in_optimizer() -> bool:
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if "torch/optim/" in frame.f_code.co_filename.replace("\\", "/"):
-            return True
-        frame = frame.f_back
-    return False
-
-
 class FailureLog(TorchFunctionMode):
     """The recorder: a torch function mode that sees every torch call of the block."""
 
@@ -141,14 +136,59 @@ class FailureLog(TorchFunctionMode):
         self.failed_in: BackwardSeen | None = None  # the backward() that raised
         self._count = itertools.count()
         self._backward_count = itertools.count(1)
+        self._step: tuple | None = None  # inside an optimizer's step(): (its line, its parameters' Seen before)
+        self._off = False  # the mode taken off torch's stack for that step
+        self._hooks: list = []
+
+    def __enter__(self):
+        # An optimizer's step writes every parameter in place, op by op: seen whole through torch's (public,
+        # global) step hooks, once per step, instead of one record (and one walk of the stack) per write.
+        self._hooks = [register_optimizer_step_pre_hook(self._step_begins),
+                       register_optimizer_step_post_hook(self._step_ends)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for h in self._hooks:
+            h.remove()
+        if self._off:  # a step raised: the mode is off already
+            self._off = False
+            return False
+        return super().__exit__(*exc)
+
+    def _step_begins(self, optimizer, args, kwargs) -> None:
+        """The step writes every parameter, op by op, with gradients off: nothing in it is saved for backward, so
+        the mode steps aside (one Python call per op saved) and the writes are read from the versions after."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        self._step = (user_line(), [(p, p._version) for p in params])
+        mode = _pop_mode()
+        if mode is self:
+            self._off = True
+        else:  # a mode of the user's is innermost: leave the stack as it is
+            _push_mode(mode)
+
+    def _step_ends(self, optimizer, args, kwargs) -> None:
+        if self._step is None:
+            return
+        line, before = self._step
+        self._step = None
+        for p, version in before:
+            if p._version != version:
+                self.writes.append(Write(next(self._count), "step", seen(p), line, True))
+        if self._off:
+            _push_mode(self)
+            self._off = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name == "__get__" and getattr(func, "__self__", None) is _GRAD:
-            return self._grad_read(func, args[0])
+        if name in _ATTRIBUTES:
+            if name == "__get__" and getattr(func, "__self__", None) is _GRAD:
+                return self._grad_read(func, args[0])
+            return func(*args, **kwargs)
         if name in _BACKWARDS:
             return self._backward(func, args, kwargs)
+        if self._step is not None:  # its writes are seen whole when it ends
+            return func(*args, **kwargs)
         written = _written(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
@@ -158,9 +198,9 @@ class FailureLog(TorchFunctionMode):
                 self.leaf_write = LeafWrite(name, user_line(), shape)
             raise
         if written:
-            line, optim = user_line(), _in_optimizer()
+            line = user_line()
             for t in written:
-                self.writes.append(Write(next(self._count), name, seen(t), line, optim))
+                self.writes.append(Write(next(self._count), name, seen(t), line, False))
         elif torch.is_grad_enabled():
             ins = _tensors(list(args))
             if any(t.requires_grad for t in ins):
