@@ -29,8 +29,9 @@ from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write
 from gradflow.tracer.failure_words import fix_for_write, named_at, parameter_name, source_of, tensor_names
 from gradflow.tracer.source_lines import their_code
 
-_VERSION = re.compile(r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
-                      r"(\w+),)? is at version (\d+); expected version (\d+) instead")
+# torch's words (re caches the compiled pattern)
+_VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
+            r"(\w+),)? is at version (\d+); expected version (\d+) instead")
 _SECOND_TIME = "backward through the graph a second time"
 _LEAF = "leaf Variable that requires grad is being used in an in-place operation"
 _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
@@ -83,7 +84,7 @@ class BackwardFailure:
 
 # ---- class 1: a saved tensor written in place ---------------------------------------------------------------
 def _inplace_saved(log: FailureLog, message: str, tb: TracebackType | None) -> BackwardFailure | None:
-    m = _VERSION.search(message)
+    m = re.search(_VERSION, message)
     if m is None:
         return None
     shape = tuple(int(d) for d in m.group(1).split(",") if d.strip())
