@@ -19,14 +19,14 @@ from gradflow.errors import (
 )
 
 __all__ = ["explain", "sweep", "check", "hessian", "trace", "watch", "whatif", "compare", "run_batch", "parse",
-           "GradflowError",
+           "explain_errors", "GradflowError",
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
          "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "report.build",
          "watch": "report.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
-         "run_batch": "batch.run"}
+         "run_batch": "batch.run", "explain_errors": "tracer.failures"}
 
 
 def _version() -> str:

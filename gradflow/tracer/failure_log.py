@@ -1,0 +1,234 @@
+"""Record, while the user's code runs, what explains a failing backward: in-place writes, ops with their lines, and
+the backward() calls, so that when torch raises, the lines that caused it can be named (tracer/failures.py).
+
+It records while running, not by re-running after torch raised: `gradflow.explain_errors()` wraps a block of the
+user's code (a notebook cell, a test), and a block cannot be run twice. What it keeps is small and bounded:
+- every in-place write (`x += 1`, `h[:, 0] = 0`, `relu_()`, `out=`, an optimizer's step): the tensor's storage, its
+  version after the write, the op and the user's line. A view shares its base's storage and version counter, so
+  a write through a view is found for the base (CopySlices) too;
+- every op that ran with gradients on and a tensor input requiring grad (the ops that may save a tensor for
+  backward): its name, its tensors (storage, version, shape) and the user's line;
+- every backward() call: its line, whether it kept the graph, and (when it did not) its root's autograd node,
+  to find later which part of a graph it freed.
+Each is a ring buffer, so a long training loop keeps only its recent steps. Saved-tensor hooks would name the
+saved tensors exactly, but torch skips its version check for tensors that went through a pack hook: the very
+error to explain would vanish, and backward would return wrong gradients.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.overrides import TorchFunctionMode
+
+from gradflow.tracer.source_lines import lines_from
+
+OPS_KEPT = 20_000  # ops with gradients on, most recent first out
+WRITES_KEPT = 20_000
+BACKWARDS_KEPT = 8
+_BACKWARDS = {"backward", "grad"}  # Tensor.backward, torch.autograd.backward, torch.autograd.grad
+_ATTRIBUTES = {"__get__", "__set__", "__delete__"}  # x.grad, x.shape, x.grad = None: no op, nothing saved
+# torch has no public way to take the innermost torch function mode off its stack and put it back (an optimizer's
+# step runs with the recorder's mode off: see FailureLog._step_begins).
+_pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+_GRAD = torch.Tensor.grad  # the descriptor: its __get__ is a new object each time, its __self__ this one
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A tensor as an op saw it: its storage (shared by its views), its version then, its shape."""
+
+    storage: int
+    version: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpSeen:
+    index: int
+    name: str
+    ins: tuple[Seen, ...]
+    outs: tuple[Seen, ...]
+    line: str | None
+
+
+@dataclass(frozen=True)
+class Write:
+    """An in-place write: the tensor written (after the write: its version is the one it made) and where."""
+
+    index: int
+    name: str
+    tensor: Seen
+    line: str | None
+    optimizer: bool  # run inside torch.optim (an optimizer's step)
+
+
+@dataclass
+class BackwardSeen:
+    index: int  # in the order of ops and writes
+    number: int  # 1, 2, ...: the how-manieth backward() of the block
+    line: str | None
+    retain_graph: bool
+    roots: list  # the roots' autograd nodes, kept (once it ran) only when the call freed the graph
+
+
+@dataclass
+class LeafWrite:
+    """The in-place op torch refused on a leaf that requires grad (or a view of one), as it was called."""
+
+    name: str
+    line: str | None
+    shape: tuple[int, ...]
+
+
+@dataclass
+class NonLeafGrad:
+    """`.grad` read on a tensor that is not a leaf and does not retain its grad (torch warns and gives None)."""
+
+    tensor: torch.Tensor
+    line: str | None
+
+
+def seen(t: torch.Tensor) -> Seen:
+    try:
+        storage = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a functional wrapper)
+        storage = id(t)
+    return Seen(storage, t._version, tuple(t.shape))
+
+
+def user_line() -> str | None:
+    """The user's own line running now (the innermost frame of their code)."""
+    return lines_from(sys._getframe(2))[0]
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op writes in place: `out=`, the first argument of `add_`/`__setitem__`/`_foreach_mul_`."""
+    if "out" in kwargs:
+        return _tensors(kwargs["out"])
+    if name == "__setitem__" or (name.endswith("_") and not name.endswith("__")):
+        return _tensors(args[0]) if args else []
+    return []
+
+
+class FailureLog(TorchFunctionMode):
+    """The recorder: a torch function mode that sees every torch call of the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: deque[OpSeen] = deque(maxlen=OPS_KEPT)
+        self.writes: deque[Write] = deque(maxlen=WRITES_KEPT)
+        self.backwards: deque[BackwardSeen] = deque(maxlen=BACKWARDS_KEPT)
+        self.leaf_write: LeafWrite | None = None
+        self.nonleaf_grads: deque[NonLeafGrad] = deque(maxlen=16)
+        self.failed_in: BackwardSeen | None = None  # the backward() that raised
+        self._count = itertools.count()
+        self._backward_count = itertools.count(1)
+        self._step: tuple | None = None  # inside an optimizer's step(): (its line, its parameters' Seen before)
+        self._off = False  # the mode taken off torch's stack for that step
+        self._hooks: list = []
+
+    def __enter__(self):
+        # An optimizer's step writes every parameter in place, op by op: seen whole through torch's (public,
+        # global) step hooks, once per step, instead of one record (and one walk of the stack) per write.
+        self._hooks = [register_optimizer_step_pre_hook(self._step_begins),
+                       register_optimizer_step_post_hook(self._step_ends)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for h in self._hooks:
+            h.remove()
+        if self._off:  # a step raised: the mode is off already
+            self._off = False
+            return False
+        return super().__exit__(*exc)
+
+    def _step_begins(self, optimizer, args, kwargs) -> None:
+        """The step writes every parameter, op by op, with gradients off: nothing in it is saved for backward, so
+        the mode steps aside (one Python call per op saved) and the writes are read from the versions after."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        self._step = (user_line(), [(p, p._version) for p in params])
+        mode = _pop_mode()
+        if mode is self:
+            self._off = True
+        else:  # a mode of the user's is innermost: leave the stack as it is
+            _push_mode(mode)
+
+    def _step_ends(self, optimizer, args, kwargs) -> None:
+        if self._step is None:
+            return
+        line, before = self._step
+        self._step = None
+        for p, version in before:
+            if p._version != version:
+                self.writes.append(Write(next(self._count), "step", seen(p), line, True))
+        if self._off:
+            _push_mode(self)
+            self._off = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _ATTRIBUTES:
+            if name == "__get__" and getattr(func, "__self__", None) is _GRAD:
+                return self._grad_read(func, args[0])
+            return func(*args, **kwargs)
+        if name in _BACKWARDS:
+            return self._backward(func, args, kwargs)
+        if self._step is not None:  # its writes are seen whole when it ends
+            return func(*args, **kwargs)
+        written = _written(name, args, kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as err:
+            if "leaf Variable that requires grad" in str(err):
+                shape = tuple(written[0].shape) if written else ()
+                self.leaf_write = LeafWrite(name, user_line(), shape)
+            raise
+        if written:
+            line = user_line()
+            for t in written:
+                self.writes.append(Write(next(self._count), name, seen(t), line, False))
+        elif torch.is_grad_enabled():
+            ins = _tensors(list(args))
+            if any(t.requires_grad for t in ins):
+                outs = tuple(map(seen, _tensors(out)))
+                self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, user_line()))
+        return out
+
+    def _grad_read(self, get, t: torch.Tensor):
+        grad = get(t)
+        if grad is None and not t.is_leaf and not t.retains_grad:
+            self.nonleaf_grads.append(NonLeafGrad(t, user_line()))
+        return grad
+
+    def _backward(self, func, args: tuple, kwargs: dict):
+        retain = kwargs.get("retain_graph")
+        if retain is None and func.__name__ == "backward" and len(args) > 2 and isinstance(args[0], torch.Tensor):
+            retain = args[2]
+        if retain is None:
+            retain = bool(kwargs.get("create_graph", False))
+        roots = _tensors(args[0] if args else kwargs.get("tensors", kwargs.get("outputs", [])))
+        call = BackwardSeen(next(self._count), next(self._backward_count), user_line(), bool(retain),
+                            [r.grad_fn for r in roots if r.grad_fn is not None])
+        try:
+            result = func(*args, **kwargs)
+        except RuntimeError:
+            self.failed_in = call
+            raise
+        if retain:
+            call.roots = []  # a kept graph holds its saved tensors: never keep it alive longer than the user does
+        self.backwards.append(call)
+        return result

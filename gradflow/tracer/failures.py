@@ -1,0 +1,288 @@
+"""Why backward failed, in the user's words: the failure classes gradflow explains, from a FailureLog and torch's
+own error (tracer/failure_log.py records; this module reads the record once torch has raised).
+
+    with gradflow.explain_errors():
+        train()
+
+re-raises torch's own exception (the same object, its type and traceback unchanged) with the explanation added
+to its message and, structured, as `err.gradflow` (a BackwardFailure). Kinds:
+- inplace_saved: a tensor saved for backward was written in place afterwards (torch: "modified by an inplace
+  operation"): the op that saved it, the lines that wrote it (through a view too), the fix;
+- graph_freed: backward through a graph an earlier backward() freed (torch: "backward through the graph a second
+  time"): that earlier backward's line, the tensor that carries the freed part, the fix for that shape;
+- leaf_inplace: an in-place op on a leaf that requires grad, or a view of one;
+- nonleaf_grad: `.grad` read on a tensor that is not a leaf (torch only warns and gives None): the op that made
+  it, and the leaf to read instead. Given as a warning (GradflowWarning), or attached to the error it led to.
+"""
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+
+import torch
+
+from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write
+from gradflow.tracer.failure_words import fix_for_write, named_at, parameter_name, source_of, tensor_names
+from gradflow.tracer.source_lines import their_code
+
+# torch's words (re caches the compiled pattern)
+_VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
+            r"(\w+),)? is at version (\d+); expected version (\d+) instead")
+_SECOND_TIME = "backward through the graph a second time"
+_LEAF = "leaf Variable that requires grad is being used in an in-place operation"
+_NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
+               "view", "reshape", "clone", "__getitem__", "expand", "t", "transpose", "permute", "contiguous",
+               "detach", "to", "float", "double", "flatten", "squeeze", "unsqueeze", "cat", "stack", "zeros_like"}
+
+
+class GradflowWarning(UserWarning):
+    """gradflow's explanation of something torch only warns about (a `.grad` read that gives None)."""
+
+
+@dataclass
+class BackwardFailure:
+    """What went wrong, where, and the fix. Lines are `file:line` of the user's code."""
+
+    kind: str  # inplace_saved | graph_freed | leaf_inplace | nonleaf_grad
+    tensor: str | None  # the tensor, as the user named it (None: no name found)
+    fix: str
+    saved_by: dict | None = None  # {"op": ..., "line": ...}: the op whose backward needed the tensor
+    modified_at: list[str] = field(default_factory=list)
+    freed_by: str | None = None  # the earlier backward() that freed the graph
+    made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
+    message: str = ""  # torch's own
+
+    def describe(self) -> str:
+        """The explanation as lines of text (the CLI prints them before torch's message)."""
+        what = {"inplace_saved": "a tensor saved for backward was changed in place",
+                "graph_freed": "backward ran through a graph that an earlier backward() freed",
+                "leaf_inplace": "an in-place op on a leaf that requires grad",
+                "nonleaf_grad": ".grad of a tensor that is not a leaf is None"}[self.kind]
+        out = [f"why backward failed: {what}"]
+        if self.tensor:
+            out.append(f"  tensor:      {self.tensor}")
+        if self.saved_by:
+            out.append(f"  saved by:    {self.saved_by['op']} at {self.saved_by['line']}")
+        if self.made_by:
+            out.append(f"  made by:     {self.made_by['op']} at {self.made_by['line']}")
+        for i, line in enumerate(self.modified_at):
+            out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
+        if self.freed_by:
+            out.append(f"  freed by:    the backward() at {self.freed_by}  {source_of(self.freed_by)}".rstrip())
+        out.append(f"  fix:         {self.fix}")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("message")
+        return d
+
+
+# ---- class 1: a saved tensor written in place ---------------------------------------------------------------
+def _inplace_saved(log: FailureLog, message: str, tb: TracebackType | None) -> BackwardFailure | None:
+    m = re.search(_VERSION, message)
+    if m is None:
+        return None
+    shape = tuple(int(d) for d in m.group(1).split(",") if d.strip())
+    now, expected = int(m.group(3)), int(m.group(4))
+    storage = _written_storage(log, shape, expected, now)
+    if storage is None:
+        return None
+    writes = [w for w in log.writes if w.tensor.storage == storage and expected < w.tensor.version <= now]
+    saver = _saver(log, storage, expected, shape, writes[0].index)
+    name = named_at(writes[0].line) or parameter_name(_user_frames(tb), storage) or \
+        (named_at(saver.line, assigned=True) if saver is not None else None)
+    return BackwardFailure("inplace_saved", name, fix_for_write(writes[0], name), modified_at=_lines(writes),
+                           saved_by=None if saver is None else {"op": saver.name, "line": saver.line},
+                           message=message)
+
+
+def _lines(writes: list[Write]) -> list[str]:
+    return list(dict.fromkeys(w.line for w in writes if w.line))
+
+
+def _written_storage(log: FailureLog, shape: tuple, expected: int, now: int) -> int | None:
+    """The storage whose writes took it from version `expected` to `now`, preferring one an op saw at `expected`
+    with the tensor's shape (the saved tensor itself, or the base of the view that was written)."""
+    found = [w.tensor.storage for w in reversed(log.writes) if w.tensor.version == expected + 1]
+    for same in (lambda s: s.shape == shape, lambda s: math.prod(s.shape) == math.prod(shape)):
+        for storage in found:
+            if any(s.storage == storage and s.version == expected and same(s)
+                   for op in log.ops for s in (*op.ins, *op.outs)):
+                return storage
+    return found[0] if found else None
+
+
+def _saver(log: FailureLog, storage: int, version: int, shape: tuple, before: int) -> OpSeen | None:
+    """The last op before the first write that had the tensor (at the version torch expected) as an input or
+    result and saves its tensors for backward. Its shape may differ from the saved one: an op may save a view
+    (linear saves its weight transposed), so a tensor with as many elements counts when none has the shape."""
+    candidates = [op for op in reversed(log.ops) if op.index < before and op.name not in _NOT_SAVING]
+    for same in (lambda s: s.shape == shape, lambda s: math.prod(s.shape) == math.prod(shape)):
+        for op in candidates:
+            if any(s.storage == storage and s.version == version and same(s) for s in (*op.ins, *op.outs)):
+                return op
+    return None
+
+
+# ---- class 2: a graph an earlier backward freed --------------------------------------------------------------
+def _nodes(roots: list) -> dict:
+    """Every autograd node reachable from these (AccumulateGrad, a leaf's, is shared by every graph: left out)."""
+    found: dict = {}
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in found:
+            continue
+        found[id(node)] = node
+        todo.extend(n for n, _ in node.next_functions)
+    return {k: n for k, n in found.items() if type(n).__name__ != "AccumulateGrad"}
+
+
+def _graph_freed(log: FailureLog, message: str, tb: TracebackType | None) -> BackwardFailure | None:
+    if _SECOND_TIME not in message or log.failed_in is None:
+        return None
+    failing = _nodes(log.failed_in.roots)
+    for earlier in reversed(log.backwards):
+        freed = _nodes(earlier.roots).keys() & failing.keys()
+        if earlier.roots and freed:
+            name, old = _carrier(tb, failing, freed)
+            stepped = any(w.optimizer and earlier.index < w.index < log.failed_in.index for w in log.writes)
+            return BackwardFailure("graph_freed", name, _fix_freed(name, old, stepped, earlier.line),
+                                   freed_by=earlier.line, message=message)
+    return None
+
+
+def _carrier(tb: TracebackType | None, failing: dict, freed) -> tuple[str | None, bool]:
+    """The named tensor that brings the freed graph into this one: one whose own node was freed (old: True), else
+    the newer one nearest to the freed part (a recurrent state computed from last iteration's)."""
+    named = [(n, t) for n, t in tensor_names(_user_frames(tb)) if t.grad_fn is not None and id(t.grad_fn) in failing]
+    old = [n for n, t in named if id(t.grad_fn) in freed]
+    if old:
+        return old[0], True
+    best = min(named, key=lambda nt: _distance(nt[1].grad_fn, freed), default=None)
+    return (best[0] if best else None), False
+
+
+def _distance(node, targets) -> int:
+    level, depth = [node], 0
+    seen_ids: set[int] = set()
+    while level and depth < 10_000:
+        if any(id(n) in targets for n in level):
+            return depth
+        seen_ids.update(map(id, level))
+        level = [n for x in level for n, _ in x.next_functions if n is not None and id(n) not in seen_ids]
+        depth += 1
+    return 1 << 30
+
+
+def _fix_freed(name: str | None, old: bool, stepped: bool, line: str | None) -> str:
+    t = name or "the tensor"
+    if not old:
+        return (f"detach between iterations: `{t} = {t}.detach()` before it is used again, so each backward() "
+                "covers one iteration (truncated backpropagation through time)")
+    if stepped:
+        return (f"use `{t}.detach()` in the loss of the backward() at {line}, so that backward (and the "
+                f"optimizer step after it) does not go through what made `{t}`")
+    return (f"add the losses and call backward() once, `(loss_a + loss_b).backward()`; or pass retain_graph=True "
+            f"to the backward() at {line} if you need the gradients in between")
+
+
+# ---- classes 3 and 5 ---------------------------------------------------------------------------------------------
+def _leaf_inplace(log: FailureLog, message: str) -> BackwardFailure | None:
+    w = log.leaf_write
+    if _LEAF not in message or w is None:
+        return None
+    name = named_at(w.line)
+    view = "a view of" in message
+    t = name or "the tensor"
+    fix = (f"initialising it? write under `with torch.no_grad():`. Part of the computation? write into a copy: "
+           f"`{t} = {t}.clone()` first" + (" (the view shares the leaf's memory)" if view else ""))
+    return BackwardFailure("leaf_inplace", name, fix, modified_at=[w.line] if w.line else [], message=message)
+
+
+def nonleaf_grad(log: FailureLog, read: NonLeafGrad, tb: TracebackType | None = None) -> BackwardFailure:
+    t = read.tensor
+    made = next((op for op in reversed(log.ops) if any(s.storage == _storage(t) and s.shape == tuple(t.shape)
+                                                       for s in op.outs)), None)
+    name = named_at(read.line, grad=True)
+    leaf = _hidden_leaf(t)
+    if leaf is not None:
+        fix = (f"`{name or 'it'}` is a copy made by {made.name if made else 'an op'} of the leaf that requires grad"
+               f"; read the leaf's .grad: keep the leaf in a variable, or make it on the right dtype/device with "
+               f"requires_grad=True there (`torch.randn(..., dtype=..., requires_grad=True)`)")
+    else:
+        fix = f"call `{name or 'it'}.retain_grad()` before backward(), or read .grad of the leaf it was made from"
+    return BackwardFailure("nonleaf_grad", name, fix, modified_at=[],
+                           made_by=None if made is None else {"op": made.name, "line": made.line})
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def _hidden_leaf(t: torch.Tensor):
+    """The leaf behind a copy (`.to()`, `.double()`, `.cuda()` after requires_grad=True), if that is all it is."""
+    node = t.grad_fn
+    if node is None or type(node).__name__ not in ("ToCopyBackward0", "CloneBackward0"):
+        return None
+    parents = [n for n, _ in node.next_functions if n is not None]
+    return parents[0].variable if len(parents) == 1 and hasattr(parents[0], "variable") else None
+
+
+# ---- the entry points --------------------------------------------------------------------------------------------
+def _user_frames(tb: TracebackType | None) -> list:
+    frames = []
+    while tb is not None:
+        if their_code(tb.tb_frame.f_code.co_filename):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | None:
+    """The explanation of torch's error `err`, if it is one of the classes gradflow explains."""
+    message = str(err)
+    if isinstance(err, RuntimeError):
+        return (_inplace_saved(log, message, err.__traceback__) or _graph_freed(log, message, err.__traceback__)
+                or _leaf_inplace(log, message))
+    if isinstance(err, (AttributeError, TypeError)) and "NoneType" in message and log.nonleaf_grads:
+        return nonleaf_grad(log, log.nonleaf_grads[-1], err.__traceback__)
+    return None
+
+
+def attach(err: BaseException, failure: BackwardFailure) -> None:
+    """Add the explanation to torch's error, in place: the same exception, its message then the explanation."""
+    failure.message = failure.message or str(err)
+    err.gradflow = failure  # type: ignore[attr-defined]
+    if err.args and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}\n\n{failure.describe()}", *err.args[1:])
+    elif hasattr(err, "add_note"):
+        err.add_note(failure.describe())
+
+
+@contextmanager
+def explain_errors():
+    """Explain a failing backward inside the block: torch's own exception comes out with the explanation added
+    to its message and as `err.gradflow`; `.grad` read on a non-leaf warns with the leaf to read instead."""
+    log = FailureLog()
+    try:
+        with log:
+            yield log
+    except (RuntimeError, AttributeError, TypeError) as err:
+        failure = explain_failure(log, err)
+        if failure is not None:
+            attach(err, failure)
+            if failure.kind == "nonleaf_grad":
+                log.nonleaf_grads.clear()  # told in the error: not again as a warning
+        raise
+    finally:
+        for read in log.nonleaf_grads:
+            warnings.warn(GradflowWarning(nonleaf_grad(log, read).describe()), stacklevel=3)
