@@ -53,7 +53,7 @@ def both(text: str):
     """(the fast path's statements or None if it gave up, the tree path's statements or its error)."""
     try:
         mine = fast().parse(text)
-    except (NotFast, KeyError, ParseError, IndentationProblem):  # the fast path gives up on an error: parse() then takes the tree path
+    except (NotFast, KeyError, ParseError, IndentationProblem):  # it gives up on an error: parse() takes the tree
         mine = None
     try:
         tree = parser._tree_parse(text).stmts
