@@ -50,8 +50,6 @@ def explain_checked(program: str | Graph, given: dict[str, Any], *, wrt: str | l
 
 def unused_warnings(given, used, who: str = "the program does not use") -> list:
     """The "unused_value" warnings for the values given that the program does not use."""
-    if all(name in used for name in given):
-        return []  # every value used (most calls): no list of names to build, no Warning class to import
     from gradflow.analysis.explanation import Warning
 
     return [Warning(UNUSED_KIND, None, message) for _, message in unused_values(given, used, who)]
