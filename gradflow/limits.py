@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from gradflow.errors import LimitError, Span
@@ -92,14 +93,9 @@ def current() -> Limits:
     return _CURRENT.get()
 
 
-def using(limits: Limits) -> contextlib.AbstractContextManager[Limits]:
-    """These limits in force inside the block (it gives them back); nothing to enter when they are in force
-    already (every record of a batch: its prepare, evaluate and record each ask again)."""
-    return contextlib.nullcontext(limits) if limits is _CURRENT.get() else _entered(limits)
-
-
 @contextlib.contextmanager
-def _entered(limits: Limits):
+def using(limits: Limits) -> Iterator[Limits]:
+    """These limits in force inside the block (it gives them back)."""
     token = _CURRENT.set(limits)
     try:
         yield limits
@@ -117,7 +113,7 @@ def check(name: str, amount: int, what: str, *, limit: int | None = None,
 
     `what` starts the message: "the program text has" -> "... has 12,000 characters; the limit is 10,000".
     """
-    limit = current()[NAMES.index(name)] if limit is None else limit  # no _asdict(): this runs per value
+    limit = getattr(current(), name) if limit is None else limit
     if amount > limit:
         raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",
                          hint=_raise_hint(name, max(amount, limit * 10)), span=span, source=source)
@@ -129,7 +125,7 @@ def _raise_hint(name: str, bigger: int) -> str:
 
 def too_long(name: str, what: str, *, limit: int | None = None) -> LimitError:
     """The error for an input read only up to its limit: "{what} more than 10,000 characters; the limit is ..."."""
-    limit = current()[NAMES.index(name)] if limit is None else limit
+    limit = getattr(current(), name) if limit is None else limit
     return LimitError(f"limit_{name}", f"{what} more than {limit:,} {_UNITS[name]}; the limit is {limit:,}",
                       hint=_raise_hint(name, limit * 10))
 

@@ -46,8 +46,6 @@ def _cutter(graph: Graph, node_id: int) -> str:
 def _downstream_cuts(result: Explanation, graph: Graph, reach: list[bool]) -> list[list[str]]:
     """Per node: the cut constructs on its paths to the output."""
     out: list[list[str]] = [[] for _ in graph.nodes]
-    if not any(e.cut for e in result.edges):
-        return out  # nothing cut (most programs): no walk of the edges
     for e in reversed(result.edges):
         if not reach[e.dst]:
             continue

@@ -12,14 +12,12 @@ float64 twin). So a brief record is always exactly the full record without "node
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.engine.forward import Run
 from gradflow.engine.nonfinite import HALF_NAMES, bad
 from gradflow.engine.results import node_result
-from gradflow.values.jsonable import PLAIN_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -41,25 +39,8 @@ def answer(run: Run, out: torch.Tensor, error: GradflowError | None, values: dic
 
 
 def _finite(*groups) -> bool:
-    """No nan or inf in any of these tensors (None: no tensor). Most are single numbers or short vectors: their
-    numbers are read into one flat list and summed at once (the sum is finite exactly when they all are, unless
-    finite numbers overflow it: only then are they tested one by one); a bigger tensor, or one of more
-    dimensions, is tested on its own (nonfinite.bad)."""
-    numbers: list = []
-    add, extend = numbers.append, numbers.extend
-    for tensors in groups:
-        for t in tensors:
-            if t is None:
-                continue
-            dims = t.dim()
-            if dims == 0:
-                add(t.item())
-            elif dims == 1 and t.numel() <= PLAIN_MAX:
-                extend(t.tolist())
-            elif bad(t):
-                return False
-    total = sum(numbers)  # ints and bools (comparisons, counts) are finite: they add as numbers
-    return math.isfinite(total) or all(map(math.isfinite, numbers))
+    """No nan or inf in any of these tensors (None: no tensor)."""
+    return not any(bad(t) for tensors in groups for t in tensors)
 
 
 def _output(run: Run, t: torch.Tensor) -> NodeResult:

@@ -81,22 +81,14 @@ def _cat(shapes: list[tuple[int, ...]], dim: int) -> tuple[int, ...]:
     return full[0][:d] + (sum(s[d] for s in full),) + full[0][d + 1:]
 
 
-_RULES = {name: op.shape for name, op in OPS.items()}  # asked per operation: one look-up
 _GROWING = frozenset(("broadcast", "matmul", "cat", "stack"))  # the rules whose result may outgrow every operand
 
 
 def precheck(node: Node, args, source: str) -> None:
     """Refuse `node`'s result when its shape would exceed the per-tensor element limit."""
-    rule = _RULES.get(node.op, "broadcast")
+    rule = OPS[node.op].shape if node.op in OPS else "broadcast"
     if rule not in _GROWING:
         return  # the result is no bigger than one operand (reductions, elementwise functions, losses, shapes)
-    if len(args) == 2:  # most operations: the check below without its lists
-        a, b = args
-        if not (hasattr(a, "shape") and hasattr(b, "shape")):
-            return  # x^2's exponent may be a number
-        n, m = a.numel(), b.numel()
-        if n and m and (n + m if rule in ("cat", "stack") else n * m) <= current().elements:
-            return
     tensors = [a for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
     if len(tensors) < 2:
         return

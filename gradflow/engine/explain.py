@@ -1,7 +1,6 @@
 """The Python API's `explain()`: prepare (compile, check values, choose leaves, build values) -> evaluate."""
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from gradflow.engine.prepare import UNUSED_KIND, merge_values, prepare, unused_values
@@ -41,25 +40,16 @@ def explain_checked(program: str | Graph, given: dict[str, Any], *, wrt: str | l
     """explain() once its arguments are checked (`check_arguments`), its values merged and its limits read;
     `program` may be compiled already (a batch line's: compile_program's cache was asked for it once)."""
     graph, vals, leaves = prepare(program, given, wrt, dtype=dtype, seed=seed, limits=limits, strict=strict)
-    evaluate = _evaluate()  # torch is imported only from here on
+    from gradflow.engine.evaluate import evaluate  # torch is imported only from here on
+
     result = evaluate(graph, vals, leaves, dtype=dtype, device=device, measure_edges=measure_edges, limits=limits,
                       brief=brief)
     result.warnings[:0] = unused_warnings(given, graph.inputs)
     return result
 
 
-@cache
-def _evaluate():
-    """engine.evaluate.evaluate, imported by the first call (torch with it), found directly by the later ones."""
-    from gradflow.engine.evaluate import evaluate
-
-    return evaluate
-
-
 def unused_warnings(given, used, who: str = "the program does not use") -> list:
     """The "unused_value" warnings for the values given that the program does not use."""
-    if all(name in used for name in given):
-        return []  # every value used (most calls): no list of names to build, no Warning class to import
     from gradflow.analysis.explanation import Warning
 
     return [Warning(UNUSED_KIND, None, message) for _, message in unused_values(given, used, who)]

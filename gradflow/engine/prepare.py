@@ -35,8 +35,6 @@ def prepare(program: str | Graph, values: dict[str, Any], wrt: str | list[str] |
     limits = limits or current()
     check_seed(seed)
     ready = checked(program, values, wrt, limits, strict)
-    if all(type(v) in (int, float, list) for v in ready.values.values()):
-        return ready  # numbers and lists (most values): nothing to build, no import statement
     from gradflow.values.tensors import materialize  # torch from here on
 
     with using(limits):

@@ -3,13 +3,11 @@ table (functions, methods, torch./F. names, attributes, indexing). Loaded only o
 a syntax error never pays for it. Torch-free."""
 from __future__ import annotations
 
-from functools import partial
-
 from lark import Token
 from lark.visitors import Transformer_NonRecursive
 
 from gradflow.errors import ParseError, Span
-from gradflow.language.calls import Binder, number, quick_bind
+from gradflow.language.calls import Binder, number
 from gradflow.language.ops import CONTEXTS, FUNCTIONS, METHODS, PROPERTIES, QUALIFIED, qualified, short, suggest
 from gradflow.language.syntax import (
     Assign,
@@ -34,15 +32,12 @@ _NOT_VALUES = {  # a.NAME that is no value in gradflow: why, and what to write
 }
 
 
-_span = partial(tuple.__new__, Span)  # _span((start, end)) is Span(start, end) without NamedTuple's Python __new__
-
-
 def _span_of(tok: Token) -> Span:
-    return _span((tok.start_pos or 0, tok.end_pos or 0))
+    return Span(tok.start_pos or 0, tok.end_pos or 0)
 
 
 def _join(a: Span, b: Span) -> Span:
-    return _span((a.start, b.end))
+    return Span(a.start, b.end)
 
 
 class _Slice:
@@ -79,13 +74,13 @@ class Build(Transformer_NonRecursive):
         lpar, inner, rpar = c
         if isinstance(inner, Namespace):
             raise self._module(inner)
-        inner.full = _span((lpar.start_pos, rpar.end_pos))
+        inner.full = Span(lpar.start_pos, rpar.end_pos)
         return inner
 
     add = sub = mul = div = matmul = pow = lt = gt = le = ge = eq = ne = None  # set below from _binary()
 
     def neg(self, c):
-        s = _span((c[0].start_pos, c[1].full.end))
+        s = Span(c[0].start_pos, c[1].full.end)
         return Call(s, s, "neg", [c[1]], inner=c[1].full)
 
     # ---- arguments ----
@@ -116,7 +111,7 @@ class Build(Transformer_NonRecursive):
     # ---- calls: f(...), a.f(...), torch.f(...), a.T ----
     def call(self, c):
         name, lpar, args, rpar = c
-        s = _span((name.start_pos, rpar.end_pos))
+        s = Span(name.start_pos, rpar.end_pos)
         op = FUNCTIONS.get(str(name))
         if op is None:
             raise self.fail("unknown_function", f"unknown function '{name}'", _span_of(name),
@@ -133,7 +128,7 @@ class Build(Transformer_NonRecursive):
 
     def method(self, c):
         recv, name, lpar, args, rpar = c
-        s = _span((recv.full.start, rpar.end_pos))
+        s = Span(recv.full.start, rpar.end_pos)
         dotted = f"{getattr(recv, 'name', '')}.{name}"
         if self._is_namespace(recv) and (qualified(dotted) in QUALIFIED or isinstance(recv, Namespace)
                                          or str(name) not in METHODS):
@@ -152,7 +147,7 @@ class Build(Transformer_NonRecursive):
 
     def attr(self, c):
         recv, name = c
-        s = _span((recv.full.start, name.end_pos))
+        s = Span(recv.full.start, name.end_pos)
         if self._is_namespace(recv):
             return Namespace(s, s, f"{recv.name}.{name}")
         op = PROPERTIES.get(str(name))
@@ -165,10 +160,7 @@ class Build(Transformer_NonRecursive):
         return isinstance(e, Namespace) or (isinstance(e, Var) and e.name in NAMESPACES)
 
     def _make(self, op, shown: str, args, receiver, span: Span, inplace: bool = False):
-        bound = quick_bind(op, args or (), receiver)
-        if bound is None:
-            bound = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
-        operands, params = bound
+        operands, params = Binder(op, shown, span, self.source, receiver is not None).bind(args or [], receiver)
         inner = operands[0].full if operands else None
         return Call(span, span, op.name, operands, params, inner, inplace)
 
@@ -208,7 +200,7 @@ class Build(Transformer_NonRecursive):
     # ---- a[...] ----
     def index(self, c):
         recv, lsqb, subs, rsqb = c
-        s = _span((recv.full.start, rsqb.end_pos))
+        s = Span(recv.full.start, rsqb.end_pos)
         spec: list = []
         for item in subs:
             if isinstance(item, _Ellipsis):

@@ -4,8 +4,6 @@ numbers, one of a few strings). Errors are ParseErrors with torch's wording and 
 Torch-free."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gradflow.errors import ParseError, Span
 from gradflow.language.ops import Op, Param, suggest
 from gradflow.language.syntax import Call, Expr, Keyword, Namespace, Num, Seq, Str, Var
@@ -27,43 +25,6 @@ def takes(lo: int, hi: int) -> str:
     if lo == hi:
         return f"{lo} argument" + ("" if lo == 1 else "s")
     return f"{lo} {'or' if hi == lo + 1 else 'to'} {hi} arguments"
-
-
-_PLAIN: dict[int, tuple[int, tuple] | None] = {}  # id(op) -> (its leading required tensors, the others' defaults)
-
-
-def _plain(op: Op) -> tuple[int, tuple] | None:
-    """For an op whose parameters are required tensors followed by non-tensor parameters with defaults (sin,
-    add, sum, mean, ...): how many tensors, and the defaults as bind() returns them. None for any other op."""
-    key = id(op)
-    if key not in _PLAIN:
-        n = 0
-        while n < len(op.params) and op.params[n].kind == "tensor" and op.params[n].required:
-            n += 1
-        rest = op.params[n:]
-        plain = n and op.name not in ("min", "max") and all(p.kind not in ("tensor", "tensors") and not p.required
-                                                              for p in rest)
-        _PLAIN[key] = (n, tuple((p.name, p.default) for p in rest)) if plain else None
-    return _PLAIN[key]
-
-
-def quick_bind(op: Op, args: Sequence, receiver: Expr | None) -> tuple[list[Expr], tuple] | None:
-    """Binder.bind's answer for the common call, without a Binder: exactly the op's tensors, as expressions,
-    positionally. None when anything else is written (keywords, other counts, lists, strings, True/None...)."""
-    plain = _plain(op)
-    if plain is None:
-        return None
-    operands = list(args) if receiver is None else [receiver, *args]
-    if len(operands) != plain[0]:
-        return None
-    for e in operands:
-        kind = type(e)
-        if kind is Var:
-            if e.name in WORDS:
-                return None
-        elif kind is not Call and kind is not Num:
-            return None
-    return operands, plain[1]
 
 
 class Binder:

@@ -24,7 +24,7 @@ def check_source(source: str, limits: Limits) -> None:
         raise ParseError("bad_text", f"the program contains a byte that is not valid text at position {err.start}",
                          hint="save the program as UTF-8", span=Span(err.start, err.start + 1)) from None
     if source.count("(") <= limits.depth:
-        return  # no deeper than its parentheses are many (most programs): no walk over the text
+        return  # no deeper than its parentheses are many: no walk over the text
     depth, deepest = paren_depth(source)
     if depth > limits.depth:
         check("depth", depth, "the parentheses nest", limit=limits.depth,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from gradflow.language.checks import check_graph, check_source, check_tree
@@ -106,18 +105,11 @@ def _compile(source: str, limits: Limits) -> Graph:
     check_source(source, limits)
     program = parse(source)  # first: a syntax error never loads syntax.py
     check_tree(program, limits)
-    graph = _lower()(program)
+    from gradflow.language.graph import lower  # once a program has parsed: a syntax error never loads it
+
+    graph = lower(program)
     check_graph(graph, limits)
     return graph
-
-
-@cache
-def _lower():
-    """graph.lower, imported once a program has parsed (a syntax error never loads it): an import statement per
-    program ~0.7 us."""
-    from gradflow.language.graph import lower
-
-    return lower
 
 
 compile_program.cache_info = _CACHE.info  # type: ignore[attr-defined]

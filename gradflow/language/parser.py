@@ -97,13 +97,14 @@ def parse(source: str) -> Program:
     first means a syntax error anywhere wins over an unknown name before it, and a text with a syntax error
     never loads the node classes. Once a text has parsed, later texts go through fastparse.py first (the
     same nodes, faster, for a process that parses many); on any error there, lark's parser reports it."""
-    if _FAST:
-        fast = _FAST[0]
-        if fast is not None:
-            try:
-                return _program()(source, fast.parse(source))
-            except _fast_errors():
-                pass  # lark's parser below reports the error, exactly as always
+    if _FAST and _FAST[0] is not None:
+        from gradflow.language.fastparse import NotFast
+        from gradflow.language.syntax import Program
+
+        try:
+            return Program(source, _FAST[0].parse(source))
+        except (NotFast, KeyError, ParseError, IndentationProblem):
+            pass  # lark's parser below reports the error, exactly as always
     program = _tree_parse(source)
     if not _FAST:
         _FAST.append(_fast())
@@ -121,21 +122,6 @@ def _fast():
         return Fast(_lark())
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
-
-
-@functools.cache
-def _fast_errors() -> tuple[type[Exception], ...]:
-    """What fastparse raises on a text with an error: then lark's parser parses it again and reports it."""
-    from gradflow.language.fastparse import NotFast
-
-    return NotFast, KeyError, ParseError, IndentationProblem
-
-
-@functools.cache
-def _program() -> type[Program]:
-    from gradflow.language.syntax import Program
-
-    return Program
 
 
 def _tree_parse(source: str) -> Program:

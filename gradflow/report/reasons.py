@@ -104,11 +104,7 @@ class FlowGraph:
         whole gradient (`whole`, not hooked: no flow of its own). What `uses` tells of them, read from the
         trace's columns without making Use objects (explain asks it of every parameter; most are used once)."""
         serials, ops, whole = self._columns
-        if not self._made and whole == len(serials):  # arm() found every leaf used once: each use whole
-            out = dict(zip(serials, ops))  # (in one call)
-            if len(out) == len(serials):
-                return out
-        out = {}
+        out: dict[int, int] = {}
         more = set()  # used more than once, or once but not wholly: not in the answer
         for use in self._made:
             if use.serial in out or use.serial in more:

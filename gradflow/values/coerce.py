@@ -52,18 +52,12 @@ def rounding_note(name: str, value, tensor) -> str | None:
         return _note(name, value, tensor.item(), dtype)
     if not isinstance(value, list) or dtype != "float32":  # float64 holds every float of JSON or the CLI
         return None
-    if len(value) <= _CHECKED and not any(v.__class__ is list for v in value):  # a flat list (most): as it is
-        given, used = value, tensor.tolist()
-        if all(u == g or float(f"{u:.6g}") == g for g, u in zip(given, used)):  # _note's common case, inline
-            return None
-    else:
-        given = _first_numbers(value)
-        used = tensor.flatten()[:len(given)].tolist()
+    given = _first_numbers(value)
+    used = tensor.flatten()[:len(given)].tolist()
     for i, (g, u) in enumerate(zip(given, used)):
-        if u != g:  # what _note says first, without the call
-            note = _note(name, g, u, dtype, index=i, shape=tuple(tensor.shape))
-            if note:
-                return note
+        note = _note(name, g, u, dtype, index=i, shape=tuple(tensor.shape))
+        if note:
+            return note
     return None
 
 

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 
 from gradflow import ParseError, compat
 from gradflow.language import parser
+from gradflow.language.fastparse import NotFast
+from gradflow.language.lexing import IndentationProblem
 
 from ..fuzz_support import sources
 
@@ -51,7 +53,7 @@ def both(text: str):
     """(the fast path's statements or None if it gave up, the tree path's statements or its error)."""
     try:
         mine = fast().parse(text)
-    except parser._fast_errors():  # the fast path gives up on an error: parse() then takes the tree path
+    except (NotFast, KeyError, ParseError, IndentationProblem):  # it gives up on an error: parse() takes the tree
         mine = None
     try:
         tree = parser._tree_parse(text).stmts

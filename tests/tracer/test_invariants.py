@@ -104,23 +104,8 @@ def test_routes_of_parameters_used_once_and_more_are_hand_derived():
     assert report.param("w").grad_norm == pytest.approx(float(g.norm()))
 
 
-def test_parameter_and_module_names_from_one_walk_are_torchs():
-    """One walk names parameters (tied ones with their aliases) and modules as named_parameters(remove_duplicate=
-    False) and named_modules() do, shared submodules and a None parameter included."""
-    from gradflow.report.naming import _names
-
-    shared = torch.nn.Linear(2, 2)
-    model = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
-    model[2].bias = None
-    model[2].weight = shared.weight  # tied
-    named, modules = _names([model])
-    assert {k: [v[0], *v[1:]] for k, v in named.items()} == {"0.weight": [shared.weight, "1.0.weight", "2.weight"],
-                                                             "0.bias": [shared.bias, "1.0.bias"]}
-    assert modules == {id(m): name or "Sequential" for name, m in model.named_modules()}
-
-
 def test_a_submodule_with_its_own_named_modules_is_named_as_torch_names_it():
-    """The one-walk naming gives way to torch's own walk when a submodule overrides named_modules (oracle: torch's
+    """A submodule that overrides named_modules is named as torch names it (oracle: torch's
     named_parameters on the same model)."""
 
     class Hiding(torch.nn.Sequential):
@@ -257,26 +242,6 @@ def test_source_lines_cached_per_instruction_are_each_calls_own_line():
         ((user, library), heap_line), n = got[4]
         assert user == f"{here}:{n}" and library == f"heapq.py:{heap_line}", (user, library)
         assert got[5:] == got[:5]
-
-
-def test_one_walk_naming_equals_torchs_walks_with_several_roots():
-    """The one walk's answer is that of named_parameters(remove_duplicate=False) and named_modules() (the two-walk
-    path): tied and shared tensors, a None parameter, and several roots, two of the same type (their prefixed names
-    collide: the last tensor keeps the name, as in the two-walk path), and a root that is also another's submodule
-    (a module keeps the name it was met with first)."""
-    from gradflow.report.naming import _module_names, _named_from_modules, _names
-
-    shared = torch.nn.Linear(2, 2)
-    a = torch.nn.Sequential(shared, torch.nn.Sequential(shared, torch.nn.ReLU()), torch.nn.Linear(2, 2))
-    a[2].bias = None
-    a[2].weight = shared.weight
-    b, c = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
-    for roots in ([a], [a, b], [b, c], [c, a, b], [a, shared], [shared, a]):  # (a root met inside another first)
-        named, modules = _names(roots)
-        want = _named_from_modules(roots)
-        assert list(named) == list(want)
-        assert all(named[k][0] is want[k][0] and named[k][1:] == want[k][1:] for k in want)
-        assert modules == _module_names(roots)
 
 
 def test_a_dropped_trace_is_freed_without_the_cyclic_collector():
