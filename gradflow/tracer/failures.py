@@ -25,7 +25,7 @@ from types import TracebackType
 
 import torch
 
-from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write
+from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write, seen
 from gradflow.tracer.failure_words import fix_for_write, named_at, parameter_name, source_of, tensor_names
 from gradflow.tracer.source_lines import their_code
 
@@ -207,7 +207,7 @@ def _leaf_inplace(log: FailureLog, message: str) -> BackwardFailure | None:
 
 def nonleaf_grad(log: FailureLog, read: NonLeafGrad, tb: TracebackType | None = None) -> BackwardFailure:
     t = read.tensor
-    made = next((op for op in reversed(log.ops) if any(s.storage == _storage(t) and s.shape == tuple(t.shape)
+    made = next((op for op in reversed(log.ops) if any(s.storage == seen(t).storage and s.shape == tuple(t.shape)
                                                        for s in op.outs)), None)
     name = named_at(read.line, grad=True)
     leaf = _hidden_leaf(t)
@@ -219,13 +219,6 @@ def nonleaf_grad(log: FailureLog, read: NonLeafGrad, tb: TracebackType | None = 
         fix = f"call `{name or 'it'}.retain_grad()` before backward(), or read .grad of the leaf it was made from"
     return BackwardFailure("nonleaf_grad", name, fix, modified_at=[],
                            made_by=None if made is None else {"op": made.name, "line": made.line})
-
-
-def _storage(t: torch.Tensor) -> int:
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return id(t)
 
 
 def _hidden_leaf(t: torch.Tensor):
