@@ -113,7 +113,7 @@ def check(name: str, amount: int, what: str, *, limit: int | None = None,
 
     `what` starts the message: "the program text has" -> "... has 12,000 characters; the limit is 10,000".
     """
-    limit = getattr(current(), name) if limit is None else limit
+    limit = current()._asdict()[name] if limit is None else limit
     if amount > limit:
         raise LimitError(f"limit_{name}", f"{what} {amount:,} {_UNITS[name]}; the limit is {limit:,}",
                          hint=_raise_hint(name, max(amount, limit * 10)), span=span, source=source)
@@ -125,7 +125,7 @@ def _raise_hint(name: str, bigger: int) -> str:
 
 def too_long(name: str, what: str, *, limit: int | None = None) -> LimitError:
     """The error for an input read only up to its limit: "{what} more than 10,000 characters; the limit is ..."."""
-    limit = getattr(current(), name) if limit is None else limit
+    limit = current()._asdict()[name] if limit is None else limit
     return LimitError(f"limit_{name}", f"{what} more than {limit:,} {_UNITS[name]}; the limit is {limit:,}",
                       hint=_raise_hint(name, limit * 10))
 
