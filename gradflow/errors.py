@@ -25,6 +25,15 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+def text_of(err: BaseException) -> str:
+    """str(err), for an exception raised by someone else's code: its own __str__ may raise too, and that must
+    not turn their failure into one of gradflow's."""
+    try:
+        return str(err)
+    except Exception as failed:  # noqa: BLE001 - whatever their __str__ raises
+        return f"<its message cannot be shown: str() raised {type(failed).__name__}>"
+
+
 class Span(NamedTuple):  # a NamedTuple, not a dataclass: keeps dataclasses off the start-up path
     """A half-open character range [start, end) in the program text."""
 

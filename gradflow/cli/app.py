@@ -98,10 +98,33 @@ def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (test
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+WATCHED = ("inspect", "script")  # they run the user's code: in a child process the command watches (cli/watch.py)
+
+
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
     from gradflow.cli.streams import run_safely
 
     command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in NAMES else None  # else: help, --version, a typo
     application = make_app(command)
     startup.before_run()
+    if command in WATCHED:
+        from gradflow.cli.watch import run_watched
+
+        run_watched(lambda: run_safely(lambda: application(prog_name="gradflow")), _death_report(command))
     run_safely(lambda: application(prog_name="gradflow"))
+
+
+def _death_report(command: str):
+    """How `command` reports that the user's code ended its work process (with --json: its error document)."""
+    args = sys.argv[2:]
+    own = args[:args.index("--")] if "--" in args else args  # after --: the script's arguments
+
+    def report(error) -> int:
+        from gradflow.cli.streams import unread
+
+        module = importlib.import_module(f"gradflow.cli.{command}_command")
+        with unread():
+            return module.report_death(error, "--json" in own)
+        return int(error.exit_code)
+
+    return report

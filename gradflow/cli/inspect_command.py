@@ -219,6 +219,16 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
     guarded(debug, json_, body)
 
 
+
+def report_death(err: GradflowError, as_json: bool) -> int:
+    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
+    if as_json:
+        return _json_error(err)
+    from gradflow.render.node_table import print_error
+
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
+
 def _json_error(err: GradflowError) -> int:
     from gradflow.analysis.explanation import SCHEMA_VERSION
     from gradflow.render.node_table import print_error

@@ -9,6 +9,7 @@ only when the command runs.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -45,10 +46,13 @@ class _Emitter:
         self.summary = summary
         self.sections: list | None = [] if html else None  # --html: each call's part of the page, drawn as it
                                                             # happens (the script goes on changing its tensors)
+        self.pid = os.getpid()
 
     def __call__(self, call):
         from gradflow.script.run import StopScript
 
+        if os.getpid() != self.pid:  # a process the script forked: only the process gradflow started reports
+            return
         try:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
             with contextlib.redirect_stdout(self.stdout):
@@ -59,6 +63,7 @@ class _Emitter:
                 self.sections.append(backward_section(call))
         except (BrokenPipeError, SystemExit):  # the reader went away (| head; rich exits on it): stop the
             self.gone = True                     # script there, quietly
+            _discard(self.stdout)
             raise StopScript from None
 
     def _print(self, call):
@@ -110,17 +115,51 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False,
             html: Path | None = None) -> int:
     from gradflow.cli.streams import stdout_gone
+    from gradflow.cli.user_code import stdout_to_stderr
     from gradflow.script.run import run_script
 
     emit = _Emitter(json_, sys.stdout, options, summary, html is not None)
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # the script's prints must not mix into the tables or JSON
+        with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
+            emit.stdout = _stream_on(real, emit.stdout)
             run_script(file, args, emit)
     finally:  # the page shows the calls made before a failure too
         if html is not None and emit.sections:
             write_html(html, f"gradflow script {file}", emit.sections)
     return stdout_gone() if emit.gone else 0
 
+
+def _stream_on(fd: int | None, like):
+    """A text stream on the real stdout's duplicate `fd`, encoded as stdout is (`like`); `like` itself when stdout
+    is closed or is not fd 1 (a stream put in by a caller, as in tests). Its buffer is flushed after every
+    record, so nothing is left in it when the fd is closed."""
+    try:
+        on_fd_1 = like.fileno() == 1
+    except (OSError, ValueError, AttributeError):
+        on_fd_1 = False
+    if fd is None or not on_fd_1:
+        return like
+    return open(fd, "w", encoding=getattr(like, "encoding", None) or "utf-8",  # noqa: SIM115 - closefd=False
+                errors=getattr(like, "errors", None) or "strict", closefd=False, buffering=1 if os.isatty(fd) else -1)
+
+
+def _discard(stream) -> None:
+    """The reader of stdout went away: what the stream still buffers goes to /dev/null, not to a later error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+
+
+
+def report_death(err: GradflowError, as_json: bool) -> int:
+    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
+    if as_json:
+        return _json_error(err)
+    from gradflow.render.node_table import print_error
+
+    print_error(err, consoles()[1])
+    return int(err.exit_code)
 
 def _json_error(err: GradflowError) -> int:
     """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""

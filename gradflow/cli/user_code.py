@@ -45,6 +45,7 @@ class UserCode:
     """What `contained` yields: `run` calls into the user's code; `leftover_threads` after it."""
 
     def __init__(self) -> None:
+        self.pid = os.getpid()  # a process their code forks runs on from their call: it is not this one
         self.threads = set(threading.enumerate())
         self.interrupted = False  # a real SIGINT arrived while their code ran
         self.can_tell = False  # our SIGINT handler is in place (else every KeyboardInterrupt counts as Ctrl-C)
@@ -52,18 +53,30 @@ class UserCode:
     def run(self, what: str, fn: Callable[..., Any], *args, all_errors: bool = True, **kwargs):
         """fn(*args, **kwargs); what it raises is the user's failure (`what` names the step), except
         gradflow's own errors, a real Ctrl-C, and with all_errors=False any Exception (gradflow sorted those)."""
-        from gradflow.tracer.source_lines import user_failure
+        from gradflow.cli.watch import at
+        from gradflow.tracer.source_lines import raised_by_them, user_failure
 
+        at(what)
         try:
-            return fn(*args, **kwargs)
-        except GradflowError:
-            raise
+            result = fn(*args, **kwargs)
         except BaseException as err:
+            self._end_forked_copy(1)
+            if isinstance(err, GradflowError):
+                raise
             if isinstance(err, KeyboardInterrupt) and (self.interrupted or not self.can_tell):
                 raise
-            if not all_errors and isinstance(err, Exception):
+            if not all_errors and isinstance(err, Exception) and not raised_by_them(err):
                 raise
             raise user_failure(what, err) from err
+        self._end_forked_copy(0)
+        return result
+
+    def _end_forked_copy(self, code: int) -> None:
+        """A process their code forked came back here (it returned or raised): it ends now, quietly, with 0 or 1,
+        as its own code would; only the process gradflow started reports."""
+        if os.getpid() != self.pid:
+            flush_all()
+            os._exit(code)
 
     def leftover_threads(self) -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t not in self.threads and t.is_alive() and not t.daemon]
@@ -72,17 +85,28 @@ class UserCode:
 @contextlib.contextmanager
 def contained(folder: str) -> Iterator[UserCode]:
     user = UserCode()
+    with stdout_to_stderr():
+        old_sigint = _watch_sigint(user)
+        sys.path.insert(0, folder)
+        try:
+            yield user
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(folder)
+            if old_sigint is not None:
+                signal.signal(signal.SIGINT, old_sigint)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[int | None]:
+    """While the user's code runs, everything written to stdout goes to stderr: sys.stdout, and fd 1 itself
+    (sys.__stdout__, os.write(1, ...), C's printf). Yields a duplicate of the real stdout's fd (None if stdout or
+    stderr is closed), for output that must still reach stdout meanwhile (`script`'s records)."""
     saved = _stdout_to_stderr()
-    old_sigint = _watch_sigint(user)
-    sys.path.insert(0, folder)
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            yield user
+            yield saved
     finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-        if old_sigint is not None:
-            signal.signal(signal.SIGINT, old_sigint)
         _give_stdout_back(saved)
 
 

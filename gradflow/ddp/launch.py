@@ -112,8 +112,8 @@ def stop(ranks: list[Rank]) -> None:
     for rk in ranks:
         if rk.proc.poll() is None:
             rk.stopped = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rk.proc.pid, signal.SIGKILL)  # its session: the user's own children too
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # its session, even when the rank itself
+            os.killpg(rk.proc.pid, signal.SIGKILL)  # has exited: no process the user's code forked outlives us
     for rk in ranks:
         rk.proc.wait()
 

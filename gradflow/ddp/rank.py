@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradflow.ddp.errors import DistributedError
-from gradflow.errors import GradflowError
+from gradflow.errors import GradflowError, text_of
 from gradflow.values.jsonable import dumps, to_jsonable
 
 _INDICES = r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)"
@@ -37,7 +37,7 @@ def join(timeout: float) -> tuple[int, int]:
         return dist.get_rank(), dist.get_world_size()
     except (RuntimeError, ValueError) as err:  # DistStoreError, a port in use, a rank that never came
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-        said = str(err).splitlines()[0] if str(err) else type(err).__name__
+        said = text_of(err).splitlines()[0] if text_of(err) else type(err).__name__
         raise DistributedError("rendezvous", f"rank {os.environ.get('RANK', '?')} could not join the process "
                                f"group at {where} within {timeout:g} s; torch said: {said}",
                                hint="every rank must start (and reach the group) within --timeout") from None
@@ -120,7 +120,7 @@ def _all_gather_json(obj: Any, group) -> list:
 
 def distributed_error(err: BaseException, phases: Phases, gather: str) -> DistributedError:
     missing = phases.missing(gather)
-    said = str(err).splitlines()[0] if str(err) else type(err).__name__
+    said = text_of(err).splitlines()[0] if text_of(err) else type(err).__name__
     if missing:
         who = "; ".join(f"rank {r} (last: {at})" for r, at in missing)
         text = f"rank {phases.rank} waited for the other ranks ({gather}); these never arrived: {who}"
@@ -211,7 +211,7 @@ def probe(inner: torch.nn.Module, step: Callable[[Any], Any], groups: list, iter
             loss.backward()
             out["iterations"] = i + 1
     except Exception as err:  # torch's DDP error is the point; the user's own failure is told the same way
-        out.update(ok=False, stage=stage, message=str(err) or type(err).__name__)
+        out.update(ok=False, stage=stage, message=text_of(err) or type(err).__name__)
     finally:
         ddp = loss = None
         for p in inner.parameters():

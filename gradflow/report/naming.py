@@ -37,7 +37,7 @@ def _named_from_modules(roots: list) -> dict[str, list]:
 
 def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str]]:
     """params: a Module, a dict of named tensors, or None (the modules the trace saw called)."""
-    if isinstance(params, torch.nn.Module):
+    if issubclass(type(params), torch.nn.Module):  # type(): isinstance would ask the object's own __class__
         roots = [params]
     elif params is None:
         roots = trace.state.roots

@@ -19,7 +19,7 @@ from itertools import compress
 
 import torch
 
-from gradflow.errors import GradflowError, UntracedError
+from gradflow.errors import GradflowError, UntracedError, text_of
 from gradflow.tracer.source_lines import raised_by_gradflow, user_failure
 
 BACKWARD_HINT = ("the backward pass through your model failed (a hook that raises, a tensor changed in place "
@@ -83,10 +83,10 @@ def _grad(loss, flags: list[bool], wanted: list, retain_graph: bool) -> list:
     try:
         grads = torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph)
     except Exception as err:
-        if isinstance(err, RuntimeError) and "second time" in str(err):
+        if isinstance(err, RuntimeError) and "second time" in text_of(err):
             raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
                                 hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
-        if isinstance(err, RuntimeError) and "incompatible with .grad()" in str(err):
+        if isinstance(err, RuntimeError) and "incompatible with .grad()" in text_of(err):
             raise _Refused() from None
         if raised_by_gradflow(err):
             raise

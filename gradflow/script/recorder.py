@@ -26,6 +26,7 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from gradflow.display import Drawn
+from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.tracer.source_lines import short_path, user_code
@@ -167,7 +168,7 @@ class ScriptTrace(Trace):
         try:
             return func(*args, **kwargs)
         except RuntimeError as err:
-            self.failed, call.error = err, str(err).split("\n")[0]
+            self.failed, call.error = err, text_of(err).split("\n")[0]
             raise
         finally:
             for h in handles:

@@ -8,13 +8,14 @@ from elsewhere. The library does not redirect the script's prints; `gradflow scr
 """
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError
+from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError, text_of
 from gradflow.script.recorder import BackwardCall, InternalFailure, ScriptTrace
 from gradflow.tracer.source_lines import short_path, user_code
 
@@ -35,6 +36,7 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))  # as python does for a script: its folder first
     trace = ScriptTrace(str(path), on_backward)
+    pid = os.getpid()
     try:
         with trace:
             runpy.run_path(str(path), run_name="__main__")  # runpy swaps sys.modules["__main__"] and back
@@ -54,6 +56,7 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
         raise _raised(path, err, trace) from err
     finally:
         sys.argv, sys.path[:] = saved
+        _end_forked_copy(pid)
     if trace.count == 0:
         raise NoGradientError("no_backward", f"{path} ran to its end without calling backward()",
                               hint="call loss.backward() in the script; for a function that returns a loss, "
@@ -61,11 +64,24 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
     return trace.count
 
 
+def _end_forked_copy(pid: int) -> None:
+    """A process the script forked ran on to the script's end: it exits there, as under `python FILE.py` (0, or
+    1 if it raised; a sys.exit code as given); only the process that started the script reports."""
+    if os.getpid() == pid:
+        return
+    err = sys.exc_info()[1]
+    code = 0 if err is None else err.code if isinstance(err, SystemExit) and isinstance(err.code, int) else 1
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 def _raised(path: Path, err: Exception, trace: ScriptTrace) -> GradflowError:
     frames = [f for f in traceback.extract_tb(err.__traceback__) if user_code(f.filename)]
     where = f" (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-    message = f"{path} raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}{where}"
-    if err is trace.failed and NO_GRAD_MESSAGE in str(err):
+    said = text_of(err)
+    message = f"{path} raised {type(err).__name__}: {said.splitlines()[0] if said else ''}{where}"
+    if err is trace.failed and NO_GRAD_MESSAGE in said:
         return NoGradientError("no_gradient", message, hint="nothing it differentiates requires grad: see the "
                                "table above for what was cut or never required grad")
     return UserCodeError("user_code", message, hint="fix the error in your script "

@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 
-from gradflow.errors import UserCodeError
+from gradflow.errors import UserCodeError, text_of
 
 
 def _torch_dir() -> str:
@@ -179,13 +179,9 @@ def their_code(filename: str) -> bool:
 
 
 def user_frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
-    """The traceback's frames in the user's own code, then the line that raised if a library's (torch, argparse)
-    called from there; none when no frame is theirs (torch's engine raising has no line of theirs to show)."""
-    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(GRADFLOW_DIR)]  # the tracer's too
-    mine = [f for f in frames if their_code(f.filename)]
-    if mine and mine[-1] is not frames[-1]:
-        mine.append(frames[-1])
-    return mine
+    """The traceback's frames in the user's own code only: a library's frames (torch's autograd engine, argparse)
+    are not theirs to fix, and the message already says what the library raised; --debug shows every frame."""
+    return [f for f in traceback.extract_tb(tb) if their_code(f.filename)]
 
 
 def raised_by_gradflow(err: BaseException) -> bool:
@@ -194,18 +190,24 @@ def raised_by_gradflow(err: BaseException) -> bool:
     return bool(frames) and frames[-1].filename.startswith(GRADFLOW_DIR)
 
 
+def raised_by_them(err: BaseException) -> bool:
+    """Did the innermost frame of the traceback run the user's own code (a method of an object they returned,
+    say), so that the failure is theirs even when gradflow made the call?"""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and their_code(frames[-1].filename)
+
+
 def user_failure(what: str, err: BaseException, hint: str | None = None) -> UserCodeError:
     """`main() raised ValueError: bad batch size (at model.py:12)`, with the user's frames of the traceback."""
     frames = user_frames(err.__traceback__)
-    mine = [f for f in frames if their_code(f.filename)]
-    where = f"{short_path(mine[-1].filename)}:{mine[-1].lineno}" if mine else None
+    where = f"{short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
     if isinstance(err, SyntaxError) and err.filename:
         where = f"{short_path(err.filename)}:{err.lineno}"
     if isinstance(err, SystemExit):
         text = f"{what} called sys.exit({'' if err.code is None else repr(err.code)})"
         hint = hint or EXIT_HINT
     else:
-        said = f": {err}" if str(err) else ""
+        said = f": {text_of(err)}" if text_of(err) else ""
         text = f"{what} raised {type(err).__name__}{said}"
     return UserCodeError("user_code", text + (f" (at {where})" if where else ""), hint=hint or FIX_HINT,
                          frames=[(short_path(f.filename), f.lineno or 0, f.name, (f.line or "").strip())

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
@@ -344,7 +345,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(str(err).split("\n")[0], name, lines()[0],
+        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     # ---- values that leave torch (tracer/followed_values.py) ----------------------------
