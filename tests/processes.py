@@ -96,6 +96,20 @@ def child(args, *, env: dict | None = None, timeout: float = DEADLINE, **kw):
             pytest.fail(f"{_describe(args)} was still running after {timeout:g} s and was killed", pytrace=False)
 
 
+def ended(pid: int, wait: float = 5.0) -> bool:
+    """The process has exited (gone, or a zombie nobody has reaped yet: in a container without an init that reaps,
+    an orphan's zombie stays), waiting up to `wait` seconds for a kill to land."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X") or time.monotonic() > deadline:
+            return state in ("Z", "X")
+        time.sleep(0.05)
+
+
 def open_fifo_for_writing(path: Path, timeout: float = DEADLINE):
     """open(path, "w") for a FIFO, but giving up after `timeout`: a plain open blocks until a reader opens the
     other end, for ever if the reader never does."""

@@ -145,3 +145,48 @@ def test_a_bug_in_gradflow_is_not_blamed_on_the_script(cli, tmp_path, monkeypatc
                             "except Exception:\n    pass\n")
     res = cli("script", path)
     assert res.exit_code == 1 and "internal error: KeyError" in res.stderr and "user_script" not in res.stderr
+
+
+NOISY = '''
+import os, sys, torch
+os.write(1, b"os.write(1) at start\\n")
+sys.__stdout__.write("sys.__stdout__\\n")
+sys.__stdout__.flush()
+x = torch.ones(2, requires_grad=True)
+child = os.fork()  # both processes run on to backward(): only the one gradflow started may report
+(x * 3).sum().backward()
+if child:
+    os.waitpid(child, 0)
+'''
+
+
+@pytest.mark.slow
+def test_json_lines_stay_pure_whatever_the_script_writes_to_fd_1_or_forks(tmp_path):
+    res = run(GRADFLOW + ["script", script(tmp_path, NOISY), "--json"], text=True, timeout=90)
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(line) for line in res.stdout.splitlines()]  # every line a record: nothing else
+    assert [(r["call"], r["grads"]) for r in records] == [(1, {"x": [3, 3]})]
+    assert "os.write(1) at start\n" in res.stderr and "sys.__stdout__\n" in res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, message", [
+    ("import os\nos._exit(0)\n", "your code ended the process with exit status 0 (os._exit(0) or C's exit())"),
+    ("import ctypes\nctypes.string_at(0)\n", "the process running your code was killed by SIGSEGV"),
+])
+def test_a_script_that_ends_the_process_is_reported(tmp_path, source, message):
+    res = run(GRADFLOW + ["script", script(tmp_path, source), "--json"], text=True, timeout=90)
+    assert res.returncode == 5, res.stderr
+    assert json.loads(res.stdout)["error"]["message"].startswith(message)
+    assert f"error: {message}" in res.stderr
+
+
+def test_an_exception_whose_str_raises_is_the_scripts_failure(cli, tmp_path):
+    res = cli("script", script(tmp_path, '''
+        class StrFails(Exception):
+            def __str__(self):
+                raise RuntimeError("its __str__ fails")
+        raise StrFails()
+        '''))
+    assert res.exit_code == 5, res.output
+    assert "raised StrFails: <its message cannot be shown: str() raised RuntimeError>" in res.stderr

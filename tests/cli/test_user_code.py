@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ..processes import GRADFLOW, child, run
+from ..processes import GRADFLOW, child, ended, run
 
 MODEL = '''
-import ctypes, os, sys, threading, time
+import ctypes, os, signal, sys, threading, time
 import torch
 from torch import nn
 
@@ -85,6 +85,59 @@ def leaves_a_thread():
     threading.Thread(target=time.sleep, args=(300,), name="forever").start()
     return good()
 
+class StrFails(Exception):
+    def __str__(self):
+        raise RuntimeError("its __str__ fails")
+
+def bad_str():
+    raise StrFails("x")  # <bad_str>
+
+class Odd:
+    def __getattribute__(self, name):
+        raise RuntimeError("no attribute for you")
+
+def odd_return():
+    return Odd(), build()
+
+def own_backward():
+    m = build()
+    h = torch.sigmoid(m[0](torch.ones(2, 3)))
+    h.mul_(2)
+    m[2](h).mean().backward()  # <own_backward>
+    return m[2](h).mean(), m
+
+def os_exit_0():
+    os._exit(0)
+
+def os_exit_3():
+    os._exit(3)
+
+def hook_os_exit():
+    m = build()
+    m[0].weight.register_hook(lambda g: os._exit(9))
+    return m(torch.ones(2, 3)).mean(), m
+
+def self_kill():
+    os.kill(os.getpid(), 9)
+
+def segfault():
+    ctypes.string_at(0)
+
+def forks():
+    m = build()
+    os.fork()  # both processes return: only the one gradflow started may report
+    return m(torch.ones(2, 3)).mean(), m
+
+def orphan():
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(300)
+        os._exit(0)
+    with open("orphan.pid", "w") as f:
+        f.write(str(pid))
+    return good()
+
 def waits():
     print("waiting", file=sys.stderr, flush=True)
     time.sleep(60)
@@ -129,6 +182,22 @@ CASES = {
     "on_meta": ("model.py:on_meta", 2, "the loss is on the meta device"),
     "complex_loss": ("model.py:complex_loss", 2, "the loss must be a real number, got a torch.complex64 tensor"),
     "argparse": ("at_import.py:main", 5, "importing {file} called sys.exit(2) (at {at})"),
+    "bad_str": ("model.py:bad_str", 5, "bad_str() raised StrFails: <its message cannot be shown: str() raised "
+                                       "RuntimeError> (at {at})"),
+    "odd_return": ("model.py:odd_return", 2, "the loss must be a tensor, got Odd"),
+    "own_backward": ("model.py:own_backward", 5, "own_backward() raised RuntimeError: {torch_says}"),
+    "os_exit_0": ("model.py:os_exit_0", 5, "your code ended the process with exit status 0 while running "
+                                           "os_exit_0() (os._exit(0) or C's exit())"),
+    "os_exit_3": ("model.py:os_exit_3", 5, "your code ended the process with exit status 3 while running "
+                                           "os_exit_3() (os._exit(3) or C's exit())"),
+    "hook_os_exit": ("model.py:hook_os_exit", 5, "your code ended the process with exit status 9 while running "
+                                                 "backward (os._exit(9) or C's exit())"),
+    "self_kill": ("model.py:self_kill", 5, "the process running your code was killed by SIGKILL while running "
+                                           "self_kill()"),
+    "segfault": ("model.py:segfault", 5, "the process running your code was killed by SIGSEGV while running "
+                                         "segfault() (a crash in C code: a segmentation fault)"),
+    "forks": ("model.py:forks", 0, None),
+    "orphan": ("model.py:orphan", 0, None),
     "noisy": ("model.py:noisy", 0, None),
     "leaves_a_thread": ("model.py:leaves_a_thread", 0, None),
 }
@@ -183,7 +252,7 @@ def test_a_failure_of_the_users_code_is_reported_as_theirs(case, files, results)
     marker = {"hook": "hook", "argparse": "argparse"}.get(case, case)
     at = line(files, file, marker) if f"# <{marker}>" in (files / file).read_text() else None
     expected = message.format(at=at, inner=line(files, "model.py", "inner"), file=file,
-                              torch_says=_torch_in_place_message() if case == "changed_in_place" else "")
+                              torch_says=_torch_in_place_message() if "in_place" in case or "backward" in case else "")
     assert res.returncode == code, res.stderr
     error = _document(res)["error"]
     assert error["message"].startswith(expected)
@@ -290,3 +359,38 @@ def test_debug_shows_the_whole_traceback(cli, tmp_path):
     full = cli("inspect", f"{tmp_path / 'm.py'}:main", "--debug")
     assert full.exit_code == 5 and "Traceback (most recent call last)" in full.stderr
     assert "gradflow/cli/user_code.py" in full.stderr and "ValueError: deep" in full.stderr
+
+
+@pytest.mark.slow
+def test_the_traceback_leaves_out_torchs_frames(files, results):
+    """FUNCTION's own backward() fails inside torch's engine: the frames shown are the user's only (#30)."""
+    res = result(results, "own_backward")
+    frames = _document(res)["error"]["traceback"]
+    assert [(f"{f['file']}:{f['line']}", f["function"]) for f in frames] == [
+        (line(files, "model.py", "own_backward"), "own_backward")]
+    assert "torch/" not in res.stderr.split("Traceback (your code")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["os_exit_0", "os_exit_3", "hook_os_exit", "self_kill", "segfault"])
+def test_code_that_ends_the_process_is_reported_never_a_silent_exit(case, results):
+    """os._exit, a signal, a crash in C: the watching parent reports the death (exit 5); `--json` still gets
+    its one error document."""
+    res = result(results, case)
+    assert res.returncode == 5, res.stderr
+    assert _document(res)["error"]["kind"] == "process_ended"
+    assert "so gradflow could not finish its report" in res.stderr
+
+
+@pytest.mark.slow
+def test_a_process_the_code_forks_never_reports(results):
+    res = result(results, "forks")
+    assert res.returncode == 0, res.stderr
+    assert [p["status"] for p in _document(res)["params"]] == ["live"] * 4  # one document: the forked copy's none
+
+
+@pytest.mark.slow
+def test_nothing_the_code_forked_outlives_the_command(files, results):
+    res = result(results, "orphan")  # its child ignores SIGTERM and sleeps 300 s
+    assert res.returncode == 0, res.stderr
+    assert ended(int((files / "orphan.pid").read_text()))

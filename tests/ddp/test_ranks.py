@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ..processes import GRADFLOW, PYTHON, ROOT, child, run
+from ..processes import GRADFLOW, PYTHON, ROOT, child, ended, run
 
 pytestmark = pytest.mark.slow
 EXPECTED = "Expected to have finished reduction in the prior iteration"
@@ -109,14 +109,27 @@ def test_the_gate_per_rank_with_allow_against_plain_ddp(plain):
 
 
 HANG = """
-import os, sys, time
+import os, signal, sys, time
 import torch
+
+class StrFails(Exception):
+    def __str__(self):
+        raise RuntimeError("its __str__ fails")
 
 def main(rank, world_size):
     open(os.path.join(os.path.dirname(__file__), f"pid{rank}"), "w").write(str(os.getpid()))
     model = torch.nn.Linear(2, 1)
-    if rank == 1:
+    if "{how}" == "orphan":  # a child that ignores SIGTERM and would sleep for 5 minutes
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(300)
+            os._exit(0)
+        open(os.path.join(os.path.dirname(__file__), f"orphan{rank}"), "w").write(str(pid))
+    if rank == 1 and "{how}" != "orphan":
         print("ready", flush=True)
+        if "{how}" == "strfail":
+            raise StrFails()
         if "{how}" == "die":
             os.kill(os.getpid(), 9)
         if "{how}" == "fail":
@@ -162,6 +175,20 @@ def test_user_code_failing_on_one_rank_exits_5(tmp_path):
     assert res.returncode == 5, res.stderr
     assert "rank 1: main() raised ValueError: no data on rank 1" in res.stderr
     assert "Traceback" not in res.stderr.split("Traceback (your code")[0]
+
+
+def test_an_exception_whose_str_raises_is_the_users_failure_on_every_rank(tmp_path):
+    res = gradflow_ddp(_script(tmp_path, "strfail"), "--timeout", "20", timeout=90)
+    assert res.returncode == 5, res.stderr
+    assert "rank 1: main() raised StrFails: <its message cannot be shown: str() raised RuntimeError>" in res.stderr
+    assert "internal error" not in res.stderr
+
+
+def test_nothing_a_rank_forked_outlives_the_command(tmp_path):
+    res = gradflow_ddp(_script(tmp_path, "orphan"), "--timeout", "20", timeout=90)
+    assert res.returncode == 0, res.stderr
+    for r in (0, 1):
+        assert ended(int((tmp_path / f"orphan{r}").read_text()))
 
 
 def test_ctrl_c_stops_every_rank(tmp_path):
