@@ -81,7 +81,8 @@ HELP_END = help_end([
                      "tensor reused in training",
      ExitCode.NO_GRADIENT: "no gradient: the loss does not require grad",
      ExitCode.PARTIAL: "partial: some parameters could not be traced (untraced); the rest of the report stands",
-     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown)",
+     ExitCode.USER_CODE: "your code failed: it raised or exited (your frames of the traceback are shown), or ended "
+                                  "the process (os._exit, a signal, a crash in C)",
      ExitCode.GATE: "--fail-on: some parameter is in a class you asked to fail on (listed after the report)"})
 
 

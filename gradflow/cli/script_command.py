@@ -33,7 +33,8 @@ HELP_END = help_end([
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
     {ExitCode.INPUT: "bad input: no such file, or an option",
-     ExitCode.USER_CODE: "your script failed: it raised, could not be compiled, or exited with a failure status",
+     ExitCode.USER_CODE: "your script failed: it raised, could not be compiled, exited with a failure status, or "
+                          "ended the process (os._exit, a signal, a crash in C)",
      ExitCode.NO_GRADIENT: "no gradient: the script never called backward(), or its backward failed "
                            "because nothing required grad"})
 
