@@ -140,8 +140,9 @@ def _stream_on(fd: int | None, like):
         on_fd_1 = False
     if fd is None or not on_fd_1:
         return like
-    return open(fd, "w", encoding=getattr(like, "encoding", None) or "utf-8",  # noqa: SIM115 - closefd=False
-                errors=getattr(like, "errors", None) or "strict", closefd=False, buffering=1 if os.isatty(fd) else -1)
+    encoding, errors = getattr(like, "encoding", None) or "utf-8", getattr(like, "errors", None) or "strict"
+    return os.fdopen(fd, "w", encoding=encoding, errors=errors, closefd=False,  # noqa: SIM115 - closefd=False
+                     buffering=1 if os.isatty(fd) else -1)
 
 
 def _discard(stream) -> None:
