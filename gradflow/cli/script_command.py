@@ -119,14 +119,14 @@ def _script(file: Path, args: list[str], json_: bool, options: set[str], summary
     from gradflow.cli.user_code import stdout_to_stderr
     from gradflow.script.run import run_script
 
-    stdout = sys.stdout
-    with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
-        emit = _Emitter(json_, _stream_on(real, stdout), options, summary, html is not None)
-        try:
+    emit = _Emitter(json_, sys.stdout, options, summary, html is not None)
+    try:
+        with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
+            emit.stdout = _stream_on(real, emit.stdout)
             run_script(file, args, emit)
-        finally:  # the page shows the calls made before a failure too
-            if html is not None and emit.sections:
-                write_html(html, f"gradflow script {file}", emit.sections)
+    finally:  # the page shows the calls made before a failure too
+        if html is not None and emit.sections:
+            write_html(html, f"gradflow script {file}", emit.sections)
     return stdout_gone() if emit.gone else 0
 
 
@@ -140,8 +140,9 @@ def _stream_on(fd: int | None, like):
         on_fd_1 = False
     if fd is None or not on_fd_1:
         return like
-    return open(fd, "w", encoding=getattr(like, "encoding", None) or "utf-8",  # noqa: SIM115 - closefd=False
-                errors=getattr(like, "errors", None) or "strict", closefd=False, buffering=1 if os.isatty(fd) else -1)
+    encoding, errors = getattr(like, "encoding", None) or "utf-8", getattr(like, "errors", None) or "strict"
+    return os.fdopen(fd, "w", encoding=encoding, errors=errors, closefd=False,  # noqa: SIM115 - closefd=False
+                     buffering=1 if os.isatty(fd) else -1)
 
 
 def _discard(stream) -> None:

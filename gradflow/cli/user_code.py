@@ -10,6 +10,9 @@ While their code runs (the import, FUNCTION, the backward pass with their hooks)
 - failures: any exception, SystemExit (sys.exit) and a KeyboardInterrupt they raise included, is their failure
   (UserCodeError, exit 5, with their frames of the traceback); a real Ctrl-C (SIGINT) stays an interrupt (130).
 Threads they leave running are reported; the command then exits without waiting for them (streams.exit_hard).
+A process their code forks that comes back into gradflow (it returned or raised) ends there, quietly: only the
+process gradflow started reports. What ends the process itself (os._exit, a signal, a crash) is seen by the
+command's watching parent (cli/watch.py).
 """
 from __future__ import annotations
 
