@@ -75,7 +75,7 @@ class RankRun:
     def __init__(self, path: Path, name: str, timeout: float):
         from gradflow.ddp import rank as r
 
-        self.path, self.name, self.r = path, name, r
+        self.path, self.name, self.r, self.timeout = path, name, r, timeout
         launched = ENV_STATUS in os.environ  # started together by gradflow: importing torch may take a while
         self.rank, self.world = r.join(max(timeout, JOIN_FLOOR) if launched else timeout)
         self.gathers = r.new_group(timeout)  # gradflow's own gathers: --timeout each
@@ -95,28 +95,57 @@ class RankRun:
             return _failure(self.rank, err)
         return {"rank": self.rank}
 
+    @property
+    def fsdp(self) -> bool:
+        return bool(self.settings.get("fsdp"))
+
     def trace(self, user) -> dict:
+        from gradflow.ddp import fsdp
+
         self.phases.at("running step(model) under gradflow's trace")
         try:
+            if fsdp.is_fsdp(self.model):
+                return self._trace_fsdp(user)
             ddp, self.inner, self.settings = user.run("wrapping the model in DDP", self.r.wrap, self.model, None)
             with ddp.no_sync():
-                t, loss, _, _ = user.run("step(model)", run_function, functools.partial(self.step, ddp), "step")
-            self.phases.at("backward (gradflow's trace)")
-            report = user.run("backward", t.explain, self.r.loss_of(loss), params=self.inner, all_errors=False)
-            if isinstance(report.error, NoGradientError):  # nothing to compare: say why, exit 3
-                return _failure(self.rank, report.error)
-            return self.r.verdicts(report, self.rank)
+                return self._explain(user, ddp)
         except GradflowError as err:
             return _failure(self.rank, err)
 
+    def _trace_fsdp(self, user) -> dict:
+        """The user's fully_shard model, every unit unsharded and its gradients kept local (ddp/fsdp.py)."""
+        from gradflow.ddp import fsdp
+
+        self.inner = self.model
+        self.settings = {"wrapped_by": "you", "fsdp": True, "units": fsdp.layout(self.model)}
+        with fsdp.local_mode(self.model), fsdp.forwards(self.model, lambda _: None) as ran:
+            out = self._explain(user, self.model)
+        return {**out, "units_run": list(dict.fromkeys(ran))}
+
+    def _explain(self, user, model) -> dict:
+        t, loss, _, _ = user.run("step(model)", run_function, functools.partial(self.step, model), "step")
+        self.phases.at("backward (gradflow's trace)")
+        report = user.run("backward", t.explain, self.r.loss_of(loss), params=self.inner, all_errors=False)
+        if isinstance(report.error, NoGradientError):  # nothing to compare: say why, exit 3
+            raise report.error
+        return self.r.verdicts(report, self.rank)
+
     def probe(self, user) -> dict:
+        if self.fsdp:
+            from gradflow.ddp import fsdp_child
+
+            self.phases.at("running FSDP's own step")
+            self.drop_group()
+            return fsdp_child.run(self.path, self.name, self.rank, self.world, self.timeout, JOIN_FLOOR,
+                                  self.phases.at)
         self.phases.at("running torch's own DDP step (2 iterations)")
         groups, self.group = [self.group], None  # the probe frees it: no other reference may keep it open
         return user.run("torch's DDP step", self.r.probe, self.inner, self.step, groups)
 
-    def gather(self, obj, what: str) -> list:
+    def gather(self, obj, what: str, wait: float | None = None) -> list:
+        """`wait`: seconds the ranks may arrive apart (beyond --timeout), when one may be stopping a child."""
         self.phases.at(f"gathering ({what})")
-        return self.r.gather_json(obj, self.phases, what, self.gathers)
+        return self.r.gather_json(obj, self.phases, what, self.gathers, wait)
 
     def drop_group(self) -> None:
         import torch.distributed as dist
@@ -130,6 +159,7 @@ def run_rank(path: Path, name: str, target: str, timeout: float, fail_on: tuple[
     gets its `gate` (ddp/fail_on.py), read from every rank's verdicts."""
     preload()
     import gradflow.ddp.fail_on  # noqa: F401
+    import gradflow.ddp.fsdp_merge  # noqa: F401
     import gradflow.ddp.merge  # noqa: F401  (imported while sys.path is gradflow's own)
 
     run = RankRun(path, name, timeout)
@@ -142,13 +172,17 @@ def run_rank(path: Path, name: str, target: str, timeout: float, fail_on: tuple[
         if failed:
             run.drop_group()
         else:
-            probes = run.gather(run.probe(user), "after torch's DDP step")
+            probes = run.gather(run.probe(user), "after torch's own step", 2 * (timeout + JOIN_FLOOR))
     run.r.leave()
     if failed:
         return _error_doc(target, failed), int(failed[0]["failure"]["exit_code"])
     from gradflow.ddp.merge import merge
 
     doc = merge(target, str(path), run.settings, verdicts, probes)
+    if run.fsdp:
+        from gradflow.ddp.fsdp_merge import finish
+
+        doc = finish(doc, run.settings, verdicts, probes)
     if fail_on:
         from gradflow.ddp.fail_on import gate
 

@@ -73,6 +73,10 @@ class Phases:
             except RuntimeError:  # the store's host (rank 0) is gone: the gather that follows says so
                 self.store = None
 
+    def wait_all(self, gather: str, seconds: float) -> None:
+        if self.store is not None:
+            self.store.wait([f"gradflow/{gather}/{r}" for r in range(self.world)], datetime.timedelta(seconds=seconds))
+
     def missing(self, gather: str) -> list[tuple[int, str]]:
         """(rank, what it was last doing) of every rank that has not arrived at this gather."""
         if self.store is None:
@@ -96,10 +100,13 @@ def _store():
         return None
 
 
-def gather_json(obj: Any, phases: Phases, gather: str, group=None) -> list:
-    """Every rank's `obj` (JSON-able), on every rank, in rank order; raises DistributedError if one never comes."""
+def gather_json(obj: Any, phases: Phases, gather: str, group=None, wait: float | None = None) -> list:
+    """Every rank's `obj` (JSON-able), on every rank, in rank order; raises DistributedError if one never comes.
+    With `wait`, the ranks may arrive up to that many seconds apart (the store is asked before the gather)."""
     phases.arrive(gather)
     try:
+        if wait is not None:
+            phases.wait_all(gather, wait)
         return _all_gather_json(obj, group)
     except RuntimeError as err:
         raise distributed_error(err, phases, gather) from None

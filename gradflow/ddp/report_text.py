@@ -61,6 +61,10 @@ def _rows(console: Console, rows: list[tuple[str, str]]) -> None:
 
 
 def print_would(report: dict, console: Console) -> None:
+    if report.get("fsdp"):
+        _say(console, "what FSDP does with this step", "bold")
+        _rows(console, [(what, does) for what, does in report["fsdp"]["would"]])
+        return
     _say(console, "what DDP does with this step", "bold")
     rows = []
     forced = report.get("find_unused_forced_by")
@@ -73,7 +77,29 @@ def print_would(report: dict, console: Console) -> None:
     _rows(console, rows + list(report["ddp_would"].items()))
 
 
+def _fsdp_rank(r: dict) -> str:
+    if r["ok"]:
+        none = fold_names(r["grad_none"])
+        return "ran 1 step; " + (f"grad None after it: {', '.join(none)}" if none else
+                                 "every trainable parameter got a gradient")
+    if r["outcome"] == "peer lost":  # gloo's words for it vary with the moment (reset, closed, broken pipe)
+        return f"lost the other ranks in {r['stage']}: a peer closed its connection"
+    said = {"hung": "hung (gradflow stopped it)", "aborted": f"aborted by gloo ({r['signal']})",
+            "timed out": "timed out"}.get(r["outcome"], "raised")
+    return f"{said} in {r['stage']}: {r['said']}"
+
+
+def print_fsdp_step(report: dict, console: Console) -> None:
+    said = report["fsdp"]["step"]
+    if said:
+        _say(console, "FSDP's own step (your fully_shard model, 1 step, run for real under --timeout)", "bold")
+        _rows(console, [(f"rank {r['rank']}", _fsdp_rank(r)) for r in said])
+
+
 def print_torch(report: dict, console: Console) -> None:
+    if report.get("fsdp"):
+        print_fsdp_step(report, console)
+        return
     said = report.get("torch")
     if not said:
         return
@@ -96,17 +122,23 @@ def print_torch(report: dict, console: Console) -> None:
 def print_fix(report: dict, console: Console) -> None:
     if not report["fix"]:
         return
-    _say(console, "the fix that keeps find_unused_parameters=False", "bold")
+    _say(console, "the fix" if report.get("fsdp") else "the fix that keeps find_unused_parameters=False", "bold")
     _rows(console, [(f"{i}.", line) for i, line in enumerate(report["fix"], 1)])
 
 
-def print_report(report: dict, out: Console, err: Console) -> None:
+def _setup(report: dict) -> str:
     ddp = report["ddp"]
+    if ddp.get("fsdp"):
+        n = len(ddp["units"])
+        return f"your FSDP2 model, {n} fully_shard unit{'s' * (n != 1)}"
     how = "DDP by gradflow" if ddp["wrapped_by"] == "gradflow" else "your DDP"
-    flags = f"find_unused_parameters={ddp['find_unused_parameters']}" + \
+    return f"{how}, find_unused_parameters={ddp['find_unused_parameters']}" + \
         (", static_graph=True" if ddp["static_graph"] else "")
+
+
+def print_report(report: dict, out: Console, err: Console) -> None:
     ranks = f"{report['world_size']} rank{'s' * (report['world_size'] != 1)}"
-    _say(out, f"{report['target']}  ·  {ranks}  ·  {how}, {flags}")
+    _say(out, f"{report['target']}  ·  {ranks}  ·  {_setup(report)}")
     print_ranks(report, out)
     out.print()
     for part in (print_divergent, print_would, print_torch, print_fix):
