@@ -16,7 +16,9 @@ class Net(nn.Module):
 
     def forward(self, x, with_aux):
         h = torch.relu(self.body(x))
-        return self.head(h), self.aux_head(h) if with_aux else None
+        if with_aux:
+            return self.head(h), self.aux_head(h)
+        return self.head(h), None
 
 
 def main(rank, world_size):

@@ -26,7 +26,7 @@ def is_fsdp(model: Any) -> bool:
     return isinstance(model, torch.nn.Module) and any(isinstance(m, FSDPModule) for m in model.modules())
 
 
-def units(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def units(model: torch.nn.Module) -> list[tuple[str, Any]]:
     """(FQN, module) of every fully_shard unit, outermost first ('' is the root)."""
     return [(name, m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
 
@@ -54,18 +54,18 @@ def local_mode(model: torch.nn.Module) -> Iterator[None]:
     until the end, where every unit is resharded (its local gradients dropped: they are not FSDP's)."""
     found = [m for _, m in units(model)]
     for m in found:
-        m.unshard()  # type: ignore[operator]
-        m.set_requires_gradient_sync(False, recurse=False)  # type: ignore[operator]
-        m.set_reshard_after_forward(False, recurse=False)  # type: ignore[operator]
-        m.set_reshard_after_backward(False, recurse=False)  # type: ignore[operator]
+        m.unshard()
+        m.set_requires_gradient_sync(False, recurse=False)
+        m.set_reshard_after_forward(False, recurse=False)
+        m.set_reshard_after_backward(False, recurse=False)
     try:
         yield
     finally:
         for m in found:
-            m.set_requires_gradient_sync(True, recurse=False)  # type: ignore[operator]
-            m.set_reshard_after_forward(True, recurse=False)  # type: ignore[operator]
-            m.set_reshard_after_backward(True, recurse=False)  # type: ignore[operator]
-            m.reshard()  # type: ignore[operator]
+            m.set_requires_gradient_sync(True, recurse=False)
+            m.set_reshard_after_forward(True, recurse=False)
+            m.set_reshard_after_backward(True, recurse=False)
+            m.reshard()
         model.zero_grad(set_to_none=True)
 
 

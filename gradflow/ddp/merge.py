@@ -12,7 +12,7 @@ SCHEMA = 1
 CLASSES = ("unused", "divergent")
 NO_GRAD = ("unused", "unreached", "cut", "untraced")
 EXPECTED = "Expected to have finished reduction in the prior iteration"
-PEER_GONE = ("by peer", "Broken pipe", "Connection refused", "Connection closed")  # gloo, once the rank that raised freed the group:
+PEER_GONE = ("by peer", "Broken pipe", "Connection refused", "Connection closed")  # gloo, once a peer freed the group:
 #   "Connection closed by peer", "Read error ...: Connection reset by peer", "Write error ...: Broken pipe"
 
 
