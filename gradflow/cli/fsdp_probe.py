@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     except Exception as err:  # a collective that timed out, a peer gone: what FSDP does is the point
         lines = str(err).strip().splitlines() or [type(err).__name__]
         outcome = {"ok": False, "stage": where[0], "hung": False, "aborted": None, "message": lines[0]}
-    fsdp_child.finish(store, a["rank"], a["world"], outcome, a["result"])
+    fsdp_child.finish(store, a["rank"], a["world"], outcome)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ runs on 2 real gloo ranks (127.0.0.1, a free port, a 5 s group timeout), each in
 Not collected by pytest (no test_ prefix); run through tests/processes.py.
 """
 import datetime
-import importlib.util
 import json
 import os
 import socket
@@ -19,15 +18,8 @@ import sys
 
 import torch
 import torch.distributed as dist
+from plain_ddp import load  # its sibling (this script's folder is first on sys.path): plain torch too
 from torch.distributed.fsdp import FSDPModule
-
-
-def load(target):
-    path, _, name = target.rpartition(":")
-    spec = importlib.util.spec_from_file_location("user_code", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 def local(model, step):
