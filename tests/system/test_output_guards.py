@@ -62,11 +62,8 @@ def test_every_file_written_goes_through_write_file():
     writers = {where for where, call in _calls() if _writes(call) and not _to_devnull(call)}
     # language/tables.py: the developer's `python -m gradflow.language.tables`, which writes the package's own
     # grammar_tables.py (never run by a command); render/views.py: the library's `result.draw(path)`, called by
-    # the user's own code (a layer below cli/files.py); cli/script_command.py: a stream on the real stdout's file
-    # descriptor (the script's fd 1 goes to stderr); ddp/fsdp_child.py: a rank's log and result in its own
-    # temporary folder, read back by the parent
-    assert writers == {"cli/files.py", "language/tables.py", "render/views.py", "cli/script_command.py",
-                       "ddp/fsdp_child.py"}
+    # the user's own code (a layer below cli/files.py)
+    assert writers == {"cli/files.py", "language/tables.py", "render/views.py"}
 
 
 def test_dot_and_mermaid_labels_are_escaped_in_one_place():
