@@ -207,7 +207,8 @@ def test_an_ascii_terminal_gets_ascii_marks(ran, i):
 def test_ascii_user_text_is_escaped_not_guessed(ran):
     typo = ran[1]["typo_ascii"]
     assert typo["code"] == 2
-    assert typo["stderr"].startswith(b"error: syntax error: unexpected character '\\u00b2' at position 1\n")
+    assert typo["stderr"].startswith(b"error: syntax error: unexpected character '\\u00b2' (not an ASCII digit: "
+                                     b"numbers are written with 0-9) at position 1\n")
 
 
 def test_pythonioencoding_ascii_in_a_plain_process():
