@@ -48,7 +48,9 @@ def run_one(i: int, opts, runner, outcomes) -> None:
     if i % opts.cli_every == 0:
         outcomes[f"cli exit {check_cli(case, runner)}"] += 1
     if i % opts.batch_every == 0:  # a whole batch input as bytes: nested JSON, broken UTF-8, mixed line ends
-        outcomes[f"batch bytes exit {check_batch_bytes(gen_batch_bytes(random.Random(f'{opts.seed}:b:{i}')), runner)}"] += 1
+        data = gen_batch_bytes(random.Random(f"{opts.seed}:b:{i}"))
+        jobs = 2 if i % (4 * opts.batch_every) == 0 else 1  # one in four through worker processes, as in the suite
+        outcomes[f"batch bytes exit {check_batch_bytes(data, runner, jobs)}"] += 1
 
 
 def run_range(job: tuple) -> tuple[collections.Counter, list[int]]:

@@ -344,9 +344,10 @@ def expected_lines(data: bytes) -> list[int]:
     return [i + 1 for i, raw in enumerate(parts) if raw.decode("utf-8", "replace").strip()]  # str's whitespace
 
 
-def check_batch_bytes(data: bytes, runner: CliRunner | None = None) -> int:
-    """One record per non-blank line, in order, strict JSON, exit 0 (all fine) or 4 (some lines failed)."""
-    res = (runner or CliRunner()).invoke(app, ["batch", "-"], input=data)
+def check_batch_bytes(data: bytes, runner: CliRunner | None = None, jobs: int = 2) -> int:
+    """One record per non-blank line, in order, strict JSON, exit 0 (all fine) or 4 (some lines failed), made
+    by `jobs` worker processes (1: in this process)."""
+    res = (runner or CliRunner()).invoke(app, ["batch", "-", "--jobs", str(jobs)], input=data)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code in (0, 4), (res.exit_code, res.stderr)
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr

@@ -361,7 +361,7 @@ def _start_fork_server() -> None:
 
 
 def end_of_command() -> None:
-    """The `gradflow batch` command is done and about to exit: its fork server goes now (worker.stop_forkserver).
+    """The `gradflow` process is about to exit (cli/streams.py): its fork server goes now (worker.stop_forkserver).
     A library's batches leave it running for the next batch in the process."""
     stop_forkserver()
 

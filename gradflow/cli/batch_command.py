@@ -148,7 +148,7 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     def body() -> int:
         from functools import partial
 
-        from gradflow.batch.pool import end_of_command, needs_hard_exit, records_out, usable_cores
+        from gradflow.batch.pool import needs_hard_exit, records_out, usable_cores
         from gradflow.batch.run import DefaultsUse
         from gradflow.limits import as_limits
 
@@ -165,7 +165,6 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
             return _write_all(records, regular, first_line, DefaultsUse(values, limits), strict)
         finally:
             records.close()  # the workers stop now, whatever ended the loop (a reader gone, Ctrl-C, an error)
-            end_of_command()
             if needs_hard_exit():  # the input's reader thread still waits on a pipe: end without joining it
                 from gradflow.cli.streams import exit_hard
 

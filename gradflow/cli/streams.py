@@ -160,12 +160,23 @@ def run_safely(main: Callable[[], object]) -> NoReturn:
     except ValueError:
         pass
     sys.stdout, sys.stderr = _flush(sys.stdout), _flush(sys.stderr)
+    _end_batch_fork_server()
     if _EXIT_HARD:
         _exit_now(code)
     from gradflow.cli.startup import before_exit
 
     before_exit()
     sys.exit(code)
+
+
+def _end_batch_fork_server() -> None:
+    """The process is about to exit: a `batch --jobs N`'s fork server goes now. Left to itself it would end only
+    after this process, by the interpreter's whole teardown of torch, while still holding our stdout (a reader of
+    the output, `| jq`, waits for that). Run in-process (the library, a test runner, a notebook), it stays up
+    for the next batch, which then starts its workers without importing torch again."""
+    pool = sys.modules.get("gradflow.batch.pool")
+    if pool is not None:
+        pool.end_of_command()
 
 
 def stdin_bytes() -> BinaryIO:

@@ -118,18 +118,18 @@ def test_a_busy_worker_gets_a_chunk_more_only_if_it_fits_in_its_pipe(pool):
 
 
 
-def _fork_servers() -> list[int]:
-    """This process's children that are multiprocessing's fork server (Linux: read from /proc)."""
-    import os
+def _fork_servers_with(marker: str) -> list[int]:
+    """multiprocessing's fork servers whose environment holds `marker` (Linux: read from /proc): what a command
+    started inherits it. (Its resource tracker is not counted: it holds no torch and ends as soon as the last
+    process holding its pipe has, so it never keeps a reader of the output waiting.)"""
     from pathlib import Path
 
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == os.getpid() and b"forkserver" in (proc / "cmdline").read_bytes():
+            if marker.encode() in (proc / "environ").read_bytes() and b"forkserver" in (proc / "cmdline").read_bytes():
                 found.append(int(proc.name))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
     return found
 
@@ -138,11 +138,21 @@ def _fork_servers() -> list[int]:
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/stat"), reason="finds the fork server through /proc")
 def test_the_command_ends_its_fork_server_when_it_is_done():
     """Left alone, the fork server would end after the command by tearing down torch, holding the command's
-    stdout meanwhile (a reader of the output waited for that)."""
-    from typer.testing import CliRunner
+    stdout meanwhile (a reader of the output waited for that). When the output has ended, nothing the command
+    started is still running."""
+    import subprocess
+    import uuid
 
-    from gradflow.cli.app import app
+    from ..processes import GRADFLOW, child
 
-    res = CliRunner().invoke(app, ["batch", "-", "--text", "--jobs", "2", "--x", "3"], input="x*2\nx^2\n")
-    assert res.exit_code == 0 and [json.loads(line)["grads"]["x"] for line in res.stdout.splitlines()] == [2.0, 6.0]
-    assert _fork_servers() == []
+    marker = f"GRADFLOW_TEST_MARK={uuid.uuid4()}"
+    key, value = marker.split("=")
+    with child([*GRADFLOW, "batch", "-", "--text", "--jobs", "2", "--x", "3"], env={key: value},
+               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        proc.stdin.write("x*2\nx^2\n")
+        proc.stdin.close()
+        assert proc.wait() == 0
+        left = _fork_servers_with(marker)  # as the command ends (a server that outlives it would still be here)
+        out = proc.stdout.read()
+    assert [json.loads(line)["grads"]["x"] for line in out.splitlines()] == [2.0, 6.0]
+    assert left == []
