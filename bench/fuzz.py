@@ -77,7 +77,7 @@ def run_user_code(opts) -> tuple[collections.Counter, list[int]]:
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.fuzz_user_code import check_user_code, gen_user_code
+    from tests.fuzz_user_code import check_user_code, gen_user_code, processes_left
 
     outcomes: collections.Counter[str] = collections.Counter()
     failures: list[int] = []
@@ -88,10 +88,14 @@ def run_user_code(opts) -> tuple[collections.Counter, list[int]]:
         with open(path, "w") as fh:
             fh.write(gen_user_code(rng))
         as_json = rng.random() < 0.6
+        mark = f"gradflow-fuzz-{os.getpid()}-{i}"
         try:
             res = subprocess.run([sys.executable, "-m", "gradflow", "inspect", f"{path}:main",
-                                  *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=120)
+                                  *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "GRADFLOW_FUZZ_MARK": mark})
             outcomes[f"inspect exit {check_user_code(res.stdout, res.stderr, res.returncode, as_json)}"] += 1
+            left = processes_left(mark)
+            assert not left, f"still running after the command: {left}"
         except (AssertionError, subprocess.TimeoutExpired):
             failures.append(i)
             print(f"FAILURE at user code {i}:\n{open(path).read()}\n{traceback.format_exc(limit=-2)}",

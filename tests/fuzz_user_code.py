@@ -1,8 +1,10 @@
-"""Generated user code for `gradflow inspect`: it exits, raises, writes to fd 1, leaves threads, breaks hooks.
+"""Generated user code for `gradflow inspect`: it exits, raises, writes to fd 1, leaves threads, breaks hooks,
+ends its own process (os._exit, SIGKILL, a segfault), forks a copy of itself or an orphan that ignores SIGTERM.
 
 Used by bench/fuzz.py --user-code N (real processes: each imports torch) and, a few cases, by the suite.
 The property: the command ends within its deadline with a documented exit code (0, 2, 3, 4 or 5), never an
-internal error or a Python traceback without --debug, and with --json stdout is exactly one JSON document.
+internal error or a Python traceback without --debug, never an exit without a word on stdout or stderr, with
+--json stdout is exactly one JSON document, and nothing the command started outlives it (processes_left).
 Not collected by pytest (no test_ prefix).
 """
 from __future__ import annotations
@@ -22,6 +24,12 @@ ACTIONS = {
     "print": "print('from the user')",
     "thread": "threading.Thread(target=time.sleep, args=(600,)).start()",
     "inplace": "w.data.mul_(1)",
+    "os_exit0": "os._exit(0)",
+    "os_exit3": "os._exit(3)",
+    "sigkill": "os.kill(os.getpid(), signal.SIGKILL)",
+    "segfault": "ctypes.string_at(0)",
+    "fork": "os.fork()",  # a copy of the work goes on to its end: it must never report
+    "orphan": "os.fork() == 0 and (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(600))",
 }
 PLACES = ("import", "before_loss", "after_loss", "hook")
 RETURNS = ("loss", "loss_model", "scalar_float", "none", "vector")
@@ -31,7 +39,7 @@ def gen_user_code(rng) -> str:
     """A module with a `main()` for `gradflow inspect FILE.py:main`."""
     action, place, ret = rng.choice(list(ACTIONS)), rng.choice(PLACES), rng.choice(RETURNS)
     code = ACTIONS[action]
-    lines = ["import os, sys, threading, time", "import torch", "from torch import nn",
+    lines = ["import ctypes, os, signal, sys, threading, time", "import torch", "from torch import nn",
              "torch.manual_seed(0)", "w = nn.Parameter(torch.ones(3))"]
     if place == "import":
         lines.append(code)
@@ -52,6 +60,25 @@ def gen_user_code(rng) -> str:
 def check_user_code(stdout: str, stderr: str, returncode: int, as_json: bool) -> int:
     assert returncode in (0, 2, 3, 4, 5), (returncode, stderr[-2000:])
     assert "internal error" not in stderr and "Traceback (most recent call last)" not in stderr, stderr[-2000:]
+    assert stdout.strip() or stderr.strip(), f"exit {returncode} without a word"
     if as_json:
         json.loads(stdout)  # exactly one document: nothing the user's code wrote got in
     return returncode
+
+
+def processes_left(marker: str) -> list[str]:
+    """The processes still running whose environment holds `marker` (set for the command: what it started
+    inherits it), as their command lines; Linux only (/proc), else nothing is found. multiprocessing's
+    resource tracker ends by itself once its pipe closes and is not counted."""
+    from pathlib import Path
+
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if "resource_tracker" not in cmdline:
+                    left.append(cmdline)
+        except OSError:
+            continue
+    return left

@@ -39,7 +39,8 @@ in four steps.
 
 The fork server preloads torch, the worker's modules and the encoder's module.
 
-`jobs <= 1` runs in this process (records_out): exactly run_batch, no threads, no workers.
+`jobs <= 1`, or a daemonic process (which may not start any), runs in this process (records_out): exactly
+run_batch, no threads, no workers.
 """
 from __future__ import annotations
 
@@ -72,10 +73,10 @@ def usable_cores() -> int:
 def records_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callable[[dict], str], *,
                 first_line: int = 1, **options: Any) -> Generator[Out, None, None]:
     """(line, JSON text, error kind, source) per record of `run_batch(lines, first_line=first_line, **options)`,
-    in input order, made by `jobs` worker processes (`jobs <= 1`: in this process, no threads, no workers).
-    `encode` turns a record into its JSON line; with jobs > 1 it runs in the workers, so it must pickle (a
-    module-level function, or a functools.partial of one), as must `options`."""
-    if jobs <= 1:
+    in input order, made by `jobs` worker processes (`jobs <= 1`, or a daemonic process: in this process, no
+    threads, no workers). `encode` turns a record into its JSON line; with jobs > 1 it runs in the workers, so
+    it must pickle (a module-level function, or a functools.partial of one), as must `options`."""
+    if jobs <= 1 or _daemonic():
         from gradflow.batch.run import run_batch
 
         for rec in run_batch(lines, first_line=first_line, **options):
@@ -86,6 +87,14 @@ def records_out(lines: Iterable[str | GradflowError], jobs: int, encode: Callabl
         yield from pool.records(lines, first_line)
     finally:
         pool.close()
+
+
+def _daemonic() -> bool:
+    """This is a daemonic multiprocessing worker (a library user's Pool): it may not start processes of its own,
+    so its batches run in it."""
+    import multiprocessing
+
+    return multiprocessing.current_process().daemon
 
 
 _AT_FORK: list[bool] = []

@@ -156,3 +156,28 @@ def test_the_command_ends_its_fork_server_when_it_is_done():
         out = proc.stdout.read()
     assert [json.loads(line)["grads"]["x"] for line in out.splitlines()] == [2.0, 6.0]
     assert left == []
+
+
+def _batch_in_this_process(queue) -> None:
+    from typer.testing import CliRunner
+
+    from gradflow.cli.app import app
+
+    res = CliRunner().invoke(app, ["batch", "-", "--text", "--jobs", "2", "--x", "3"], input="x*2\nx^2\n")
+    queue.put((res.exit_code, res.stdout, res.stderr))
+
+
+@pytest.mark.slow
+def test_a_daemonic_process_runs_its_batch_itself():
+    """A library user's multiprocessing Pool worker is daemonic and may not start processes: its batch runs in
+    it, where it was an internal error ("daemonic processes are not allowed to have children")."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_batch_in_this_process, args=(queue,), daemon=True)
+    proc.start()
+    code, stdout, stderr = queue.get(timeout=120)
+    proc.join(30)
+    assert code == 0, stderr
+    assert [json.loads(line)["grads"]["x"] for line in stdout.splitlines()] == [2.0, 6.0]  # d(2x) = 2, d(x^2) = 2x
