@@ -61,7 +61,7 @@ def _to_devnull(call: ast.Call) -> bool:
 def test_every_file_written_goes_through_write_file():
     writers = {where for where, call in _calls() if _writes(call) and not _to_devnull(call)}
     # language/tables.py: the developer's `python -m gradflow.language.tables`, which writes the package's own
-    # grammar_tables.py (never run by a command); render/views.py: the library's `result.draw(path)`, called by
+    # grammar_tables.json (never run by a command); render/views.py: the library's `result.draw(path)`, called by
     # the user's own code (a layer below cli/files.py)
     assert writers == {"cli/files.py", "language/tables.py", "render/views.py"}
 
