@@ -45,8 +45,14 @@ TargetArg = Annotated[str, typer.Argument(help="FUNCTION takes no arguments (or 
 OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show only parameters that got no "
                                                                        "(or an exactly zero) gradient.")]
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
-DepthOpt = Annotated[int, typer.Option("--depth", min=1, metavar="INTEGER",
-                                       help="Fold parameters by module path up to this depth.")]
+DepthOpt = Annotated[int | None, typer.Option("--depth", min=1, metavar="INTEGER", show_default=False,
+                                              help="Fold parameters by module path up to this depth (default 2); "
+                                                   "with --autograd, draw each module deeper than this as one "
+                                                   "node (default: every op).")]
+AutogradOpt = Annotated[bool, typer.Option("--autograd", help="With --graph or --html: draw the autograd graph "
+                                                              "torch recorded, one node per op, named by your "
+                                                              "lines and modules, repeated blocks folded "
+                                                              "(h.0–h.11 ×12), instead of the modules.")]
 LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
                                                                        "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
@@ -71,6 +77,7 @@ HELP_END = help_end([
     "gradflow inspect examples/frozen_encoder.py:main --only-problems",
     "gradflow inspect examples/transformer_block.py:main --expand --json",
     "gradflow inspect examples/frozen_encoder.py:main --graph mermaid -o m.mmd",
+    "gradflow inspect examples/frozen_encoder.py:main --graph svg --autograd -o ops.svg",
     "gradflow inspect examples/frozen_encoder.py:main --fail-on cut,unused --allow 'aux_head.*'    # exit 6: "
     "adapter is cut",
     "gradflow inspect examples/train_step.py:step --arg batch_size=4 --fail-on untrained,orphan    # exit 6",
@@ -118,12 +125,13 @@ def load_function(path: Path, name: str):
     return func
 
 
-def run_function(func, name: str, kwargs: dict | None = None):
-    """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer)."""
+def run_function(func, name: str, kwargs: dict | None = None, autograd: bool = False):
+    """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer). `autograd`:
+    the trace also names torch's autograd nodes (--autograd)."""
     from gradflow.report.build import failure_error, trace
 
     check_call(func, name, kwargs or {})
-    t = trace()
+    t = trace(autograd=autograd)
     try:
         with t:
             value = func(**(kwargs or {}))
@@ -151,22 +159,28 @@ class Opts:
     plot: Path | None = None
     library_lines: bool = False
     html: Path | None = None
+    autograd: bool = False  # --autograd: torch's graph of ops instead of the modules
+    op_depth: int | None = None  # --depth as given (the op graph draws every op without it)
 
 
-def _emit(report, o: Opts):
+def _emit(report, o: Opts, ops=None):
     """Print the report; a reader that stops early (`| head`) ends the output quietly."""
     try:
-        _emit_to_stdout(report, o)
+        _emit_to_stdout(report, o, ops)
     except BrokenPipeError:  # Python docs, "Note on SIGPIPE": no further writes to the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _picture(report, o: Opts):
-    """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does)."""
+def _picture(report, o: Opts, ops=None):
+    """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does); `ops`: the
+    autograd graph (--autograd) drawn instead of the modules."""
     from gradflow.cli.graph_command import graphviz, write_out
     from gradflow.report.module_picture import to_dot, to_mermaid
 
-    text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
+    if ops is not None:
+        text = (ops.to_mermaid() if o.graph == "mermaid" else ops.to_dot()).rstrip("\n")
+    else:
+        text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
     if o.graph in ("svg", "png"):
         write_out(graphviz(text, o.graph), o.output)
     elif o.output is not None:
@@ -175,7 +189,7 @@ def _picture(report, o: Opts):
         typer.echo(text)
 
 
-def _emit_to_stdout(report, o: Opts):
+def _emit_to_stdout(report, o: Opts, ops=None):
     if o.json_:
         print(report.to_json() if not o.health else _json_with_health(report), flush=True)
     elif o.health:
@@ -188,7 +202,7 @@ def _emit_to_stdout(report, o: Opts):
         for w in report.warnings:  # as under the table
             err.print(Text(f"warning: {w}", style="yellow"))
     elif o.graph in ("dot", "mermaid", "svg", "png"):
-        _picture(report, o)
+        _picture(report, o, ops)
     elif o.graph == "tree":
         from gradflow.report.param_table import module_tree
 
@@ -200,13 +214,14 @@ def _emit_to_stdout(report, o: Opts):
 
 
 def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
-                expand: ExpandOpt = False, depth: DepthOpt = 2, graph: GraphOpt = None, output: OutOpt = None,
+                expand: ExpandOpt = False, depth: DepthOpt = None, graph: GraphOpt = None, output: OutOpt = None,
                 fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
                 health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False,
-                html: HtmlOpt = None):
+                html: HtmlOpt = None, autograd: AutogradOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
-    o = Opts(json_, only_problems, expand, depth, graph, output, tuple(fail_on or ()), tuple(allow or ()),
-             tuple(arg or ()), health=health, plot=plot, library_lines=library_lines, html=html)
+    o = Opts(json_, only_problems, expand, depth or 2, graph, output, tuple(fail_on or ()), tuple(allow or ()),
+             tuple(arg or ()), health=health, plot=plot, library_lines=library_lines, html=html,
+             autograd=autograd, op_depth=depth)
     exit_hard()  # the user's threads, exit handlers and objects must not hang or crash the exit (user_code.py)
 
     def body() -> int:
@@ -256,6 +271,10 @@ def _check_options(o: Opts):
     o.kwargs = parse_args(list(o.arg))
     if o.health and o.graph is not None:
         raise ValueInputError("usage", "give either --health or --graph, not both")
+    if o.autograd and o.graph in (None, "tree") and o.html is None:
+        raise ValueInputError("usage", "--autograd draws a picture: use it with --graph dot, mermaid, svg or png, "
+                                       "or with --html FILE.html",
+                              hint="gradflow inspect FILE.py:FUNCTION --graph svg --autograd -o ops.svg")
     if o.plot is not None:
         from gradflow.render.plot import check_picture_path
 
@@ -270,9 +289,11 @@ def _inspect(target: str, o: Opts) -> int:
     preload()
     with contained(str(path.resolve().parent)) as user:
         func = user.run(f"importing {path}", load_function, path, name)
-        t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs)
+        t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs, o.autograd)
         report = user.run("backward", t.explain, loss, params=params, optimizer=optimizer, all_errors=False)
         del loss, params, optimizer  # the report holds the only reference to the loss left here
+    ops = _autograd(report, t, o)
+    del t
     if o.library_lines:
         report.show_library_lines()
     threads = user.leftover_threads()
@@ -281,11 +302,12 @@ def _inspect(target: str, o: Opts) -> int:
     if o.fail_on:
         report.gate = gate_document(report, o.fail_on, o.allow)
     if o.html is not None:
-        from gradflow.render.html_report import inspect_section
+        from gradflow.render.html_report import autograd_section, inspect_section
 
-        write_html(o.html, f"gradflow inspect {target}", [inspect_section(report, target, o.depth)])
+        write_html(o.html, f"gradflow inspect {target}", [inspect_section(report, target, o.depth),
+                                                           *([autograd_section(ops, target)] if ops else [])])
     try:
-        _emit(report, o)
+        _emit(report, o, ops)
         if o.plot is not None:
             _write_plot(report, o.plot, target)
     finally:
@@ -297,6 +319,15 @@ def _inspect(target: str, o: Opts) -> int:
         print_error(report.error, consoles()[1])
         code = int(report.error.exit_code)
     return _gate(report, o) or code
+
+
+def _autograd(report, t, o: Opts):
+    """--autograd: torch's graph of the loss, named from the trace (None without --autograd)."""
+    if not o.autograd:
+        return None
+    from gradflow.report.op_graph import autograd_graph
+
+    return autograd_graph(report, t, o.op_depth)
 
 
 def _gate(report, o: Opts) -> int:

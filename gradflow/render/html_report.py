@@ -136,6 +136,21 @@ def inspect_section(report: InspectReport, title: str, depth: int = 2) -> Sectio
     return section
 
 
+def autograd_section(graph, title: str) -> Section:
+    """`inspect --autograd --html`: torch's graph of ops (report/op_graph.py), each node's details on click."""
+    from gradflow.render.op_graph import label, to_dot
+
+    section = Section(f"{title}: the autograd graph torch recorded", views.html(graph), svg=_svg(to_dot(graph)))
+    section.rows = _ranks(list(graph.nodes), list(graph.edges))
+    for key, node in graph.nodes.items():
+        fields: Fields = [("grad_fn", node.fn or DASH), ("module", graph.shown_name(node) or DASH),
+                          ("line", node.line or DASH), ("variable", node.variable or DASH),
+                          ("status", node.status or DASH)]
+        section.details[key] = _detail(label(graph, node), fields)
+    section.cuts = [label(graph, n).replace("\n", " ") for n in graph.nodes.values() if n.kind == "cut"]
+    return section
+
+
 def _param_fields(p) -> Fields:
     routes = "; ".join(f"{r.op} at {r.line or DASH}" + (f" ({r.module})" if r.module else "") for r in p.routes)
     return [("shape", str(p.shape)), ("requires_grad", str(p.requires_grad)), ("status", p.status),

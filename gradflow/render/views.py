@@ -24,6 +24,7 @@ from gradflow.render.node_table import print_brief, print_explanation
 from gradflow.render.whatif import compare_notes, compare_table, whatif_table
 from gradflow.report.inspect_report import InspectReport
 from gradflow.report.layer_health import HealthReport
+from gradflow.report.op_graph import OpGraph
 from gradflow.report.param_table import print_report
 from gradflow.report.watch import Watch
 from gradflow.script.backward_table import backward_view
@@ -175,6 +176,30 @@ def _(result: InspectReport) -> str:
     from gradflow.report.module_picture import to_mermaid
 
     return to_mermaid(result, MODULE_DEPTH)
+
+
+@print_result.register
+def _(result: OpGraph, out: Console, err: Console) -> None:
+    from collections import Counter
+
+    kinds = Counter(n.fn or n.kind for n in result.nodes.values())
+    out.print(Text(f"{result.title}: {len(result.nodes)} nodes, {len(result.edges)} edges"
+                   + "".join(f"\n  {k} ×{v}" for k, v in kinds.most_common())
+                   + "".join(f"\n  folded: {f.label}" for f in result.folds)))
+
+
+@dot.register
+def _(result: OpGraph) -> str:
+    from gradflow.render.op_graph import to_dot
+
+    return to_dot(result)
+
+
+@mermaid.register
+def _(result: OpGraph) -> str:
+    from gradflow.render.op_graph import to_mermaid
+
+    return to_mermaid(result)
 
 
 def _program_result(call: BackwardCall) -> Explanation:

@@ -220,6 +220,10 @@ def failure_error(failure: TraceFailure) -> GradflowError:
                               "there instead), or .clone() it before using it in training")
 
 
-def trace() -> Trace:
-    """Start recording: `with gradflow.trace() as t: loss = model(x).mean()`; then `t.explain(loss, params=model)`."""
-    return Trace(explain=build_report)
+def trace(*, autograd: bool = False) -> Trace:
+    """Start recording: `with gradflow.trace() as t: loss = model(x).mean()`; then `t.explain(loss, params=model)`.
+    `autograd=True`: also name torch's autograd nodes by the ops that made them, for `autograd_graph(report, t)`
+    (report/op_graph.py; every op's line is then recorded, which costs time)."""
+    t = Trace(explain=build_report)
+    t.keeps_nodes = autograd
+    return t

@@ -17,11 +17,11 @@ from gradflow.report.reasons import spelled
 if TYPE_CHECKING:  # the tracer imports this module: types only, no cycle
     from gradflow.tracer.trace import OpRecord
 
-_FILL = {"cut": "#f8c8c8", "unused": "#fff2b3", "unreached": "#fff2b3", "zero": "#fff2b3",
+STATUS_FILL = {"cut": "#f8c8c8", "unused": "#fff2b3", "unreached": "#fff2b3", "zero": "#fff2b3",
          "frozen": "#e0e0e0", "live": "#c8ecc8", "untraced": "#e8d0f0"}
 _DOT_STYLE = {"cutop": ', shape=octagon, fillcolor="#ff9a9a"', "loss": ', shape=ellipse, fillcolor="#d0e0ff"',
               "op": ""}
-_WORST = ("cut", "untraced", "unreached", "unused", "zero", "live", "frozen")
+WORST = ("cut", "untraced", "unreached", "unused", "zero", "live", "frozen")
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _module_nodes(report: InspectReport, pic: Picture, depth: int):
     for p in report.params:
         groups.setdefault(module_of(p.name, depth) or p.name, []).append(p)
     for module, params in groups.items():
-        statuses = [s for s in _WORST if any(p.status == s for p in params)] or [params[0].status]
+        statuses = [s for s in WORST if any(p.status == s for p in params)] or [params[0].status]
         for status in statuses:
             same = [p for p in params if p.status == status] if len(statuses) > 1 else params
             key = f"m:{module}" if len(statuses) == 1 else f"m:{module} [{status}]"
@@ -162,7 +162,7 @@ def to_dot(report: InspectReport, depth: int = 2) -> str:
              '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica"];']
     for key, label in pic.labels.items():
         kind = pic.kinds[key]
-        attrs = _DOT_STYLE[kind] if kind in _DOT_STYLE else f', fillcolor="{_FILL[kind]}"'
+        attrs = _DOT_STYLE[kind] if kind in _DOT_STYLE else f', fillcolor="{STATUS_FILL[kind]}"'
         lines.append(f'  {ids[key]} [label={dot_string(label)}{attrs}];')
     for (a, b), cut in pic.edges.items():
         style = ' [style=dashed, color="#cc0000"]' if cut else ""
@@ -182,7 +182,7 @@ def to_mermaid(report: InspectReport, depth: int = 2) -> str:
         lines.append(f"  {ids[key]}{shape[0]}{text}{shape[1]}")
     for (a, b), cut in pic.edges.items():
         lines.append(f"  {ids[a]} {'-.->' if cut else '-->'} {ids[b]}")
-    for kind, fill in {**_FILL, "cutop": "#ff9a9a"}.items():
+    for kind, fill in {**STATUS_FILL, "cutop": "#ff9a9a"}.items():
         members = [ids[k] for k, v in pic.kinds.items() if v == kind]
         if members:
             lines.append(f"  classDef {kind} fill:{fill},stroke:#555")

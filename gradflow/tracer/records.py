@@ -159,6 +159,8 @@ class TraceState:
     #                                  trace (another thread, before it started) came in here; the first 100
     low_nodes: dict[int, tuple[Any, int, Any]] = field(default_factory=dict)  # id(node) -> (autograd node, op
     #                                  index, dtype) of every op with a float16/bfloat16 result that requires grad
+    nodes: dict[int, tuple[Any, int]] = field(default_factory=dict)  # id(node) -> (autograd node, op index) of
+    #                                  every op's results, kept only by a trace made to draw torch's graph
 
     @property
     def uses(self) -> list[Use]:

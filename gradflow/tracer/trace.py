@@ -83,6 +83,7 @@ class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
 
     follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
+    keeps_nodes = False  # name torch's autograd nodes by their op (report/op_graph.py): set by trace(autograd=True)
 
     def __init__(self, explain=None) -> None:
         self._explain = explain  # report.build.build_report, given by gradflow.trace()
@@ -298,6 +299,8 @@ class Trace:
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
+        if self.keeps_nodes:
+            self._keep_nodes(rec, outs)
         if outs[0].dtype in LOW or (ins and ins[0].dtype in LOW):
             self._note_low_precision(rec, ins, outs)
         if used:
@@ -329,6 +332,17 @@ class Trace:
             self.state.low_nodes[id(node)] = (node, rec.index, low)
             if rec.line is None:
                 rec.line, rec.library_line = lines()
+
+    def _keep_nodes(self, rec: OpRecord, outs: list) -> None:
+        """Only to draw torch's own graph: each result's autograd node -> this op, and the op's line even where
+        the report needs none. The nodes are held, so that an id stays theirs; torch frees them when the trace
+        goes, earliest first, each one step from a node already gone."""
+        if rec.line is None:
+            rec.line, rec.library_line = lines()
+        for o in outs:
+            node = grad_fn(o)
+            if node is not None:
+                self.state.nodes.setdefault(id(node), (node, rec.index))
 
     def _append(self, rec: OpRecord) -> None:
         self.state.ops.append(rec)
