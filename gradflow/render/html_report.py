@@ -118,15 +118,14 @@ def _fn(t) -> str:
 # ---- inspect: a model's modules -----------------------------------------------------------------------------
 
 def inspect_section(report: InspectReport, title: str, depth: int = 2) -> Section:
-    from gradflow.report.module_picture import build_picture, dot_ids, to_dot
-    from gradflow.report.param_table import module_of
+    from gradflow.report.module_picture import build_picture, dot_ids, module_key, to_dot
 
     pic = build_picture(report, depth)
     ids = dot_ids(pic)
     section = Section(title, views.html(report), svg=_svg(to_dot(report, depth)))
     section.rows = _ranks([ids[k] for k in pic.labels], [(ids[a], ids[b]) for a, b in pic.edges])
     for key, label in pic.labels.items():
-        members = [p for p in report.params if f"m:{module_of(p.name, depth) or p.name}" == key]
+        members = [p for p in report.params if module_key(pic, p.name, depth) == key]
         fields: Fields = [(p.name, f"{p.status}" + (f": {p.why}" if p.why else "")) for p in members]
         section.details[ids[key]] = _detail(label, fields or [("kind", pic.kinds[key])])
     for p in report.params:

@@ -8,10 +8,10 @@ edge; a folded block is a dashed box named `h.0–h.11 ×12`.
 from __future__ import annotations
 
 from gradflow.display import dot_string, mermaid_text
-from gradflow.report.module_picture import STATUS_FILL
+from gradflow.report.module_picture import FROZEN_LINE, FROZEN_TEXT, STATUS_FILL
 from gradflow.report.op_graph import OpGraph, OpNode
 
-RED, GREY, GREY_TEXT, BLUE = "#c62828", "#9e9e9e", "#616161", "#1565c0"
+RED, GREY, GREY_TEXT, BLUE = "#c62828", FROZEN_LINE, FROZEN_TEXT, "#1565c0"
 LOSS_FILL, CUT_FILL, OP_FILL = "#d0e0ff", "#ff9a9a", "#ffffff"
 
 

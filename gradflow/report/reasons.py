@@ -83,6 +83,7 @@ class FlowGraph:
         self.loss = loss_serial
         self.leaves = leaf_serials
         self._outside = list(trace.state.outside)
+        self.modules = trace.state.modules  # id -> every module the trace saw called (the pictures read them)
         # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
         # each used once, needs none of it.
 
