@@ -18,12 +18,14 @@ from gradflow.errors import (
     ValueInputError,
 )
 
-__all__ = ["explain", "sweep", "check", "hessian", "trace", "watch", "whatif", "compare", "run_batch", "parse",
+__all__ = ["explain", "sweep", "check", "hessian", "trace", "autograd_graph", "watch", "whatif", "compare",
+           "run_batch", "parse",
            "explain_errors", "GradflowError",
            "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
 _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
          "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "report.build",
+         "autograd_graph": "report.op_graph",
          "watch": "report.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
          "run_batch": "batch.run", "explain_errors": "tracer.failures"}

@@ -18,14 +18,14 @@ LOSS_FILL, CUT_FILL, OP_FILL = "#d0e0ff", "#ff9a9a", "#ffffff"
 def label(graph: OpGraph, node: OpNode) -> str:
     """The node's text: what torch made it as, then the user's names for it."""
     name = graph.shown_name(node)
+    where = f"{node.variable} = …  {node.line}" if node.variable else node.line
     if node.kind == "cut":
-        return f"✂ {node.fn}" + (f"\n{name}" if name else "") + (f"\n{node.line}" if node.line else "")
+        return "\n".join(x for x in (f"✂ {node.fn}", name, where) if x)
     if node.kind in ("param", "frozen"):
         tied = "".join(f"\n= {a} (tied)" for a in node.aliases)
         return f"{name}{tied}\n{node.status}"
     if node.kind == "module":
         return f"{name}\n{node.ops} op{'s' * (node.ops != 1)}" + (f", {node.status}" if node.status else "")
-    where = f"{node.variable} = …  {node.line}" if node.variable else node.line
     text = "\n".join(x for x in (node.fn, name, where) if x)
     return "loss\n" + text if node.key == graph.root else text
 

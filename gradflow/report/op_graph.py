@@ -192,7 +192,8 @@ class _Outside:
             if rec.cut in SHOWN_CUTS:
                 key = f"cut{rec.index}"
                 nodes[key] = OpNode(key, rec.name, "cut", self.report.module_names.get(rec.module, "") if
-                                    rec.module is not None else "", rec.line, order=(rec.index, 0))
+                                    rec.module is not None else "", rec.line, variable_at(rec.line) if rec.line
+                                    else None, order=(rec.index, 0))
                 self._join(key, rec.outs, "cut")
                 self._from(key, rec)
         fed = {b for a, b in self.graph.edges if b.startswith("cut") and a.startswith("n")}

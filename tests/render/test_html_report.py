@@ -130,3 +130,21 @@ def test_script_page_has_a_section_per_backward(browser, tmp_path):
     third.locator(".items button", has_text=re.compile(r"^out2$")).click()
     shown = {k: v for k, v in (r.split("\t") for r in third.locator(".detail tr").all_inner_texts())}
     assert shown["requires_grad"] == "False" and shown["status"] == "cut"
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_inspect_autograd_page_click_the_cut_shows_its_line(browser, tmp_path):
+    out = tmp_path / "ops.html"
+    _gradflow("inspect", "examples/frozen_encoder.py:main", "--autograd", "--html", str(out), cwd=ROOT)
+    source = (ROOT / "examples" / "frozen_encoder.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if ".detach()" in text)
+    page, requests = _open(browser, out)
+    ops = page.locator("section.run").nth(1)  # the modules' section first, then torch's graph
+    ops.locator("g.node", has_text="✂ detach").click()
+    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    assert shown["grad_fn"] == "detach" and shown["line"].endswith(f"frozen_encoder.py:{line}")
+    assert shown["variable"] == "h"
+    ops.locator("g.node", has_text="head.weight").click()
+    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    assert shown["grad_fn"] == "AccumulateGrad" and shown["status"] == "live"
+    assert requests == [out.as_uri()]

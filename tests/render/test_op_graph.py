@@ -157,3 +157,30 @@ def test_cli_draws_it_and_asks_for_a_picture(cli, tmp_path):
     assert r.stdout.startswith("digraph autograd {") and "✂ detach" in r.stdout and "AddmmBackward0" in r.stdout
     r = cli("inspect", f"{user}:main", "--autograd")
     assert r.exit_code == 2 and "--autograd draws a picture" in r.stderr
+
+
+def test_the_python_api_draws_itself(tmp_path):
+    import shutil
+
+    import gradflow
+
+    model = plain.Net()
+    with gradflow.trace(autograd=True) as t:
+        loss = plain.net_loss(model)
+    graph = gradflow.autograd_graph(t.explain(loss, params=model), t)
+    assert graph.to_dot() == to_dot(graph) and graph.to_mermaid() == to_mermaid(graph)
+    assert graph.draw(tmp_path / "ops.mmd").read_text() == to_mermaid(graph)
+    assert "autograd graph of the loss: " in str(graph) and "AddmmBackward0 ×2" in str(graph)
+    if shutil.which("dot"):
+        assert graph.draw(tmp_path / "ops.svg").read_text().count('class="node"') == len(graph.nodes)
+
+
+def test_a_trace_without_autograd_names_nothing_but_draws_torchs_graph():
+    model = plain.Net()
+    t = trace()
+    with t:
+        loss = plain.net_loss(model)
+    graph = autograd_graph(t.explain(loss, params=model), t)
+    nodes, _ = plain.walk(plain.net_loss(model))
+    assert drawn_kinds(graph) == plain.kinds(nodes)
+    assert not [n for n in graph.nodes.values() if n.kind == "op" and n.line]
