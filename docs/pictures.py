@@ -39,6 +39,8 @@ def main() -> int:
         return 0
     _gradflow("graph", *CLASSIC, "--format", "png", "-o", str(IMG / "eval-graph.png"))
     _gradflow("inspect", "examples/frozen_encoder.py:main", "--graph", "png", "-o", str(IMG / "inspect-modules.png"))
+    _gradflow("inspect", "examples/gpt2_layers.py:main", "--graph", "png", "--autograd", "-o",
+              str(IMG / "autograd-gpt2.png"))
     if shutil.which("chromium"):
         with tempfile.TemporaryDirectory() as tmp:
             page = Path(tmp) / "report.html"

@@ -47,7 +47,7 @@ OnlyProblemsOpt = Annotated[bool, typer.Option("--only-problems", help="Show onl
 ExpandOpt = Annotated[bool, typer.Option("--expand", help="One row per parameter (no folding by module).")]
 DepthOpt = Annotated[int | None, typer.Option("--depth", min=1, metavar="INTEGER", show_default=False,
                                               help="Fold parameters by module path up to this depth (default 2); "
-                                                   "with --autograd, draw each module deeper than this as one "
+                                                   "with --autograd, draw each module at this depth as one "
                                                    "node (default: every op).")]
 AutogradOpt = Annotated[bool, typer.Option("--autograd", help="With --graph or --html: draw the autograd graph "
                                                               "torch recorded, one node per op, named by your "

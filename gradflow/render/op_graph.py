@@ -25,7 +25,8 @@ def label(graph: OpGraph, node: OpNode) -> str:
         tied = "".join(f"\n= {a} (tied)" for a in node.aliases)
         return f"{name}{tied}\n{node.status}"
     if node.kind == "module":
-        return f"{name}\n{node.ops} op{'s' * (node.ops != 1)}" + (f", {node.status}" if node.status else "")
+        counts = [f"{n} {what}{'s' * (n != 1)}" for n, what in ((node.ops, "op"), (node.params, "param")) if n]
+        return f"{name}\n" + ", ".join(counts + ([node.status] if node.status else []))
     text = "\n".join(x for x in (node.fn, name, where) if x)
     return "loss\n" + text if node.key == graph.root else text
 
@@ -69,14 +70,14 @@ def _mermaid_class(graph: OpGraph, node: OpNode) -> str:
     if node.key == graph.root:
         return "loss"
     if node.kind == "cut":
-        return "cut"
+        return "cutop"  # (a parameter's status `cut` is a class of its own: red fill, a box)
     return node.status or "op" if node.kind != "op" else "op"
 
 
 def to_mermaid(graph: OpGraph) -> str:
     """The same picture for GitHub; frozen parameters greyed as in DOT (classDef)."""
     lines = ["flowchart TB"]
-    shapes = {"cut": ('{{"', '"}}'), "loss": ('(["', '"])')}
+    shapes = {"cutop": ('{{"', '"}}'), "loss": ('(["', '"])')}
     for i, fold in enumerate(graph.folds):
         lines.append(f'  subgraph fold{i}["{mermaid_text(fold.label)}"]')
         lines += ["  " + _m_node(graph, n, shapes) for n in graph.nodes.values() if n.fold == i]
@@ -97,7 +98,7 @@ def _m_node(graph: OpGraph, node: OpNode, shapes: dict) -> str:
 
 
 def _m_classes(graph: OpGraph) -> list[str]:
-    style = {"loss": f"fill:{LOSS_FILL},stroke:#555", "cut": f"fill:{CUT_FILL},stroke:{RED}",
+    style = {"loss": f"fill:{LOSS_FILL},stroke:#555", "cutop": f"fill:{CUT_FILL},stroke:{RED}",
              "op": f"fill:{OP_FILL},stroke:#555",
              "frozen": f"fill:{STATUS_FILL['frozen']},stroke:{GREY},color:{GREY_TEXT}"}
     members: dict[str, list[str]] = {}

@@ -6,8 +6,8 @@ AccumulateGrad per parameter (so a tied weight, one tensor under two names, is o
 user's own code, by the line and the variable it was assigned to; a node torch made inside an op (the `t()` of a
 linear) takes the name of the op that used it. What torch's graph has no node for comes from the trace: each cut
 (detach, no_grad, inference_mode, .item()) on a path to the loss, red at its line, and the frozen parameters,
-grey. Repeated blocks of the same ops (`h.0` … `h.11`) are drawn once (`h.0–h.11 ×12`); `depth` draws every
-module deeper than that as one node.
+grey. Repeated blocks of the same ops (`h.0` … `h.11`) are drawn once (`h.0–h.11 ×12`); `depth` draws each
+module at that depth, with everything inside it, as one node.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ class OpNode:
     aliases: list[str] = field(default_factory=list)  # a tied parameter's other names
     order: tuple = (0, 0)  # forward order: (op index, steps from the node that op made)
     fold: int | None = None  # index into OpGraph.folds
-    ops: int = 0  # a module drawn whole: how many nodes it stands for
+    ops: int = 0  # a module drawn whole: how many of torch's nodes it stands for, and how many parameters
+    params: int = 0
 
 
 @dataclass
@@ -66,11 +67,14 @@ class OpGraph(Drawn):
     title: str = ""
 
     def shown_name(self, node: OpNode) -> str:
-        """The node's name, inside a folded block relative to the block (`attn.c_attn`)."""
+        """The node's name, inside a folded block relative to the block (`attn.c_attn`; the block's own ops:
+        `transformer.h.0–h.11`)."""
         if node.fold is None:
             return node.name
-        first = self.folds[node.fold].first
-        return node.name[len(first) + 1:] if node.name.startswith(first + ".") else node.name
+        fold = self.folds[node.fold]
+        if node.name == fold.first:  # the block's own ops (its residual adds)
+            return fold.label.rsplit(" ×", 1)[0]
+        return node.name[len(fold.first) + 1:] if node.name.startswith(fold.first + ".") else node.name
 
     def count(self, fn: str) -> int:
         """How many nodes of this torch type are drawn."""
@@ -247,21 +251,24 @@ class _Outside:
 
 
 def _module_at(node: OpNode, depth: int) -> str | None:
-    """The module a node is drawn in when modules deeper than `depth` are drawn whole (None: drawn itself)."""
-    path = node.name.rsplit(".", 1)[0] if node.kind in ("param", "frozen") else node.name
+    """The module a node is drawn in when the modules at `depth` are drawn whole (None: drawn itself)."""
+    path = node.name.rsplit(".", 1)[0] if node.kind in ("param", "frozen") and "." in node.name else \
+        "" if node.kind in ("param", "frozen") else node.name
     parts = path.split(".") if path else []
-    return ".".join(parts[:depth]) if len(parts) > depth else None
+    return ".".join(parts[:depth]) if len(parts) >= depth else None
 
 
 def _collapse(graph: OpGraph, depth: int) -> None:
     into: dict[str, str] = {}
+    keys: dict[str, str] = {}  # module name -> its node's key (m0, m1, ...: DOT and Mermaid ids)
     for node in list(graph.nodes.values()):
         module = _module_at(node, depth) if node.key != graph.root and node.kind != "cut" else None
         if module is None:
             continue
-        key = into[node.key] = f"m:{module}"
+        key = into[node.key] = keys.setdefault(module, f"m{len(keys)}")
         whole = graph.nodes.get(key) or OpNode(key, "", "module", module, order=node.order)
         whole.ops += node.kind == "op"
+        whole.params += node.kind != "op"
         whole.order = min(whole.order, node.order)
         if node.status is not None and (whole.status is None or WORST.index(node.status) < WORST.index(whole.status)):
             whole.status = node.status

@@ -184,3 +184,19 @@ def test_a_trace_without_autograd_names_nothing_but_draws_torchs_graph():
     nodes, _ = plain.walk(plain.net_loss(model))
     assert drawn_kinds(graph) == plain.kinds(nodes)
     assert not [n for n in graph.nodes.values() if n.kind == "op" and n.line]
+
+
+def test_depth_draws_each_module_whole(net):
+    model, _, report = net
+    t = trace(autograd=True)
+    with t:
+        loss = plain.net_loss(model)
+    graph = autograd_graph(t.explain(loss, params=model), t, depth=1)
+    modules = {n.name: n for n in graph.nodes.values() if n.kind == "module"}
+    own = modules.pop(type(model).__name__)  # the ops of Net.forward itself (z + side)
+    assert own.params == 0 and own.ops == 1
+    assert set(modules) == {name for name, _ in model.named_children()}
+    assert {name: n.params for name, n in modules.items()} == {
+        name: len(list(m.parameters())) for name, m in model.named_children()}
+    assert modules["enc"].status == "frozen" and modules["head"].status == "live"
+    assert "m0 [label=" in to_dot(graph) and ":" not in "".join(graph.nodes)  # DOT and Mermaid ids
