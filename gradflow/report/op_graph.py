@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # types only
     from gradflow.tracer.trace import Trace
 
 SHOWN_CUTS = ("detach", "no_grad", "inference_mode", "item", "rewrap")  # (nondiff: an integer result, no cut)
-_ASSIGNED = re.compile(r"\s*([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*(?:[-+*/@]?=)(?!=)")
+# `h = ...`, `a, b = ...`, `h += ...`: the names a line assigns (patterns as strings: re caches them)
+_ASSIGNED = r"\s*([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*(?:[-+*/@]?=)(?!=)"
 
 
 @dataclass
@@ -173,7 +174,7 @@ def variable_at(line: str) -> str | None:
     path, _, number = line.rpartition(":")
     if not number.isdigit():
         return None
-    m = _ASSIGNED.match(linecache.getline(path, int(number)))
+    m = re.match(_ASSIGNED, linecache.getline(path, int(number)))
     return m.group(1).replace(" ", "") if m else None
 
 
@@ -291,14 +292,14 @@ def _across(block_of: dict[str, int], a: str, b: str) -> bool:
     return a in block_of and b in block_of and block_of[a] != block_of[b]
 
 
-_NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
+_NUMBERED = r"^(.*?)\.(\d+)(?:\.|$)"
 
 
 def _blocks(graph: OpGraph) -> dict[str, dict[int, list[OpNode]]]:
     """prefix (`transformer.h`) -> block number -> its nodes."""
     found: dict[str, dict[int, list[OpNode]]] = defaultdict(lambda: defaultdict(list))
     for node in graph.nodes.values():
-        m = _NUMBERED.match(node.name)
+        m = re.match(_NUMBERED, node.name)
         if m and node.key != graph.root:
             found[m.group(1)][int(m.group(2))].append(node)
     return found
