@@ -52,7 +52,7 @@ DepthOpt = Annotated[int | None, typer.Option("--depth", min=1, metavar="INTEGER
 AutogradOpt = Annotated[bool, typer.Option("--autograd", help="With --graph or --html: draw the autograd graph "
                                                               "torch recorded, one node per op, named by your "
                                                               "lines and modules, repeated blocks folded "
-                                                              "(h.0–h.11 ×12), instead of the modules.")]
+                                                              "(h.0-h.11 x12), instead of the modules.")]
 LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
                                                                        "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
