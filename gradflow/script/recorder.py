@@ -29,7 +29,8 @@ from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
-from gradflow.tracer.source_lines import short_path, user_code
+from gradflow.script.writes import Write, Writes, storage_of, written
+from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
@@ -98,6 +99,7 @@ class ScriptTrace(Trace):
         self.count = 0
         self.failed: BaseException | None = None  # the error a backward() raised, if one did
         self._pending: tuple[tuple, dict] = ((), {})
+        self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
 
     # ---- ops ------------------------------------------------------------------------------
     def on_torch_function(self, func, args, kwargs: dict):
@@ -106,7 +108,26 @@ class ScriptTrace(Trace):
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
-        return super().on_torch_function(func, args, kwargs)
+        targets = written(op_name(func), args, kwargs)
+        if not targets:
+            return super().on_torch_function(func, args, kwargs)
+        position = len(self.state.ops)
+        before = [(t, storage_of(t), self._made_by(t)) for t in targets]  # `p.data = t` changes p's memory
+        out = super().on_torch_function(func, args, kwargs)
+        self._wrote(op_name(func), position, before)
+        return out
+
+    def _made_by(self, t: torch.Tensor) -> str | None:
+        s = self.known(t)
+        return self.ops[self.writer[s]].name if s is not None and s in self.writer else None
+
+    def _wrote(self, name: str, position: int, before: list) -> None:
+        """Keep the write (script/writes.py) with the line of its op, or the user's line now."""
+        rec = self.ops[position] if len(self.ops) > position else None
+        line = rec.line if rec is not None and rec.line else lines()[0]
+        for t, storage, via in before:
+            if storage is not None:
+                self.writes.add(storage, Write(position, self.serial(t), name, via, line))
 
     def _uses(self, rec, used, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
         return
@@ -150,7 +171,8 @@ class ScriptTrace(Trace):
         first = outs[0]
         same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
         fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
-        self.calls[rec.index] = Call(*self._pending, fn, same)
+        tensors = (*zip(rec.ins, map(storage_of, ins)), *zip(rec.outs, map(storage_of, outs)))
+        self.calls[rec.index] = Call(*self._pending, fn, same, tensors)
         for s in rec.outs:
             self.writer[s] = rec.index
 
@@ -169,6 +191,7 @@ class ScriptTrace(Trace):
             return func(*args, **kwargs)
         except RuntimeError as err:
             self.failed, call.error = err, text_of(err).split("\n")[0]
+            call.program = NoProgram("its backward raised: there are no grads for a program to reproduce")
             raise
         finally:
             for h in handles:
