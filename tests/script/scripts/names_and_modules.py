@@ -6,6 +6,6 @@ params = [torch.ones(2, requires_grad=True)]
 def step(batch):
     inp = batch
     loss = model(inp).sum() + (params[0] * inp).sum()
-    also = loss
+    also = loss  # noqa: F841 - a second name for the table
     loss.backward()
 step(torch.ones(3, 2))

@@ -3,7 +3,7 @@ import torch
 
 w = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
 x = torch.tensor([2.0, 3.0], dtype=torch.float64)
-for step in range(3):
+for _step in range(3):
     loss = ((w * x).sum() - 1) ** 2
     loss.backward()
     w.data -= 0.01 * w.grad.data
