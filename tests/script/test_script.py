@@ -137,7 +137,7 @@ def test_names_from_function_locals_aliases_modules_and_lists():
     assert isinstance(call.program, NoProgram) and "`linear`" in call.program.reason
     line = (SCRIPTS / "names_and_modules.py").read_text().splitlines().index(
         "    loss = model(inp).sum() + (params[0] * inp).sum()") + 1
-    assert f"names_and_modules.py:{line}" in call.program.reason  # the line that ran linear  # the line that ran linear
+    assert f"names_and_modules.py:{line}" in call.program.reason  # the line that ran linear
 
 
 @pytest.mark.parametrize("line, op", [
