@@ -28,6 +28,7 @@ from torch.nn.parameter import is_lazy
 from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
+from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.script.writes import Write, Writes, storage_of, written
 from gradflow.tracer.source_lines import lines, short_path, user_code
@@ -35,6 +36,7 @@ from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
 MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
+NO_GRAD_MESSAGE = "does not require grad"  # torch's words when backward has nothing to differentiate
 
 
 @dataclass
@@ -48,7 +50,13 @@ class Named:
     grad: Any = None  # the gradient that reached it in this backward (a hook's), None if none did
     accumulated: bool = False  # a leaf whose .grad was already non-zero before the call
     grad_before: Any = None  # that .grad, when small enough to copy
-    cut: Cut | None = None  # the detach / no_grad / inference_mode that produced it
+    cuts: list[Cut] = field(default_factory=list)  # the cuts it was made by or computed through (named_reasons.py)
+    reason: str | None = None  # why it is cut, frozen or got nothing, with the lines (named_reasons.py)
+
+    @property
+    def cut(self) -> Cut | None:
+        """The first cut on the way to it (the one that made it, when that op cut)."""
+        return self.cuts[0] if self.cuts else None
 
     @property
     def status(self) -> str:
@@ -72,6 +80,7 @@ class BackwardCall(Drawn):
     named: list[Named]
     program: Any  # program.Program | program.NoProgram
     error: str | None = None  # torch's message when backward raised
+    no_grad: tuple[str, str] | None = None  # (why, fix) when it raised because its output does not require grad
 
 
 class InternalFailure(BaseException):
@@ -86,7 +95,9 @@ class InternalFailure(BaseException):
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
 
-    follows_numbers = False  # its programs are spelled from tensors only
+    # Values that leave torch (.item(), .tolist(), .numpy()) are followed into the tensors made from them, so a
+    # row made by torch.tensor(x.item()) names the .item() that cut it (named_reasons.py).
+    follows_numbers = True
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
         super().__init__()
@@ -98,6 +109,7 @@ class ScriptTrace(Trace):
         self.latest: dict[int, int] = {}  # serial -> index of its latest copy in values
         self.count = 0
         self.failed: BaseException | None = None  # the error a backward() raised, if one did
+        self.failed_call: BackwardCall | None = None  # ... and its call
         self._pending: tuple[tuple, dict] = ((), {})
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
 
@@ -129,8 +141,10 @@ class ScriptTrace(Trace):
             if storage is not None:
                 self.writes.add(storage, Write(position, self.serial(t), name, via, line))
 
-    def _uses(self, rec, used, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
-        return
+    def _uses(self, rec, used, outs, stop, given=None):
+        """The uses of leaves, as numbers (reasons.why_none reads them); no per-use flow hooks (inspect's routes):
+        a script may run many steps."""
+        self.state.add_uses(list(dict.fromkeys(used)), rec.index)
 
     def template(self, a):
         if isinstance(a, torch.Tensor):
@@ -192,6 +206,7 @@ class ScriptTrace(Trace):
         except RuntimeError as err:
             self.failed, call.error = err, text_of(err).split("\n")[0]
             call.program = NoProgram("its backward raised: there are no grads for a program to reproduce")
+            self.failed_call = call
             raise
         finally:
             for h in handles:
@@ -199,6 +214,9 @@ class ScriptTrace(Trace):
             for key, g in caught.items():
                 call.named[key].grad = g
             try:
+                give_reasons(self, call)
+                if call.error is not None and NO_GRAD_MESSAGE in call.error:
+                    call.no_grad = failed_backward(self, call)
                 self.on_backward(call)
             except Exception as bug:
                 raise InternalFailure(bug) from bug
@@ -251,7 +269,7 @@ class ScriptTrace(Trace):
                 n = found[id(t)] = Named(name, t, serial=self.known(t))
                 rec = self.ops[self.writer[n.serial]] if n.serial in self.writer else None
                 if rec is not None and rec.cut in SHOWN_CUTS:
-                    n.cut = cut_of(rec, lambda m: None)
+                    n.cuts = [cut_of(rec, lambda m: None)]
         return list(found.values())
 
     def _scopes(self, frame: FrameType | None) -> list[dict]:
