@@ -64,7 +64,7 @@ def failed_backward(trace: ScriptTrace, call: BackwardCall) -> tuple[str, str] |
             CUT_FIX[cuts[0].kind]
     frozen = [frozen_reason(trace, s) for s in sorted(graph.ancestors(serial)) if was_frozen(trace, s)]
     if frozen:
-        return f"what it is computed from is {'; '.join(dict.fromkeys(frozen))}", \
+        return f"nothing it is computed from requires grad ({'; '.join(dict.fromkeys(frozen))})", \
             "unfreeze a parameter it uses (requires_grad_(True)), or leave that line out"
     return None
 

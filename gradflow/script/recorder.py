@@ -31,6 +31,8 @@ from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.script.writes import Write, Writes, storage_of, written
+from gradflow.tracer.followed_values import FollowedValues
+from gradflow.tracer.records import inputs
 from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
@@ -112,6 +114,7 @@ class ScriptTrace(Trace):
         self.failed_call: BackwardCall | None = None  # ... and its call
         self._pending: tuple[tuple, dict] = ((), {})
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
+        self._values = _FreshValues()
 
     # ---- ops ------------------------------------------------------------------------------
     def on_torch_function(self, func, args, kwargs: dict):
@@ -119,6 +122,8 @@ class ScriptTrace(Trace):
         as a template for the program (`_record`), then is recorded as the trace records it."""
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
+        if self._values:  # (templates give serials: a tensor first seen here is still new to torch.from_numpy's check)
+            self._values.fresh = {id(a) for a in inputs(args, kwargs) if self.known(a) is None}
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
         targets = written(op_name(func), args, kwargs)
         if not targets:
@@ -286,6 +291,17 @@ class ScriptTrace(Trace):
     @staticmethod
     def name_of(named: list[Named], t) -> str | None:
         return next((n.name for n in named if n.tensor is t), None)
+
+
+class _FreshValues(FollowedValues):
+    """The followed values of a ScriptTrace: a tensor its templates saw first in this op counts as unseen, as the
+    tracer asks, so a tensor made by torch.from_numpy from a followed array is still found by its memory."""
+
+    fresh: set[int] = set()
+
+    def serials_in(self, args, kwargs: dict, ins: list, known: Callable) -> tuple[int, ...]:
+        fresh = self.fresh
+        return super().serials_in(args, kwargs, ins, lambda a: None if id(a) in fresh else known(a))
 
 
 def _plain(t) -> bool:

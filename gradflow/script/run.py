@@ -84,7 +84,7 @@ def _raised(path: Path, err: Exception, trace: ScriptTrace) -> GradflowError:
         if call is not None and call.no_grad is not None:  # the line that cut every path, before torch's words
             name = next((n for n in call.root_names if n), "its output")
             return NoGradientError("no_gradient", f"`{call.code}` at {call.line}: {name} does not require grad: "
-                                   f"{call.no_grad[0]} (torch: {said.splitlines()[0]})", hint=call.no_grad[1])
+                                   f"{call.no_grad[0]}. torch said: {said.splitlines()[0]}", hint=call.no_grad[1])
         return NoGradientError("no_gradient", message, hint="nothing it differentiates requires grad: see the "
                                "table above for what was cut or never required grad")
     return UserCodeError("user_code", message, hint="fix the error in your script "
