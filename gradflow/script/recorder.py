@@ -114,7 +114,7 @@ class ScriptTrace(Trace):
         self.failed_call: BackwardCall | None = None  # ... and its call
         self._pending: tuple[tuple, dict] = ((), {})
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
-        self._values = _FreshValues()
+        self._values = self._followed = _FreshValues()
 
     # ---- ops ------------------------------------------------------------------------------
     def on_torch_function(self, func, args, kwargs: dict):
@@ -122,8 +122,8 @@ class ScriptTrace(Trace):
         as a template for the program (`_record`), then is recorded as the trace records it."""
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
-        if self._values:  # (templates give serials: a tensor first seen here is still new to torch.from_numpy's check)
-            self._values.fresh = {id(a) for a in inputs(args, kwargs) if self.known(a) is None}
+        if self._followed:  # (templates give serials: a tensor first seen here is still new to from_numpy's check)
+            self._followed.fresh = {id(a) for a in inputs(args, kwargs) if self.known(a) is None}
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
         targets = written(op_name(func), args, kwargs)
         if not targets:
