@@ -18,7 +18,7 @@ from gradflow.values.text import DASH, format_tensor
 
 STATUS = {  # marker, style, legend
     "live": ("●", "green", "gradient reached it"),
-    "cut": ("✂", "red", "cut from the gradient (where: below)"),
+    "cut": ("✂", "red", "cut (why: below)"),
     "none": ("◌", "yellow", "requires grad, got none"),
     "off": ("○", "dim", "requires_grad=False"),
 }

@@ -32,7 +32,8 @@ def _named_leaves(path: str, frame) -> dict:
 
 
 def grads_per_backward(path: str) -> list[dict]:
-    """Per backward() call: leaf name -> what the call added to its .grad (None when the call raised)."""
+    """Per backward() call: leaf name -> what the call added to its .grad (None: its .grad is still None); None
+    for a call that raised."""
     calls: list = []
     real = torch.autograd.backward
 
@@ -44,8 +45,8 @@ def grads_per_backward(path: str) -> list[dict]:
         except RuntimeError:
             calls.append(None)
             raise
-        calls.append({k: t.grad - before[k] if before[k] is not None else t.grad.clone() for k, t in leaves.items()
-                      if t.grad is not None})
+        calls.append({k: None if t.grad is None else t.grad - before[k] if before[k] is not None else t.grad.clone()
+                      for k, t in leaves.items()})
         return result
 
     saved = sys.argv, list(sys.path)
