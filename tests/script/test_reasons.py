@@ -116,3 +116,15 @@ def test_the_json_record_of_the_failed_backward_carries_why_and_fix(cli, monkeyp
     loss = next(t for t in records[0]["tensors"] if t["name"] == "loss")
     assert loss["status"] == "cut" and [c["kind"] for c in loss["cuts"]] == ["item"]
     assert records[-1]["call"] is None and records[-1]["error"]["kind"] == "no_gradient"
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")  # torch's own warning of the trap
+def test_a_reentrant_checkpoint_whose_inputs_need_no_grad_is_named_with_its_line():
+    path = HERE / "scripts" / "checkpoint_inputs.py"
+    [call] = calls_of(path)
+    rows = {n.name: n for n in call.named}
+    for name, line in marked(path, "cut").items():
+        reason = rows[name].reason
+        assert "reentrant checkpoint" in reason and reason.endswith(f"checkpoint_inputs.py:{line}"), reason
+    assert rows["inner.weight"].status == "none" and rows["inner.weight"].tensor.grad is None  # torch: nothing
+    assert rows["head.weight"].status == "live" and rows["head.weight"].tensor.grad is not None
