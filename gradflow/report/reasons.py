@@ -73,10 +73,27 @@ def describe_cuts(cuts: list[Cut], library: bool = False) -> str:
     return "; ".join(g[0].describe(len(g) - 1, library) for g in groups.values())
 
 
+class OpIndex:
+    """Which ops wrote (producers) and read (consumers) each tensor serial: FlowGraph builds one from the ops at
+    once; the script's recorder keeps one as it records, so each backward of a long loop reads it as it is."""
+
+    def __init__(self, ops=()) -> None:
+        self.producers: dict[int, list[int]] = defaultdict(list)
+        self.consumers: dict[int, list[int]] = defaultdict(list)
+        for rec in ops:
+            self.add(rec)
+
+    def add(self, rec: OpRecord) -> None:
+        for s in dict.fromkeys(rec.ins):
+            self.consumers[s].append(rec.index)
+        for s in rec.outs:
+            self.producers[s].append(rec.index)
+
+
 class FlowGraph:
     """Producers and consumers of every recorded tensor, and what reaches the loss."""
 
-    def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int]):
+    def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int], index: OpIndex | None = None):
         self.ops = list(trace.ops)  # as they are now: the trace may record more later
         self._state = trace.state
         self._made = list(trace.state.made)  # likewise (the uses still in columns: numbers, made when read)
@@ -84,6 +101,7 @@ class FlowGraph:
         self.loss = loss_serial
         self.leaves = leaf_serials
         self._outside = list(trace.state.outside)
+        self._given = index  # kept up to date by the caller (the script's recorder), else built when first asked
         # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
         # each used once, needs none of it.
 
@@ -126,20 +144,16 @@ class FlowGraph:
         return out
 
     @cached_property
-    def consumers(self) -> dict[int, list[int]]:
-        consumers: dict[int, list[int]] = defaultdict(list)
-        for rec in self.ops:
-            for s in dict.fromkeys(rec.ins):
-                consumers[s].append(rec.index)
-        return consumers
+    def _index(self) -> OpIndex:
+        return self._given if self._given is not None else OpIndex(self.ops)
 
-    @cached_property
+    @property
+    def consumers(self) -> dict[int, list[int]]:
+        return self._index.consumers
+
+    @property
     def producers(self) -> dict[int, list[int]]:
-        producers: dict[int, list[int]] = defaultdict(list)
-        for rec in self.ops:
-            for s in rec.outs:
-                producers[s].append(rec.index)
-        return producers
+        return self._index.producers
 
     @cached_property
     def to_loss(self) -> set[int]:

@@ -71,4 +71,4 @@ def failed_backward(trace: ScriptTrace, call: BackwardCall) -> tuple[str, str] |
 
 def _graph(trace: ScriptTrace, call: BackwardCall) -> FlowGraph:
     leaves = {n.serial for n in call.named if n.serial is not None and n.tensor.is_leaf and n.tensor.requires_grad}
-    return FlowGraph(trace, trace.known(call.roots[0]) if call.roots else None, leaves)
+    return FlowGraph(trace, trace.known(call.roots[0]) if call.roots else None, leaves, trace.index)

@@ -27,7 +27,7 @@ from torch.nn.parameter import is_lazy
 
 from gradflow.display import Drawn
 from gradflow.errors import text_of
-from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
+from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
 from gradflow.script.writes import Write, Writes, storage_of, written
@@ -115,6 +115,7 @@ class ScriptTrace(Trace):
         self._pending: tuple[tuple, dict] = ((), {})
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
         self._values = self._followed = _FreshValues()
+        self.index = OpIndex()  # producers and consumers, kept as ops are recorded (named_reasons.py)
 
     # ---- ops ------------------------------------------------------------------------------
     def on_torch_function(self, func, args, kwargs: dict):
@@ -194,6 +195,10 @@ class ScriptTrace(Trace):
         self.calls[rec.index] = Call(*self._pending, fn, same, tensors)
         for s in rec.outs:
             self.writer[s] = rec.index
+
+    def _append(self, rec) -> None:  # every op, values leaving torch included, passes here once
+        super()._append(rec)
+        self.index.add(rec)
 
     # ---- backward -------------------------------------------------------------------------
     def run_backward(self, func, args, kwargs):
