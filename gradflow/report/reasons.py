@@ -36,8 +36,9 @@ GRAD_OFF = "gradients off"  # a no_grad cut whose context the trace did not see 
 
 def spelled(kind: str, op: str) -> str:
     """The op as the user wrote it: `detach()`, `.item()`, `float()`, `torch.tensor(...)`; else torch's name."""
-    return f"{op}()" if kind == "detach" else ESCAPES.get(op, op) if kind == "item" else \
-        REWRAP.get(op, op) if kind == "rewrap" else op
+    if kind == "detach":
+        return ".data" if op == "data" else f"{op}()"
+    return ESCAPES.get(op, op) if kind == "item" else REWRAP.get(op, op) if kind == "rewrap" else op
 
 
 @dataclass
@@ -72,10 +73,27 @@ def describe_cuts(cuts: list[Cut], library: bool = False) -> str:
     return "; ".join(g[0].describe(len(g) - 1, library) for g in groups.values())
 
 
+class OpIndex:
+    """Which ops wrote (producers) and read (consumers) each tensor serial: FlowGraph builds one from the ops at
+    once; the script's recorder keeps one as it records, so each backward of a long loop reads it as it is."""
+
+    def __init__(self, ops=()) -> None:
+        self.producers: dict[int, list[int]] = defaultdict(list)
+        self.consumers: dict[int, list[int]] = defaultdict(list)
+        for rec in ops:
+            self.add(rec)
+
+    def add(self, rec: OpRecord) -> None:
+        for s in dict.fromkeys(rec.ins):
+            self.consumers[s].append(rec.index)
+        for s in rec.outs:
+            self.producers[s].append(rec.index)
+
+
 class FlowGraph:
     """Producers and consumers of every recorded tensor, and what reaches the loss."""
 
-    def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int]):
+    def __init__(self, trace: Trace, loss_serial: int | None, leaf_serials: set[int], index: OpIndex | None = None):
         self.ops = list(trace.ops)  # as they are now: the trace may record more later
         self._state = trace.state
         self._made = list(trace.state.made)  # likewise (the uses still in columns: numbers, made when read)
@@ -84,6 +102,7 @@ class FlowGraph:
         self.leaves = leaf_serials
         self._outside = list(trace.state.outside)
         self.modules = trace.state.modules  # id -> every module the trace saw called (the pictures read them)
+        self._given = index  # kept up to date by the caller (the script's recorder), else built when first asked
         # The rest is built when first asked: a report whose parameters all got gradient along uncut paths,
         # each used once, needs none of it.
 
@@ -126,20 +145,16 @@ class FlowGraph:
         return out
 
     @cached_property
-    def consumers(self) -> dict[int, list[int]]:
-        consumers: dict[int, list[int]] = defaultdict(list)
-        for rec in self.ops:
-            for s in dict.fromkeys(rec.ins):
-                consumers[s].append(rec.index)
-        return consumers
+    def _index(self) -> OpIndex:
+        return self._given if self._given is not None else OpIndex(self.ops)
 
-    @cached_property
+    @property
+    def consumers(self) -> dict[int, list[int]]:
+        return self._index.consumers
+
+    @property
     def producers(self) -> dict[int, list[int]]:
-        producers: dict[int, list[int]] = defaultdict(list)
-        for rec in self.ops:
-            for s in rec.outs:
-                producers[s].append(rec.index)
-        return producers
+        return self._index.producers
 
     @cached_property
     def to_loss(self) -> set[int]:
@@ -152,12 +167,16 @@ class FlowGraph:
 
     def _ancestors(self) -> set[int]:
         """Serials the loss is computed from (not looking behind parameters: their init)."""
-        if self.loss is None:
+        return self.ancestors(self.loss)
+
+    def ancestors(self, serial: int | None) -> set[int]:
+        """Serials this tensor is computed from, itself included (not looking behind the leaves)."""
+        if serial is None:
             return set()
-        seen, todo = {self.loss}, [self.loss]
+        seen, todo = {serial}, [serial]
         while todo:
             s = todo.pop()
-            if s in self.leaves and s != self.loss:
+            if s in self.leaves and s != serial:
                 continue
             for i in self.producers.get(s, ()):
                 for a in self.ops[i].ins:
@@ -165,6 +184,12 @@ class FlowGraph:
                         seen.add(a)
                         todo.append(a)
         return seen
+
+    def cuts_behind(self, serial: int) -> list[OpRecord]:
+        """The cut ops a tensor is computed from, in order: where each path to it from a tensor that required grad
+        stopped (a tensor that does not require grad, made from ones that do)."""
+        ops = {i for s in self.ancestors(serial) for i in self.producers.get(s, ())}
+        return [self.ops[i] for i in sorted(ops) if self.ops[i].cut]
 
     def relevant_ops(self) -> list[OpRecord]:
         """Ops whose result reaches the loss (with the cuts on those paths)."""
@@ -266,11 +291,37 @@ def why_none(graph: FlowGraph, trace: Trace, serial: int, module_name) -> tuple[
     return "unused", f"used by {where}, but nothing computed from it reaches the loss (unused branch){note}", []
 
 
+# What to do about a cut that leaves the loss without gradient, by its kind (the first cut on the way names it).
+CUT_FIX = {
+    "detach": "use the tensor itself, not its detach() or .data, on the way to the loss",
+    "no_grad": "compute it with gradients on: outside the no_grad block, or inside `with torch.enable_grad():` "
+               "when a decorator (@torch.no_grad()) or library code switched them off",
+    "inference_mode": "compute it outside torch.inference_mode()",
+    "item": "keep it a tensor: use the tensor itself, not a Python number from .item(), .tolist(), float() or "
+            ".numpy() made into a new tensor",
+    "rewrap": "use the tensor itself: torch.tensor(t) copies the values without their gradient",
+    "nondiff": "argmax, argsort, round, comparisons give no gradient: use a differentiable stand-in (softmax "
+               "weights instead of argmax, the values instead of their rank)",
+    "checkpoint": "make an input of the checkpoint require grad (model.enable_input_require_grads()) or pass "
+                  "use_reentrant=False",
+}
+
+
 def frozen_reason(trace: Trace, serial: int | None) -> str:
     """Why requires_grad is False, naming the line that set it when the trace saw it."""
-    events = [f for f in trace.state.flags if f.serial == serial and serial is not None]
-    if events and not events[-1].value:
-        e = events[-1]
+    e = _last_flag(trace, serial)
+    if e is not None and not e.value:
         how = "requires_grad_(False)" if e.op == "requires_grad_" else "`.requires_grad = False`"
         return f"frozen: {how} at {e.line}" if e.line else f"frozen: {how}"
     return "frozen: requires_grad is False"
+
+
+def was_frozen(trace: Trace, serial: int | None) -> bool:
+    """Did the trace see the code set this tensor's requires_grad to False (the line frozen_reason names)?"""
+    e = _last_flag(trace, serial)
+    return e is not None and not e.value
+
+
+def _last_flag(trace: Trace, serial: int | None):
+    events = [f for f in trace.state.flags if f.serial == serial and serial is not None]
+    return events[-1] if events else None

@@ -18,7 +18,7 @@ from gradflow.values.text import DASH, format_tensor
 
 STATUS = {  # marker, style, legend
     "live": ("●", "green", "gradient reached it"),
-    "cut": ("✂", "red", "made by detach/no_grad/inference_mode"),
+    "cut": ("✂", "red", "cut (why: below)"),
     "none": ("◌", "yellow", "requires grad, got none"),
     "off": ("○", "dim", "requires_grad=False"),
 }
@@ -97,9 +97,10 @@ def footer(call: BackwardCall) -> Text:
     """The cuts, each leaf's .grad (saying when it accumulated over earlier calls), torch's error if any."""
     out = Text()
     for n in call.named:
-        if n.status == "cut" and n.cut is not None:
-            out.append("✂ ", style="red")
-            out.append(f"{n.name}: {n.cut.describe()}\n")
+        if n.reason is not None and n.status != "live":  # cut, frozen, or got nothing: why, with the lines
+            mark, style, _ = STATUS[n.status]
+            out.append(f"{mark} ", style=style)
+            out.append(f"{n.name}: {n.reason}\n")
     for n in call.named:
         if n.tensor.is_leaf and n.tensor.requires_grad:
             out.append(f"{n.name}.grad = ", style="bold")
@@ -146,7 +147,8 @@ def record(call: BackwardCall, options: set[str]) -> dict:
                 "value": to_jsonable(n.tensor.detach()), "requires_grad": n.tensor.requires_grad,
                 "is_leaf": n.tensor.is_leaf, "grad_fn": None if n.tensor.grad_fn is None else _grad_fn(n),
                 "grad": to_jsonable(shown_grad(n)), "status": n.status,
-                "cut": n.cut.to_dict() if n.cut is not None else None} for n in call.named]
+                "cut": n.cut.to_dict() if n.cut is not None else None, "cuts": [c.to_dict() for c in n.cuts],
+                "reason": n.reason} for n in call.named]
     leaves = [n for n in call.named if n.tensor.is_leaf and n.tensor.requires_grad]
     return {
         "schema": SCHEMA_VERSION, "call": call.index, "line": call.line, "code": call.code,
@@ -156,5 +158,7 @@ def record(call: BackwardCall, options: set[str]) -> dict:
         "eval": {"argv": p.argv(options), "command": p.command(options), "why_not": None}
         if isinstance(p, Program) else {"argv": None, "command": None,
                                         "why_not": p.reason if isinstance(p, NoProgram) else None},
-        "error": None if call.error is None else {"kind": "backward_failed", "message": call.error},
+        "error": None if call.error is None else {"kind": "backward_failed", "message": call.error,
+                                                  "why": call.no_grad[0] if call.no_grad else None,
+                                                  "fix": call.no_grad[1] if call.no_grad else None},
     }

@@ -66,6 +66,7 @@ class Call:
     kwargs: dict
     grad_fn: str | None  # type name of the output's grad_fn
     same_meta: bool  # output has the input's dtype and shape (`.float()` on a float32 tensor is an identity)
+    tensors: tuple[tuple[int, int | None], ...] = ()  # (serial, memory) of its inputs and outputs (script/writes.py)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class _Writer:
         self.statements: dict[tuple, tuple[str, str]] = {}  # node key -> (name, expression), in order
         self.variables: dict[tuple, tuple[str, Ref]] = {}  # value key -> (name, ref)
         self.nodes: dict[tuple, bool] = {}  # _is_node, remembered
+        self.spelled: set[int] = set()  # the recorded ops the program writes (their tensors: no write behind them)
 
     # ---- the whole program --------------------------------------------------------------------
     def write(self, roots: list[Ref], grads: list[Ref | None], inputs) -> Program:
@@ -156,6 +158,7 @@ class _Writer:
                 wrt.append(name)
         if not wrt:
             raise NoSpelling("no leaf of it requires grad")
+        self._unwritten()
         floats = {d for d in dtypes if d.startswith(("float", "bfloat"))}
         if floats - {"float32", "float64"} or len(floats) > 1:
             raise NoSpelling(f"it computes in {', '.join(sorted(floats))}; gradflow eval uses float32 or float64")
@@ -164,6 +167,17 @@ class _Writer:
         except GradflowError as err:
             raise NoSpelling(f"the program does not compile in gradflow's language ({err.message})") from None
         return Program(source, values, wrt, "float64" if floats == {"float64"} else None)
+
+    def _unwritten(self) -> None:
+        """No write into the memory of a tensor the program's ops use, after the op, other than the versions the
+        program follows (script/writes.py): the backward would use values the program does not compute."""
+        hit = self.t.writes.conflict((i, self.t.calls[i].tensors) for i in sorted(self.spelled))
+        if hit is not None:
+            rec = self.t.ops[hit[0]]
+            where = f" at {rec.line}" if rec.line else ""
+            raise NoSpelling(f"{hit[1].describe()} wrote in place into a tensor that `{rec.name}`{where} made or "
+                             "used, after it ran: this backward used values the program would not compute (to follow "
+                             "the change, write it out of place, `y = y + 1`, or clone() before writing)")
 
     # ---- references: count, then write ----------------------------------------------------------
     def _is_node(self, r: Ref) -> bool:
@@ -232,11 +246,15 @@ class _Writer:
         own = "inference_mode" if rec.inference else None if rec.grad_enabled else "no_grad"
         if not r.leaf and call.grad_fn is None:
             raise NoSpelling(f"`{rec.name}`{where} made a tensor with a grad_fn gradflow did not see")
+        if not r.leaf and own is not None:  # an in-place write with gradients off into a tensor that needs them
+            raise NoSpelling(f"`{rec.name}`{where} changed a tensor that requires grad with gradients off: its "
+                             "backward is the one it had before, with the new values")
         args = call.args
         expr = None if len(rec.outs) != 1 else spell(
             rec.name, args, call.kwargs, call.same_meta, lambda i: self._arg(args[i], own), lambda i: _is_ref(args[i]))
         if expr is None:
             raise NoSpelling(f"`{rec.name}`{where} has no spelling in gradflow's language")
+        self.spelled.add(r.version)
         return Expr(f"{own}({expr.text})", ATOM) if own is not None and own != region else expr
 
     def _arg(self, a, region: str | None) -> Expr:

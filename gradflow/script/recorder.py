@@ -27,13 +27,18 @@ from torch.nn.parameter import is_lazy
 
 from gradflow.display import Drawn
 from gradflow.errors import text_of
-from gradflow.report.reasons import SHOWN_CUTS, Cut, cut_of
+from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
+from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
-from gradflow.tracer.source_lines import short_path, user_code
+from gradflow.script.writes import Write, Writes, storage_of, written
+from gradflow.tracer.followed_values import FollowedValues
+from gradflow.tracer.records import inputs
+from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
 MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
+NO_GRAD_MESSAGE = "does not require grad"  # torch's words when backward has nothing to differentiate
 
 
 @dataclass
@@ -47,7 +52,13 @@ class Named:
     grad: Any = None  # the gradient that reached it in this backward (a hook's), None if none did
     accumulated: bool = False  # a leaf whose .grad was already non-zero before the call
     grad_before: Any = None  # that .grad, when small enough to copy
-    cut: Cut | None = None  # the detach / no_grad / inference_mode that produced it
+    cuts: list[Cut] = field(default_factory=list)  # the cuts it was made by or computed through (named_reasons.py)
+    reason: str | None = None  # why it is cut, frozen or got nothing, with the lines (named_reasons.py)
+
+    @property
+    def cut(self) -> Cut | None:
+        """The first cut on the way to it (the one that made it, when that op cut)."""
+        return self.cuts[0] if self.cuts else None
 
     @property
     def status(self) -> str:
@@ -71,6 +82,7 @@ class BackwardCall(Drawn):
     named: list[Named]
     program: Any  # program.Program | program.NoProgram
     error: str | None = None  # torch's message when backward raised
+    no_grad: tuple[str, str] | None = None  # (why, fix) when it raised because its output does not require grad
 
 
 class InternalFailure(BaseException):
@@ -85,7 +97,9 @@ class InternalFailure(BaseException):
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
 
-    follows_numbers = False  # its programs are spelled from tensors only
+    # Values that leave torch (.item(), .tolist(), .numpy()) are followed into the tensors made from them, so a
+    # row made by torch.tensor(x.item()) names the .item() that cut it (named_reasons.py).
+    follows_numbers = True
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
         super().__init__()
@@ -97,7 +111,11 @@ class ScriptTrace(Trace):
         self.latest: dict[int, int] = {}  # serial -> index of its latest copy in values
         self.count = 0
         self.failed: BaseException | None = None  # the error a backward() raised, if one did
+        self.failed_call: BackwardCall | None = None  # ... and its call
         self._pending: tuple[tuple, dict] = ((), {})
+        self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
+        self._values = self._followed = _FreshValues()
+        self.index = OpIndex()  # producers and consumers, kept as ops are recorded (named_reasons.py)
 
     # ---- ops ------------------------------------------------------------------------------
     def on_torch_function(self, func, args, kwargs: dict):
@@ -105,11 +123,34 @@ class ScriptTrace(Trace):
         as a template for the program (`_record`), then is recorded as the trace records it."""
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
+        if self._followed:  # (templates give serials: a tensor first seen here is still new to from_numpy's check)
+            self._followed.fresh = {id(a) for a in inputs(args, kwargs) if self.known(a) is None}
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
-        return super().on_torch_function(func, args, kwargs)
+        targets = written(op_name(func), args, kwargs)
+        if not targets:
+            return super().on_torch_function(func, args, kwargs)
+        position = len(self.state.ops)
+        before = [(t, storage_of(t), self._made_by(t)) for t in targets]  # `p.data = t` changes p's memory
+        out = super().on_torch_function(func, args, kwargs)
+        self._wrote(op_name(func), position, before)
+        return out
 
-    def _uses(self, rec, used, outs, stop, given=None):  # no per-use flow hooks (inspect's routes)
-        return
+    def _made_by(self, t: torch.Tensor) -> str | None:
+        s = self.known(t)
+        return self.ops[self.writer[s]].name if s is not None and s in self.writer else None
+
+    def _wrote(self, name: str, position: int, before: list) -> None:
+        """Keep the write (script/writes.py) with the line of its op, or the user's line now."""
+        rec = self.ops[position] if len(self.ops) > position else None
+        line = rec.line if rec is not None and rec.line else lines()[0]
+        for t, storage, via in before:
+            if storage is not None:
+                self.writes.add(storage, Write(position, self.serial(t), name, via, line))
+
+    def _uses(self, rec, used, outs, stop, given=None):
+        """The uses of leaves, as numbers (reasons.why_none reads them); no per-use flow hooks (inspect's routes):
+        a script may run many steps."""
+        self.state.add_uses(list(dict.fromkeys(used)), rec.index)
 
     def template(self, a):
         if isinstance(a, torch.Tensor):
@@ -150,9 +191,14 @@ class ScriptTrace(Trace):
         first = outs[0]
         same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
         fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
-        self.calls[rec.index] = Call(*self._pending, fn, same)
+        tensors = (*zip(rec.ins, map(storage_of, ins)), *zip(rec.outs, map(storage_of, outs)))
+        self.calls[rec.index] = Call(*self._pending, fn, same, tensors)
         for s in rec.outs:
             self.writer[s] = rec.index
+
+    def _append(self, rec) -> None:  # every op, values leaving torch included, passes here once
+        super()._append(rec)
+        self.index.add(rec)
 
     # ---- backward -------------------------------------------------------------------------
     def run_backward(self, func, args, kwargs):
@@ -169,6 +215,8 @@ class ScriptTrace(Trace):
             return func(*args, **kwargs)
         except RuntimeError as err:
             self.failed, call.error = err, text_of(err).split("\n")[0]
+            call.program = NoProgram("its backward raised: there are no grads for a program to reproduce")
+            self.failed_call = call
             raise
         finally:
             for h in handles:
@@ -176,6 +224,9 @@ class ScriptTrace(Trace):
             for key, g in caught.items():
                 call.named[key].grad = g
             try:
+                give_reasons(self, call)
+                if call.error is not None and NO_GRAD_MESSAGE in call.error:
+                    call.no_grad = failed_backward(self, call)
                 self.on_backward(call)
             except Exception as bug:
                 raise InternalFailure(bug) from bug
@@ -228,7 +279,7 @@ class ScriptTrace(Trace):
                 n = found[id(t)] = Named(name, t, serial=self.known(t))
                 rec = self.ops[self.writer[n.serial]] if n.serial in self.writer else None
                 if rec is not None and rec.cut in SHOWN_CUTS:
-                    n.cut = cut_of(rec, lambda m: None)
+                    n.cuts = [cut_of(rec, lambda m: None)]
         return list(found.values())
 
     def _scopes(self, frame: FrameType | None) -> list[dict]:
@@ -245,6 +296,17 @@ class ScriptTrace(Trace):
     @staticmethod
     def name_of(named: list[Named], t) -> str | None:
         return next((n.name for n in named if n.tensor is t), None)
+
+
+class _FreshValues(FollowedValues):
+    """The followed values of a ScriptTrace: a tensor its templates saw first in this op counts as unseen, as the
+    tracer asks, so a tensor made by torch.from_numpy from a followed array is still found by its memory."""
+
+    fresh: set[int] = set()
+
+    def serials_in(self, args, kwargs: dict, ins: list, known: Callable) -> tuple[int, ...]:
+        fresh = self.fresh
+        return super().serials_in(args, kwargs, ins, lambda a: None if id(a) in fresh else known(a))
 
 
 def _plain(t) -> bool:

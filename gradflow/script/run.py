@@ -16,10 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError, text_of
-from gradflow.script.recorder import BackwardCall, InternalFailure, ScriptTrace
+from gradflow.script.recorder import NO_GRAD_MESSAGE, BackwardCall, InternalFailure, ScriptTrace
 from gradflow.tracer.source_lines import short_path, user_code
-
-NO_GRAD_MESSAGE = "does not require grad"  # torch's words when backward has nothing to differentiate
 
 
 class StopScript(BaseException):
@@ -82,6 +80,11 @@ def _raised(path: Path, err: Exception, trace: ScriptTrace) -> GradflowError:
     said = text_of(err)
     message = f"{path} raised {type(err).__name__}: {said.splitlines()[0] if said else ''}{where}"
     if err is trace.failed and NO_GRAD_MESSAGE in said:
+        call = trace.failed_call
+        if call is not None and call.no_grad is not None:  # the line that cut every path, before torch's words
+            name = next((n for n in call.root_names if n), "its output")
+            return NoGradientError("no_gradient", f"`{call.code}` at {call.line}: {name} does not require grad: "
+                                   f"{call.no_grad[0]}. torch said: {said.splitlines()[0]}", hint=call.no_grad[1])
         return NoGradientError("no_gradient", message, hint="nothing it differentiates requires grad: see the "
                                "table above for what was cut or never required grad")
     return UserCodeError("user_code", message, hint="fix the error in your script "

@@ -6,6 +6,7 @@ derived by hand; each offered program is run through `gradflow eval` and must gi
 """
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,19 +18,32 @@ from gradflow.script.backward_table import footer
 from gradflow.script.program_writer import NoProgram, Program
 from gradflow.script.run import run_script
 
+from .generated import generated_script
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
 
 def run(tmp_path, source: str, args=()):
     """Run a script in this process; every BackwardCall with its leaves' grads read right after the call."""
     path = tmp_path / "user_script.py"
     path.write_text(textwrap.dedent(source))
-    calls = []
+    calls: list = []
+    run_script(path, list(args), _collector(calls))
+    return calls
 
+
+def _collector(calls: list):
     def seen(call):
         grads = {n.name: n.tensor.grad.clone() for n in call.named if n.tensor.is_leaf and n.tensor.grad is not None}
         call.printed = str(footer(call))  # as the command prints it, at the call: the script goes on after
         calls.append((call, grads))
+    return seen
 
-    run_script(path, list(args), seen)
+
+def run_file(name: str):
+    """run() on a script of tests/script/scripts/, where it is (test_programs.py replays every one of them)."""
+    calls: list = []
+    run_script(SCRIPTS / name, [], _collector(calls))
     return calls
 
 
@@ -52,31 +66,8 @@ def assert_reproduces(call, grads: dict):
     return got
 
 
-CLASSIC = """
-import torch
-from torch.autograd import Variable
-xvar = Variable(torch.Tensor([1]), requires_grad=True)
-y1 = Variable(torch.Tensor([2]), requires_grad=False)
-y2 = Variable(torch.Tensor([7]), requires_grad=False)
-out1 = xvar * y1
-out2 = xvar * y2
-L = (out1 - out2) ** 2
-L.backward()
-{zero}
-out1 = (xvar * y1).detach()
-out2 = xvar * y2
-L = (out1 - out2) ** 2
-L.backward(retain_graph=True)
-{zero}
-out1 = xvar * y1
-out2 = out2.detach()
-L = (out1 - out2) ** 2
-torch.autograd.backward(L)
-"""
-
-
-def test_classic_three_cases_hand_derived_and_each_program_reproduces(tmp_path):
-    calls = run(tmp_path, CLASSIC.format(zero="xvar.grad.data.zero_()"))
+def test_classic_three_cases_hand_derived_and_each_program_reproduces():
+    calls = run_file("classic_zeroed.py")
     # L = (x*y1 - x*y2)^2 at 1, 2, 7: 2(-5)(2-7) = 50; out1 cut: 2(-5)(-7) = 70; out2 cut: 2(-5)(2) = -20
     assert [g["xvar"].tolist() for _, g in calls] == [[50.0], [70.0], [-20.0]]
     sources = [c.program.source for c, _ in calls]
@@ -92,8 +83,8 @@ def test_classic_three_cases_hand_derived_and_each_program_reproduces(tmp_path):
     assert first.code == "L.backward()" and calls[2][0].code == "torch.autograd.backward(L)"
 
 
-def test_grad_accumulates_without_zero_and_the_call_says_what_it_added(tmp_path):
-    calls = run(tmp_path, CLASSIC.format(zero=""))
+def test_grad_accumulates_without_zero_and_the_call_says_what_it_added():
+    calls = run_file("classic_accumulating.py")
     assert [g["xvar"].tolist() for _, g in calls] == [[50.0], [120.0], [100.0]]  # 50, 50+70, 120-20
     second = calls[1][0].named[0]
     assert second.grad_before.tolist() == [50.0] and second.grad.tolist() == [70.0] and second.accumulated
@@ -103,45 +94,18 @@ def test_grad_accumulates_without_zero_and_the_call_says_what_it_added(tmp_path)
     assert "xvar.grad = [50]\n" in calls[0][0].printed + "\n" and "already" not in calls[0][0].printed
 
 
-def test_intermediate_grads_are_the_gradient_that_reached_them(tmp_path):
-    calls = run(tmp_path, CLASSIC.format(zero="xvar.grad.data.zero_()"))
+def test_intermediate_grads_are_the_gradient_that_reached_them():
+    calls = run_file("classic_zeroed.py")
     named = {n.name: n for n in calls[0][0].named}
     # dL/dout1 = 2(out1 - out2) = -10, dL/dout2 = 10, dL/dL = 1; their own .grad stays None
     assert (named["out1"].grad.item(), named["out2"].grad.item(), named["L"].grad.item()) == (-10.0, 10.0, 1.0)
     assert named["y1"].grad is None and named["y1"].status == "off"
 
 
-SCRIPT_OPS = """
-import torch
-x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
-w = torch.tensor(0.5, requires_grad=True)
-c = torch.tensor(3.0)
-
-def loss_of(x, w):
-    h = x * w
-    with torch.no_grad():
-        g = h * 2
-    z = torch.exp(h).sum() + (g * x).mean() - c * w ** 2 + 2 ** w + torch.max(x, h).sum() + (-h).relu().sum()
-    return z - (1 - x / (w * 4)).sum() + torch.tensor(2.0) * x.sigmoid().tanh().mean() - abs(x).min()
-
-z = loss_of(x, w)
-z.backward(retain_graph=True)
-x.grad, w.grad = None, None
-q = x @ x + torch.sigmoid(w) / w.tanh()
-q2 = q * 1
-torch.autograd.backward([q, q2 * 3])
-x.grad, w.grad = None, None
-v = x.clone().to(torch.float32).float() * 2
-v.backward(torch.tensor([1.0, 0.0, 2.0]))
-x.grad = None
-x.double().sum().backward()
-"""
-
-
-def test_every_spelled_op_reproduces_torch_grads(tmp_path):
+def test_every_spelled_op_reproduces_torch_grads():
     """no_grad, exp, sum, mean, pow both ways, rsub, div, max(a, b), relu, neg, sigmoid, tanh, abs, min, @,
     a 0-d constant, several outputs, a gradient argument: eval gives what torch gave."""
-    calls = run(tmp_path, SCRIPT_OPS)
+    calls = run_file("spelled_ops.py")
     assert len(calls) == 4
     for call, grads in calls[:3]:
         assert_reproduces(call, grads)
@@ -151,18 +115,9 @@ def test_every_spelled_op_reproduces_torch_grads(tmp_path):
     assert calls[2][0].program.source.startswith("v = x*2; sum(v*")
 
 
-def test_float64_and_old_style_sgd_through_data(tmp_path):
+def test_float64_and_old_style_sgd_through_data():
     """`w.data -= lr * w.grad.data` changes w without autograd knowing: each program gets that step's w."""
-    calls = run(tmp_path, """
-        import torch
-        w = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
-        x = torch.tensor([2.0, 3.0], dtype=torch.float64)
-        for step in range(3):
-            loss = ((w * x).sum() - 1) ** 2
-            loss.backward()
-            w.data -= 0.01 * w.grad.data
-            w.grad.data.zero_()
-    """)
+    calls = run_file("sgd_through_data.py")
     assert [c.program.dtype for c, _ in calls] == ["float64"] * 3
     values = [dict(c.program.values)["w"] for c, _ in calls]
     assert len(set(values)) == 3  # three different w
@@ -172,25 +127,17 @@ def test_float64_and_old_style_sgd_through_data(tmp_path):
     assert calls[0][1]["w"].tolist() == [-12.0, -18.0]
 
 
-def test_names_from_function_locals_aliases_modules_and_lists(tmp_path):
-    calls = run(tmp_path, """
-        import torch
-        model = torch.nn.Linear(2, 1)
-        params = [torch.ones(2, requires_grad=True)]
-        def step(batch):
-            inp = batch
-            loss = model(inp).sum() + (params[0] * inp).sum()
-            also = loss
-            loss.backward()
-        step(torch.ones(3, 2))
-    """)
+def test_names_from_function_locals_aliases_modules_and_lists():
+    calls = run_file("names_and_modules.py")
     call, _ = calls[0]
     names = {n.name: n for n in call.named}
     assert {"batch", "loss", "model.weight", "model.bias", "params[0]"} <= set(names)
     assert names["loss"].aliases == ["also"] and names["batch"].aliases == ["inp"]
     assert names["model.bias"].grad.tolist() == [3.0]  # three rows, each adds 1
     assert isinstance(call.program, NoProgram) and "`linear`" in call.program.reason
-    assert "user_script.py:7" in call.program.reason  # the line that ran linear
+    line = (SCRIPTS / "names_and_modules.py").read_text().splitlines().index(
+        "    loss = model(inp).sum() + (params[0] * inp).sum()") + 1
+    assert f"names_and_modules.py:{line}" in call.program.reason  # the line that ran linear
 
 
 @pytest.mark.parametrize("line, op", [
@@ -204,32 +151,15 @@ def test_ops_without_a_spelling_say_so(tmp_path, line, op):
     assert isinstance(program, NoProgram) and f"`{op}`" in program.reason and "no spelling" in program.reason
 
 
-def test_custom_function_is_not_written_as_its_no_grad_forward(tmp_path):
-    calls = run(tmp_path, """
-        import torch
-        class Twice(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, a):
-                return a * 2
-            @staticmethod
-            def backward(ctx, g):
-                return g * 5
-        x = torch.tensor(1.0, requires_grad=True)
-        Twice.apply(x).backward()
-    """)
+def test_custom_function_is_not_written_as_its_no_grad_forward():
+    calls = run_file("custom_function.py")
     call, grads = calls[0]
     assert grads["x"].item() == 5.0
     assert isinstance(call.program, NoProgram)
 
 
-def test_precedence_and_constants_are_written_so_eval_reads_them_back(tmp_path):
-    calls = run(tmp_path, """
-        import torch
-        a = torch.tensor(1.5, requires_grad=True)
-        b = torch.tensor([0.25, -0.5], requires_grad=True)
-        r = (a - (b - a * 3)) * (a + b) / (a * (b + 2)) - (-(a ** 2)) ** 2 + a ** -1 - 2 ** (b * a) + 0.1 * -b
-        r.sum().backward()
-    """)
+def test_precedence_and_constants_are_written_so_eval_reads_them_back():
+    calls = run_file("precedence.py")
     call, grads = calls[0]
     assert call.program.source == ("r = (a - (b - a*3))*(a + b)/(a*(b + 2)) - (-a^2)^2 + a^(-1) - 2^(b*a) + -b*0.1; "
                                    "sum(r)")
@@ -282,16 +212,8 @@ def test_runs_as_main_with_its_arguments_and_restores_the_process(tmp_path):
     assert (sys.argv, sys.path, sys.modules["__main__"]) == before
 
 
-def test_lazy_sparse_and_meta_tensors_in_scope_are_left_out(tmp_path):
-    calls = run(tmp_path, """
-        import torch
-        lazy = torch.nn.LazyLinear(2)
-        sp = torch.eye(2).to_sparse()
-        meta = torch.ones(2, device="meta")
-        z = torch.ones(2, dtype=torch.complex64)
-        x = torch.ones(2, requires_grad=True)
-        (x * 2).sum().backward()
-    """)
+def test_lazy_sparse_and_meta_tensors_in_scope_are_left_out():
+    calls = run_file("odd_tensors.py")
     call, grads = calls[0]
     assert [n.name for n in call.named] == ["x"] and grads["x"].tolist() == [2.0, 2.0]
     assert_reproduces(call, grads)
@@ -319,30 +241,10 @@ def test_a_narrow_console_gets_one_block_per_tensor(tmp_path):
     assert all(len(line) <= 60 for line in text.splitlines())
 
 
-def _random_expr(rng, depth: int) -> str:
-    """A random Python/torch expression over x, y (0-d) and w (a vector), safe to evaluate anywhere."""
-    if depth == 0 or rng.random() < 0.2:
-        return rng.choice(["x", "y", "w", "c"])
-    a, b = _random_expr(rng, depth - 1), _random_expr(rng, depth - 1)
-    return rng.choice([
-        f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} / (1 + {b} ** 2))", f"(-{a})", f"({a}) ** 2",
-        f"torch.exp(torch.tanh({a}))", f"torch.sin({a})", f"({a}).sigmoid()", f"torch.relu({a})", f"abs({a})",
-        f"({a}).detach()", f"(2 - {a})", f"(1.5 * {a})", f"torch.maximum({a}, {b})", f"torch.tanh({a}).sum()",
-    ])
-
-
 def test_generated_scripts_each_program_gives_torch_grads(tmp_path):
     """30 random expressions (operators with Python's precedence, methods, reversed operands, detach), one
     backward each: the program written for each one, run by gradflow eval, gives the grads torch gave."""
-    import random
-
-    rng = random.Random(20180101)
-    lines = ["import torch", "x = torch.tensor(0.7, requires_grad=True)", "y = torch.tensor(-1.3, requires_grad=True)",
-             "w = torch.tensor([0.5, -0.25], requires_grad=True)", "c = torch.tensor([2.0, -1.0])"]
-    for _ in range(30):
-        lines += [f"L = ({_random_expr(rng, 4)} + x * y * w).sum()", "L.backward()",
-                  "x.grad = y.grad = w.grad = None"]
-    calls = run(tmp_path, "\n".join(lines) + "\n")
+    calls = run(tmp_path, generated_script())
     assert len(calls) == 30
     for call, grads in calls:
         assert_reproduces(call, grads)

@@ -1,0 +1,81 @@
+"""In-place writes a script makes, kept by the memory they touch, so that a program is never offered for a
+backward whose tensors were changed where the program cannot see it.
+
+The program writer (program_writer.py) follows each tensor's versions: an in-place op on a tensor (`y += 1`,
+`y.relu_()`) is a new version of that same tensor, written as a new statement. What it cannot follow is a write
+into the same memory through another tensor object: `.data`, a `detach()`ed tensor, a view (`a[0:1] += 5`,
+`v = a.view(2); v.relu_()`), `out=`. Autograd does not always see those either (`.data` keeps no version), so the
+backward may use values no recorded op computed. A write is kept with its position in the trace (the index the
+op has or would have had), the memory it touched (`untyped_storage().data_ptr()`), the tensor written and how
+that tensor was made (`data`, `detach`, `__getitem__`...); `conflict` finds the first write into the memory of a
+program op's tensor, after that op, through another tensor than the one the program follows.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from gradflow.tracer.records import tensors_in
+
+_IN_PLACE = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+             "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__setitem__", "data="}
+_NOT_WRITES = {"requires_grad_", "detach_", "share_memory_", "retain_grad_", "_fix_weakref"}  # flags, not values
+_SPELLED = {"data": ".data", "detach": "detach()", "__getitem__": "indexing"}  # how the written tensor was made
+
+
+def written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors this call writes into: `out=`, the target of an in-place method or operator (`add_`,
+    `+=`, `x[i] = v`, `p.data = t`), the list of a `_foreach_*_` op."""
+    if kwargs.get("out") is not None:
+        return tensors_in(kwargs["out"], [])
+    if not args or not (name in _IN_PLACE or name.endswith("_") and not name.startswith("__")
+                        and name not in _NOT_WRITES):
+        return []
+    return tensors_in(args[0], []) if name.startswith("_foreach_") else \
+        [args[0]] if isinstance(args[0], torch.Tensor) else []
+
+
+def storage_of(t: torch.Tensor) -> int | None:
+    """The address of the memory a tensor's elements live in (shared by its views, `.data` and `detach()`);
+    None for a tensor without one (sparse, meta, a subclass that has none)."""
+    try:
+        return t.untyped_storage().data_ptr() or None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    position: int  # the trace's op count when it ran: after every op with a lower index
+    serial: int  # the tensor written
+    op: str  # the writing op (`add_`, `__iadd__`, `__setitem__`, ...)
+    via: str | None  # the op that made the written tensor (`data`, `detach`, `__getitem__`, ...), if recorded
+    line: str | None
+
+    def describe(self) -> str:
+        through = f" through {_SPELLED.get(self.via, f'`{self.via}`')}" if self.via else ""
+        return f"`{self.op}`{through} at {self.line or 'an unknown line'}"
+
+
+class Writes:
+    """Every in-place write of the script, by memory."""
+
+    def __init__(self) -> None:
+        self.by_storage: dict[int, list[Write]] = {}
+
+    def add(self, storage: int, write: Write) -> None:
+        self.by_storage.setdefault(storage, []).append(write)
+
+    def conflict(self, ops: Iterable[tuple[int, tuple[tuple[int, int | None], ...]]]) -> tuple[int, Write] | None:
+        """For (op index, its tensors as (serial, storage)): the first (op, write) where a write into the memory
+        of one of the op's tensors came after the op through another tensor object; None if there is none."""
+        for index, tensors in ops:
+            for serial, storage in tensors:
+                for w in reversed(self.by_storage.get(storage, ()) if storage is not None else ()):
+                    if w.position <= index:
+                        break
+                    if w.serial != serial:
+                        return index, w
+        return None
