@@ -18,7 +18,7 @@ import typer
 
 from gradflow.cli.common import DebugOpt, HtmlOpt, LimitOpt, SummaryOpt, consoles, guarded, write_html
 from gradflow.cli.help import help_end
-from gradflow.errors import ExitCode, GradflowError
+from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
 FileArg = Annotated[Path, typer.Argument(help="The Python script to run, as `python FILE.py` would.",
                                          show_default=False, metavar="FILE.py")]
@@ -26,9 +26,21 @@ ArgsArg = Annotated[list[str] | None, typer.Argument(
     help="Arguments for the script (its sys.argv[1:]); put them after -- when they start with -.",
     show_default=False, metavar="ARGS")]
 JsonLinesOpt = Annotated[bool, typer.Option("--json", help="One JSON record per backward() call (JSON Lines).")]
+EveryOpt = Annotated[int | None, typer.Option(
+    "--every", metavar="N", min=1, help="In a loop: a line for every N-th backward() call (default: the first 10, "
+                                       "then the 20th, 30th, …, 100th, 200th, …).")]
+StepsOpt = Annotated[str | None, typer.Option(
+    "--steps", metavar="A:B", help="Show backward() calls A to B in full, their ops recorded (cuts named, the eval "
+                                   "program written); A: or :B leave an end open.")]
+LoopFullOpt = Annotated[bool, typer.Option(
+    "--full", help="Every backward() call in full, each step recorded (as before loops were folded; slower).")]
+LoopBriefOpt = Annotated[bool, typer.Option(
+    "--brief", help="With --json: a small record per backward() call (loss, how many got gradient, largest and "
+                    "smallest grad norm, changes), then a summary record. Nothing is recorded per op: fast.")]
 HELP_END = help_end([
     "gradflow script examples/classic_2018.py",
     "gradflow script examples/classic_2018.py --json",
+    "gradflow script examples/train_loop.py --steps 40:41",
     "gradflow script train.py --json -- --epochs 1  # exit 2: no train.py here",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
@@ -42,12 +54,28 @@ HELP_END = help_end([
 class _Emitter:
     """Called at each backward(): prints to the real stdout while the script's own prints go to stderr."""
 
-    def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False, html: bool = False):
+    def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False, html: bool = False,
+                 plan: LoopPlan | None = None):
+        from gradflow.script.loop import LoopWatch
+        from gradflow.script.optimizer import OptimizerWatch
+
         self.json, self.stdout, self.options, self.gone = json_, stdout, options, False
         self.summary = summary
+        self.plan = plan or LoopPlan(full=html)
         self.sections: list | None = [] if html else None  # --html: each call's part of the page, drawn as it
                                                             # happens (the script goes on changing its tensors)
         self.pid = os.getpid()
+        self.loop, self.optimizers = LoopWatch(), OptimizerWatch()
+        self.shown = [0, 0]  # calls shown as a line, in full
+        self.repeated = False  # the last call was made at a line seen before: the script is looping
+
+    def records(self, index: int) -> bool:
+        """Record the ops before backward `index`? Always while every call is new (a script of single backward()
+        calls is shown in full); in a loop, only the calls --steps or --full ask for."""
+        plan = self.plan
+        if plan.brief:
+            return plan.in_steps(index)
+        return plan.full or self.json or not self.repeated or index == 1 or plan.in_steps(index)
 
     def __call__(self, call):
         from gradflow.script.run import StopScript
@@ -68,22 +96,92 @@ class _Emitter:
             raise StopScript from None
 
     def _print(self, call):
-        from gradflow.script.backward_table import backward_view, program_line, record
-
+        step = self.loop.see(call)
+        self.repeated = not step.first
+        self.optimizers.at_backward(call)
+        findings = self.optimizers.fresh()
         if self.json:
-            from gradflow.values.jsonable import document, dumps
-
-            with document(self.summary):
-                text = dumps(record(call, self.options))
-            print(text, flush=True)
+            self._json(call, step, findings)
             return
-        from rich.text import Text
+        from gradflow.script.loop import shows_line
+        from gradflow.script.loop_view import changes_head, finding_lines, step_line
 
         out = consoles()[0]
+        if self.plan.full or step.first or step.changes or self.plan.in_steps(call.index):
+            if step.changes:
+                out.print(changes_head(step))
+            self._full(call, out)
+        elif shows_line(call.index, self.plan.every):
+            self.shown[0] += 1
+            out.print(step_line(step), soft_wrap=True)
+        if findings:
+            out.print(finding_lines(findings), soft_wrap=True)
+        sys.stdout.flush()
+
+    def _full(self, call, out):
+        from rich.text import Text
+
+        from gradflow.script.backward_table import backward_view, program_line
+
+        self.shown[1] += 1
         out.print(backward_view(call, out.width))
         out.print(Text(program_line(call, self.options)), soft_wrap=True)  # never wrapped: copy it whole
         out.print()
-        sys.stdout.flush()
+
+    def _json(self, call, step, findings):
+        from gradflow.script.backward_table import record
+        from gradflow.values.jsonable import document, dumps
+
+        if self.plan.brief:
+            text = dumps({**step.to_dict(), "findings": [f.to_dict() for f in findings]})
+        else:
+            with document(self.summary):
+                text = dumps({**record(call, self.options), "changes": step.changes,
+                              "findings": [f.to_dict() for f in findings]})
+        print(text, flush=True)
+
+    def end(self) -> None:
+        """The loop's summary, after the script's last backward() (also when it failed later)."""
+        if self.gone or os.getpid() != self.pid:
+            return
+        from gradflow.script.loop_view import summary, summary_record
+
+        with contextlib.redirect_stdout(self.stdout):
+            if self.json and self.plan.brief:
+                from gradflow.values.jsonable import dumps
+
+                print(dumps(summary_record(self.loop, self.optimizers)), flush=True)
+            elif not self.json and any(made > 1 for made, _ in self.loop.lines.values()):
+                out = consoles()[0]
+                out.print(summary(self.loop, self.optimizers, *self.shown), soft_wrap=True)
+                sys.stdout.flush()
+
+
+class LoopPlan:
+    """What the loop options ask: --full, --every N, --steps A:B, --brief."""
+
+    def __init__(self, full: bool = False, every: int | None = None, steps: str | None = None, brief: bool = False):
+        self.full, self.every, self.brief = full, every, brief
+        self.steps = _steps(steps) if steps is not None else None
+
+    def in_steps(self, index: int) -> bool:
+        if self.steps is None:
+            return False
+        a, b = self.steps
+        return a <= index and (b is None or index <= b)
+
+
+def _steps(text: str) -> tuple[int, int | None]:
+    a, sep, b = text.partition(":")
+    try:
+        first = int(a) if a.strip() else 1
+        last = (int(b) if b.strip() else None) if sep else first
+    except ValueError:
+        first = last = 0
+    if first < 1 or (last is not None and last < first):
+        raise ValueInputError("bad_option", f"--steps {text}: not a range of backward() calls",
+                              hint="give A:B with 1 <= A <= B (the first backward() is 1), A: or :B, or one number")
+    return first, last
 
 
 def _eval_options(ctx: typer.Context) -> set[str]:
@@ -96,15 +194,20 @@ def _eval_options(ctx: typer.Context) -> set[str]:
 
 
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
-               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None):
-    """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad."""
+               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None,
+               every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False, brief: LoopBriefOpt = False):
+    """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad.
+
+    In a loop, the first backward() at each line is shown in full, then a line per call (folded in long loops),
+    a full report whenever something changes, the optimizers' findings, and a summary at the end."""
 
     def body() -> int:
         try:
             from gradflow.limits import as_limits, using
 
+            plan = LoopPlan(full or html is not None, every, steps, brief)
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
-                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html)
+                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan)
         except GradflowError as err:
             if not json_ or debug:
                 raise
@@ -114,16 +217,19 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
 
 
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False,
-            html: Path | None = None) -> int:
+            html: Path | None = None, plan: LoopPlan | None = None) -> int:
     from gradflow.cli.streams import stdout_gone
     from gradflow.cli.user_code import stdout_to_stderr
     from gradflow.script.run import run_script
 
-    emit = _Emitter(json_, sys.stdout, options, summary, html is not None)
+    emit = _Emitter(json_, sys.stdout, options, summary, html is not None, plan)
     try:
         with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
             emit.stdout = _stream_on(real, emit.stdout)
-            run_script(file, args, emit)
+            try:
+                run_script(file, args, emit, emit.records, emit.optimizers)
+            finally:
+                emit.end()
     finally:  # the page shows the calls made before a failure too
         if html is not None and emit.sections:
             write_html(html, f"gradflow script {file}", emit.sections)

@@ -14,6 +14,7 @@ Per-use flows (inspect's routes) are not measured: a script may run many steps.
 """
 from __future__ import annotations
 
+import functools
 import inspect as pyinspect
 import linecache
 import sys
@@ -29,14 +30,17 @@ from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
-from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Ref, build_program
+from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.writes import Write, Writes, storage_of, written
 from gradflow.tracer.followed_values import FollowedValues
+from gradflow.tracer.module_calls import NOT_RUN
 from gradflow.tracer.records import inputs
 from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
+UNRECORDED = "its ops were not recorded (in a loop, only the first backward() at each line is): rerun with " \
+             "--steps {k}:{k} to record this one"
 MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
 NO_GRAD_MESSAGE = "does not require grad"  # torch's words when backward has nothing to differentiate
 
@@ -101,8 +105,13 @@ class ScriptTrace(Trace):
     # row made by torch.tensor(x.item()) names the .item() that cut it (named_reasons.py).
     follows_numbers = True
 
-    def __init__(self, script: str, on_backward: Callable[[BackwardCall], None]):
+    def __init__(self, script: str, on_backward: Callable[[BackwardCall], None],
+                 records: Callable[[int], bool] | None = None):
         super().__init__()
+        # records(k): are the ops before backward k recorded (its cuts named, its program written)? A loop's
+        # other steps run their ops unrecorded: the per-op record is what made a long loop slow and its memory grow
+        self.records = records
+        self.quiet = records is not None and not records(1)
         self.script = script  # the file name the script's code objects carry
         self.on_backward = on_backward
         self.calls: dict[int, Call] = {}  # op index -> its arguments
@@ -121,6 +130,8 @@ class ScriptTrace(Trace):
     def on_torch_function(self, func, args, kwargs: dict):
         """backward() runs with hooks on the named tensors (run_backward); every other call keeps its arguments
         as a template for the program (`_record`), then is recorded as the trace records it."""
+        if self.quiet and getattr(func, "__name__", None) != "backward":  # grad switches too: torch.optim's
+            return func(*args, **kwargs)  # step() switches without a `with`, so each step would add a region
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
         if self._followed:  # (templates give serials: a tensor first seen here is still new to from_numpy's check)
@@ -146,6 +157,9 @@ class ScriptTrace(Trace):
         for t, storage, via in before:
             if storage is not None:
                 self.writes.add(storage, Write(position, self.serial(t), name, via, line))
+
+    def run_leaf(self, module, args: tuple, kwargs: dict):
+        return NOT_RUN if self.quiet else super().run_leaf(module, args, kwargs)
 
     def _uses(self, rec, used, outs, stop, given=None):
         """The uses of leaves, as numbers (reasons.why_none reads them); no per-use flow hooks (inspect's routes):
@@ -204,7 +218,7 @@ class ScriptTrace(Trace):
     def run_backward(self, func, args, kwargs):
         """Run the script's backward() as asked, with hooks on the named tensors; report it."""
         try:
-            bound = pyinspect.signature(func).bind(*args, **kwargs).arguments
+            bound = _signature(func).bind(*args, **kwargs).arguments
         except TypeError:  # the script's own mistake: torch says what it is
             return func(*args, **kwargs)
         try:
@@ -224,12 +238,15 @@ class ScriptTrace(Trace):
             for key, g in caught.items():
                 call.named[key].grad = g
             try:
-                give_reasons(self, call)
+                if not self.quiet:  # (reasons are read from the recorded ops)
+                    give_reasons(self, call)
                 if call.error is not None and NO_GRAD_MESSAGE in call.error:
                     call.no_grad = failed_backward(self, call)
                 self.on_backward(call)
             except Exception as bug:
                 raise InternalFailure(bug) from bug
+            if self.records is not None:
+                self.quiet = not self.records(self.count + 1)
 
     def _before(self, bound: dict):
         given = bound.get("tensors", bound.get("self"))
@@ -238,7 +255,10 @@ class ScriptTrace(Trace):
         grads = [grads] * len(roots) if grads is None or isinstance(grads, torch.Tensor) else list(grads)
         frame = _user_frame()
         named = self.named_tensors(frame)
-        if all(isinstance(t, torch.Tensor) for t in [*roots, *(g for g in grads if g is not None)]):
+        program: Program | NoProgram
+        if self.quiet:
+            program = NoProgram(UNRECORDED.format(k=self.count + 1))
+        elif all(isinstance(t, torch.Tensor) for t in [*roots, *(g for g in grads if g is not None)]):
             program = build_program(self, [self.ref(r) for r in roots],
                                     [None if g is None else self.ref(g) for g in grads], named, bound.get("inputs"))
         else:
@@ -307,6 +327,12 @@ class _FreshValues(FollowedValues):
     def serials_in(self, args, kwargs: dict, ins: list, known: Callable) -> tuple[int, ...]:
         fresh = self.fresh
         return super().serials_in(args, kwargs, ins, lambda a: None if id(a) in fresh else known(a))
+
+
+@functools.cache
+def _signature(func) -> pyinspect.Signature:
+    """backward()'s signature, read once (a loop calls it at every step)."""
+    return pyinspect.signature(func)
 
 
 def _plain(t) -> bool:

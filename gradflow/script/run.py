@@ -8,6 +8,7 @@ from elsewhere. The library does not redirect the script's prints; `gradflow scr
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError, text_of
+from gradflow.script.optimizer import OptimizerWatch
 from gradflow.script.recorder import NO_GRAD_MESSAGE, BackwardCall, InternalFailure, ScriptTrace
 from gradflow.tracer.source_lines import short_path, user_code
 
@@ -26,17 +28,21 @@ class StopScript(BaseException):
     A BaseException, as KeyboardInterrupt is, so the script's own `except Exception:` does not catch it."""
 
 
-def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall], None]) -> int:
-    """Run the script; return how many backward() calls it made (at least one, or NoGradientError)."""
+def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall], None],
+               records: Callable[[int], bool] | None = None, optimizers: OptimizerWatch | None = None) -> int:
+    """Run the script; return how many backward() calls it made (at least one, or NoGradientError).
+
+    `records(k)`: are backward k's ops recorded (a loop's other steps run unrecorded: see ScriptTrace); None:
+    every one. `optimizers`: watches the optimizers the script creates while it runs."""
     if not path.is_file():
         raise ValueInputError("file_not_found", f"no such file: {path}", hint="give the path of a Python script")
     saved = sys.argv, list(sys.path)
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))  # as python does for a script: its folder first
-    trace = ScriptTrace(str(path), on_backward)
+    trace = ScriptTrace(str(path), on_backward, records)
     pid = os.getpid()
     try:
-        with trace:
+        with trace, optimizers or contextlib.nullcontext():
             runpy.run_path(str(path), run_name="__main__")  # runpy swaps sys.modules["__main__"] and back
     except StopScript:
         return trace.count

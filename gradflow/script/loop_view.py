@@ -1,0 +1,92 @@
+"""How `gradflow script` shows a loop: a line per backward() call, the changes, the optimizer's findings and the
+summary at the end (rich Text for the terminal, plain dicts for --json --brief)."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+from gradflow.script.loop import LoopWatch, Step
+from gradflow.script.optimizer import Finding, OptimizerWatch
+from gradflow.values.jsonable import fresh
+
+TREND_ROWS = 12  # parameters charted in the summary; the others are counted
+
+
+def _norm(pick: tuple[str, float] | None) -> str:
+    return "-" if pick is None else f"{pick[1]:.2e} {pick[0]}"
+
+
+def step_line(step: Step) -> Text:
+    """`   12  loss 0.4231  grad 4/4  max 1.21e-01 w2  min 3.40e-03 w1`"""
+    loss = "-" if step.loss is None else f"{step.loss:.4g}"
+    return Text.assemble((f"{step.index:>6}", "bold"), f"  {step.loss_name or 'loss'} {loss}",
+                         f"  grad {step.got}/{step.params}", ("  max ", "dim"), _norm(step.largest),
+                         ("  min ", "dim"), _norm(step.smallest))
+
+
+def changes_head(step: Step) -> Text:
+    """What changed at this call, said before its full table."""
+    out = Text(f"changed at backward {step.index}:\n", style="bold yellow")
+    for c in step.changes:
+        out.append(f"  {c}\n", style="yellow")
+    out.rstrip()
+    return out
+
+
+def finding_lines(findings: list[Finding]) -> Text:
+    out = Text()
+    for f in findings:
+        out.append("⚠ optimizer: ", style="bold yellow")
+        out.append(f"{f.text} (seen at backward {f.call})\n")
+    out.rstrip()
+    return out
+
+
+def summary(loop: LoopWatch, optimizers: OptimizerWatch, lines_shown: int, full_shown: int) -> Group:
+    """The steps, the status changes with their steps, each parameter's gradient-norm trend, the findings."""
+    parts: list = [Text(f"summary: {loop.calls:,} backward() calls, {full_shown} shown in full, {lines_shown} as "
+                        "lines", style="bold")]
+    for site, (calls, code) in loop.lines.items():
+        parts.append(Text(f"  {site}  {code}  ×{calls:,}", style="dim"))
+    parts.append(Text("status changes:" if loop.changes else "status changes: none", style="bold"))
+    for c in loop.changes:
+        parts.append(Text(f"  backward {c.step}: {c.text}"))
+    if loop.more_changes:
+        parts.append(Text(f"  … and {loop.more_changes:,} more", style="dim"))
+    parts += _trends(loop)
+    if optimizers.seen:
+        made = ", ".join(f"{s.label}{' at ' + s.line if s.line else ''}: {s.steps:,} steps"
+                         for s in optimizers.seen.values())
+        parts.append(Text(f"optimizers: {made}", style="bold"))
+        if not optimizers.findings:
+            parts.append(Text("  no finding: every parameter with gradient is held, and none moved without one"))
+        for f in optimizers.findings:
+            parts.append(Text(f"  ⚠ {f.text} (backward {f.call})", style="yellow"))
+    return Group(*parts)
+
+
+def _trends(loop: LoopWatch) -> list:
+    trends = [(name, t) for name, t in loop.trends.items() if t.buckets]
+    if not trends:
+        return []
+    width = min(max(len(name) for name, _ in trends), 40)
+    out: list = [Text("gradient norm per parameter (log scale, each row its own range; first → last):", style="bold")]
+    for name, t in trends[:TREND_ROWS]:
+        shown = name if len(name) <= width else "…" + name[-width + 1:]
+        out.append(Text.assemble(f"  {shown:<{width}}  ", (t.chart(), "cyan"),
+                                 f"  {t.first:.2e} → {t.last:.2e}"))
+    if len(trends) > TREND_ROWS:
+        out.append(Text(f"  … and {len(trends) - TREND_ROWS} more parameters", style="dim"))
+    return out
+
+
+def summary_record(loop: LoopWatch, optimizers: OptimizerWatch) -> dict:
+    """--json --brief's last record: the loop's summary."""
+    return {"summary": {
+        "calls": loop.calls,
+        "lines": [{"line": site, "code": code, "calls": made} for site, (made, code) in loop.lines.items()],
+        "changes": [{"call": c.step, "change": c.text} for c in loop.changes], "more_changes": loop.more_changes,
+        "trends": {name: {"first": fresh(t.first), "last": fresh(t.last), "chart": t.chart()}
+                   for name, t in loop.trends.items()},
+        "optimizers": [{"optimizer": s.label, "line": s.line, "steps": s.steps} for s in optimizers.seen.values()],
+        "findings": [f.to_dict() for f in optimizers.findings]}}

@@ -1,0 +1,201 @@
+"""The optimizers a script creates, seen as it creates and steps them, and what they do to its parameters.
+
+`OptimizerWatch` is a context manager around the run: `torch.optim.Optimizer.__init__` is wrapped while it is on
+(to learn each optimizer's line in the user's code; torch has no creation hook), and torch's global step
+pre/post hooks (`register_optimizer_step_pre_hook`/`post_hook`) see every step(). Four findings, each once per
+parameter:
+- `moved`: a parameter that got no gradient (requires_grad=False, or a .grad of exact zeros) and still changed in
+  step(): momentum, Adam's moments or weight decay moved it, or a .grad left from an earlier step. Seen, not
+  guessed: such a parameter is copied before step() and compared after (only those, so the cost stays small);
+- `unheld_accumulates`: a parameter in no optimizer whose .grad keeps growing: zero_grad() never clears it;
+- `never_zeroed`: a parameter whose .grad already held an earlier step's gradient when a backward() after an
+  optimizer step added to it: zero_grad() is not called between steps (accumulating over several backward()
+  calls before one step is not flagged);
+- `unheld`: a parameter that gets gradient but is in no optimizer, while the script has one.
+The backward() side (`at_backward`) reads the recorder's `Named` tensors; nothing is kept per step.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from gradflow.script.recorder import BackwardCall
+from gradflow.tracer.source_lines import short_path, user_code
+
+_SHOWN_OPTIONS = ("momentum", "weight_decay", "betas", "nesterov")
+
+
+@dataclass
+class Finding:
+    kind: str  # moved | unheld_accumulates | never_zeroed | unheld
+    name: str
+    text: str
+    call: int  # the backward() call at or after which it was seen
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "message": self.text, "call": self.call}
+
+
+@dataclass
+class Seen:
+    """An optimizer the script created: how it is described, where it was made, how many steps it took."""
+
+    ref: weakref.ref
+    label: str
+    line: str | None
+    steps: int = 0
+
+
+class OptimizerWatch:
+    """Watches every optimizer the script creates; `findings` grows as they are found, `fresh()` hands out the
+    new ones."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, Seen] = {}  # id(optimizer) -> what is known of it
+        self.findings: list[Finding] = []
+        self._told: set[tuple[str, str]] = set()
+        self._new = 0  # findings already handed out by fresh()
+        self.names: dict[int, str] = {}  # id(tensor) -> its name at the last backward()
+        self.calls = 0
+        self.steps = 0  # step() calls of all optimizers
+        self._step_at: dict[str, int] = {}  # parameter name -> self.steps at its last backward()
+        self._before: dict[int, tuple[torch.Tensor, torch.Tensor, str]] = {}  # id -> (param, copy, why no grad)
+        self._handles: list = []
+        self._init: Any = None
+
+    def __enter__(self) -> OptimizerWatch:
+        plain = self._init = torch.optim.Optimizer.__init__
+        watch = self
+
+        def init(opt, *args, **kwargs):
+            plain(opt, *args, **kwargs)
+            watch.created(opt)
+
+        torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign, assignment]
+        self._handles = [register_optimizer_step_pre_hook(self._pre),
+                         register_optimizer_step_post_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.optim.Optimizer.__init__ = self._init  # type: ignore[method-assign]  # (as it was)
+        for h in self._handles:
+            h.remove()
+
+    def created(self, opt) -> None:
+        if id(opt) in self.seen and self.seen[id(opt)].ref() is opt:
+            return
+        frame = sys._getframe(1)
+        while frame is not None and not user_code(frame.f_code.co_filename):
+            frame = frame.f_back  # type: ignore[assignment]
+        line = f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else None
+        self.seen[id(opt)] = Seen(weakref.ref(opt), describe(opt), line)
+
+    def held(self) -> dict[int, Seen]:
+        """id(parameter) -> the optimizer holding it, over every live optimizer the script made."""
+        out: dict[int, Seen] = {}
+        for s in self.seen.values():
+            opt = s.ref()
+            for group in getattr(opt, "param_groups", None) or []:
+                for p in group["params"]:
+                    out.setdefault(id(p), s)
+        return out
+
+    # ---- step() ------------------------------------------------------------------------------
+    def _pre(self, opt, args, kwargs) -> None:
+        if id(opt) not in self.seen or self.seen[id(opt)].ref() is not opt:
+            self.created(opt)
+        self._before = {}
+        for group in opt.param_groups:
+            for p in group["params"]:
+                why = _no_gradient(p)
+                if why is not None and (id(p) not in self.names or ("moved", self.names[id(p)]) not in self._told):
+                    self._before[id(p)] = (p, p.detach().clone(), why)
+
+    def _post(self, opt, args, kwargs) -> None:
+        s = self.seen[id(opt)]
+        s.steps += 1
+        self.steps += 1
+        for p, copy, why in self._before.values():
+            if not torch.equal(copy, p.detach()):
+                name = self.names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
+                cause = _cause(opt, p)
+                self._find("moved", name, f"{name} {why}, but it is still updated by {s.label}"
+                           f"{' at ' + s.line if s.line else ''} ({cause}): set its .grad = None or leave it out "
+                           "of the optimizer")
+        self._before = {}
+
+    # ---- backward() --------------------------------------------------------------------------
+    def at_backward(self, call: BackwardCall) -> None:
+        """The accumulation and coverage findings, read from the tensors the backward() call named."""
+        self.calls = call.index
+        held = self.held() if self.seen else {}
+        for n in call.named:
+            t = n.tensor
+            if not (t.is_leaf and t.requires_grad):
+                continue
+            self.names[id(t)] = n.name
+            stepped = self.steps > self._step_at.get(n.name, self.steps)
+            self._step_at[n.name] = self.steps
+            if not self.seen or n.grad is None:
+                continue
+            if id(t) not in held:
+                self._find("unheld", n.name, f"{n.name} gets gradient but is in no optimizer: the optimizers the "
+                           f"script made ({', '.join(s.label for s in self.seen.values())}) never update it")
+                if n.accumulated and stepped:
+                    self._find("unheld_accumulates", n.name, f"{n.name}.grad keeps growing: no optimizer holds it, "
+                               "so zero_grad() never clears it (each backward() adds to it)")
+            elif n.accumulated and stepped:
+                self._find("never_zeroed", n.name, f"{n.name}.grad still held the last step's gradient when this "
+                           f"backward() added to it: call zero_grad() after each {held[id(t)].label.split('(')[0]}"
+                           ".step()")
+
+    def _find(self, kind: str, name: str, text: str) -> None:
+        if (kind, name) in self._told:
+            return
+        self._told.add((kind, name))
+        self.findings.append(Finding(kind, name, text, self.calls))
+
+    def fresh(self) -> list[Finding]:
+        """The findings not handed out before."""
+        out = self.findings[self._new:]
+        self._new = len(self.findings)
+        return out
+
+
+def describe(opt) -> str:
+    """`SGD(momentum=0.9)`: the optimizer's type and the options that move a parameter without a gradient."""
+    d = getattr(opt, "defaults", {}) or {}
+    shown = [f"{k}={d[k]}" for k in _SHOWN_OPTIONS if k in d and d[k] not in (0, 0.0, False, None)]
+    return f"{type(opt).__name__}({', '.join(shown)})"
+
+
+def _no_gradient(p) -> str | None:
+    """Why step() should leave `p` alone (it has no gradient to follow), or None when it has one."""
+    if p.grad is None:
+        return None  # torch's optimizers skip it
+    if not p.requires_grad:
+        return "has requires_grad=False"
+    if p.grad.is_sparse or bool(p.grad.any()):
+        return None
+    return "got a gradient of exact zeros"
+
+
+def _cause(opt, p) -> str:
+    """What in the optimizer moves a parameter whose gradient is zero or stale."""
+    group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+    causes = []
+    if p.grad is not None and bool(p.grad.ne(0).any()):
+        causes.append("the .grad left from an earlier step")
+    state = opt.state.get(p, {})
+    if group.get("momentum") and "momentum_buffer" in state:
+        causes.append(f"momentum={group['momentum']}")
+    if "exp_avg" in state:
+        causes.append("its running averages of earlier gradients")
+    if group.get("weight_decay"):
+        causes.append(f"weight_decay={group['weight_decay']}")
+    return ", ".join(causes) or "its state from earlier steps"
