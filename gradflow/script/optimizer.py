@@ -8,9 +8,10 @@ parameter:
   step(): momentum, Adam's moments or weight decay moved it, or a .grad left from an earlier step. Seen, not
   guessed: such a parameter is copied before step() and compared after (only those, so the cost stays small);
 - `unheld_accumulates`: a parameter in no optimizer whose .grad keeps growing: zero_grad() never clears it;
-- `never_zeroed`: a parameter whose .grad already held an earlier step's gradient when a backward() after an
-  optimizer step added to it: zero_grad() is not called between steps (accumulating over several backward()
-  calls before one step is not flagged);
+- `never_zeroed`: a step() whose parameter's .grad still holds the gradient an earlier step() already used, a
+  backward() having added to it since: zero_grad() is not called between steps. Accumulating over several
+  backward() calls before one step is not flagged, nor a GAN's generator step adding to the discriminator's
+  used .grad when zero_grad() clears it before the discriminator's next step;
 - `unheld`: a parameter that gets gradient but is in no optimizer, while the script has one.
 The backward() side (`at_backward`) reads the recorder's `Named` tensors; nothing is kept per step.
 """
@@ -64,6 +65,8 @@ class OptimizerWatch:
         self.calls = 0
         self.steps = 0  # step() calls of all optimizers
         self._step_at: dict[str, int] = {}  # parameter name -> self.steps at its last backward()
+        self._used: set[int] = set()  # id(parameter) whose .grad a step() used and nothing has cleared since
+        self._stale: set[int] = set()  # ... to which a backward() has added since: the next step() uses both
         self._before: dict[int, tuple[torch.Tensor, torch.Tensor, str]] = {}  # id -> (param, copy, why no grad)
         self._handles: list = []
         self._init: Any = None
@@ -112,6 +115,12 @@ class OptimizerWatch:
         self._before = {}
         for group in opt.param_groups:
             for p in group["params"]:
+                if id(p) in self._stale:
+                    self._stale.discard(id(p))
+                    name = self.names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
+                    self._find("never_zeroed", name, f"{name}.grad still held the gradient the last "
+                               f"{type(opt).__name__}.step() used when a backward() added to it: call zero_grad() "
+                               "after each step()")
                 why = _no_gradient(p)
                 if why is not None and (id(p) not in self.names or ("moved", self.names[id(p)]) not in self._told):
                     self._before[id(p)] = (p, p.detach().clone(), why)
@@ -120,6 +129,7 @@ class OptimizerWatch:
         s = self.seen[id(opt)]
         s.steps += 1
         self.steps += 1
+        self._used.update(id(p) for group in opt.param_groups for p in group["params"] if p.grad is not None)
         for p, copy, why in self._before.values():
             if not torch.equal(copy, p.detach()):
                 name = self.names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
@@ -143,16 +153,17 @@ class OptimizerWatch:
             self._step_at[n.name] = self.steps
             if not self.seen or n.grad is None:
                 continue
+            if not n.accumulated:  # cleared (None or zeros) before this backward()
+                self._used.discard(id(t))
+                self._stale.discard(id(t))
+            elif id(t) in self._used:
+                self._stale.add(id(t))
             if id(t) not in held:
                 self._find("unheld", n.name, f"{n.name} gets gradient but is in no optimizer: the optimizers the "
                            f"script made ({', '.join(s.label for s in self.seen.values())}) never update it")
                 if n.accumulated and stepped:
                     self._find("unheld_accumulates", n.name, f"{n.name}.grad keeps growing: no optimizer holds it, "
                                "so zero_grad() never clears it (each backward() adds to it)")
-            elif n.accumulated and stepped:
-                self._find("never_zeroed", n.name, f"{n.name}.grad still held the last step's gradient when this "
-                           f"backward() added to it: call zero_grad() after each {held[id(t)].label.split('(')[0]}"
-                           ".step()")
 
     def _find(self, kind: str, name: str, text: str) -> None:
         if (kind, name) in self._told:

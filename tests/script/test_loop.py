@@ -1,0 +1,258 @@
+"""`gradflow script` on real training loops: which backward() calls get a line, which a full report, the status
+changes and their steps, the summary.
+
+Oracles: each script is first run plainly (runpy, the file imports torch only) and keeps its own truth in a
+`truth` dict: the loss of every step, which parameters had a .grad after each backward(), the grads of one step.
+The folding rule (the first 10 calls, then 20, 30, ..., 100, 200, ...) is the documented one, written here
+by hand.
+"""
+import json
+import re
+import runpy
+import textwrap
+
+import pytest
+import torch
+
+from gradflow.script.loop import LoopWatch, Trend, shows_line
+
+PLAIN_LOOP = """
+import torch
+torch.manual_seed(0)
+w1 = torch.randn(3, 4, requires_grad=True)
+w2 = torch.randn(4, 1, requires_grad=True)
+X, Y = torch.randn(8, 3), torch.randn(8, 1)  # small enough to be written into the eval program
+truth = {{"loss": [], "grads": {{}}}}
+for step in range({steps}):
+    h = torch.relu(X @ w1)
+    loss = ((h @ w2 - Y) ** 2).mean()
+    loss.backward()
+    truth["loss"].append(loss.item())
+    if step + 1 == 5:
+        truth["grads"] = {{"w1": w1.grad.tolist(), "w2": w2.grad.tolist()}}
+    with torch.no_grad():
+        w1 -= 0.01 * w1.grad
+        w2 -= 0.01 * w2.grad
+        w1.grad.zero_()
+        w2.grad.zero_()
+"""
+
+FREEZE = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+truth = {"with_grad": []}
+for step in range(30):
+    if step == 8:
+        model[0].requires_grad_(False)  # freeze the first layer
+    if step == 20:
+        model[0].requires_grad_(True)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    truth["with_grad"].append(sorted(n for n, p in model.named_parameters(prefix="model") if p.grad is not None))
+    opt.step()
+"""
+
+GAN = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+netG = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 6))
+netD = nn.Sequential(nn.Linear(6, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+optD = torch.optim.Adam(netD.parameters(), lr=1e-3, betas=(0.5, 0.999))
+optG = torch.optim.Adam(netG.parameters(), lr=1e-3, betas=(0.5, 0.999))
+bce = nn.BCEWithLogitsLoss()
+truth = {"d_grad_cleared": [], "g_moved_by_d": []}
+for it in range(25):
+    real, noise = torch.randn(8, 6), torch.randn(8, 4)
+    netD.zero_grad()
+    truth["d_grad_cleared"].append(all(p.grad is None for p in netD.parameters()))
+    fake = netG(noise)
+    errD = bce(netD(real), torch.ones(8, 1)) + bce(netD(fake.detach()), torch.zeros(8, 1))
+    g_before = [None if p.grad is None else p.grad.clone() for p in netG.parameters()]
+    errD.backward()
+    truth["g_moved_by_d"].append(any((a is None) != (p.grad is None) or a is not None and not torch.equal(a, p.grad)
+                                     for a, p in zip(g_before, netG.parameters())))
+    optD.step()
+    netG.zero_grad()
+    errG = bce(netD(fake), torch.ones(8, 1))
+    errG.backward()
+    optG.step()
+"""
+
+NO_GRAD_EVAL = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+truth = {"eval": [], "loss": []}
+
+@torch.no_grad()
+def evaluate():
+    out = model(torch.randn(32, 4))
+    return out.argmax(1).float().mean().item()
+
+for step in range(40):
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    truth["loss"].append(loss.item())
+    if step % 5 == 4:
+        truth["eval"].append(evaluate())
+"""
+
+
+def write(tmp_path, source: str, name: str = "train.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def truth_of(path) -> dict:
+    """The script run plainly: its own record of what torch did."""
+    return runpy.run_path(str(path), run_name="__main__")["truth"]
+
+
+def step_lines(text: str) -> dict[int, str]:
+    """The per-call lines: `   12  loss 0.4231  grad 2/2  max ...`, by call number."""
+    return {int(m.group(1)): m.group(0) for m in re.finditer(r"^ +(\d+)  \S+ \S+  grad \d+/\d+.*$", text, re.M)}
+
+
+def full_reports(text: str) -> list[int]:
+    return [int(k) for k in re.findall(r"^backward (\d+) at ", text, re.M)]
+
+
+def folded(n: int) -> list[int]:
+    """The calls that get a line of their own when nothing changes, by the rule written in docs/script.md."""
+    out = list(range(2, 11))
+    tens = 10
+    while tens <= n:
+        out += [k * tens for k in range(2, 11) if k * tens <= n]
+        tens *= 10
+    return sorted(set(out))
+
+
+def test_a_plain_loop_is_one_full_report_then_folded_lines_then_a_summary(tmp_path, cli):
+    path = write(tmp_path, PLAIN_LOOP.format(steps=200))
+    truth = truth_of(path)
+    res = cli("script", str(path))
+    assert res.exit_code == 0, res.output
+    assert full_reports(res.stdout) == [1]
+    lines = step_lines(res.stdout)
+    assert sorted(lines) == folded(200) == [*range(2, 11), *range(20, 101, 10), 200]
+    for k, line in lines.items():  # each line's loss is the script's own at that step
+        assert f"loss {truth['loss'][k - 1]:.4g} " in line
+        assert "grad 2/2" in line
+    assert "summary: 200 backward() calls, 1 shown in full, 19 as lines" in res.stdout
+    assert "status changes: none" in res.stdout
+    trend = re.search(r"^  w1 +([▁▂▃▄▅▆▇█]+)  ", res.stdout, re.M)
+    assert trend is not None and 1 <= len(trend.group(1)) <= 24
+    assert len(res.stdout.splitlines()) < 80  # not 200 tables
+
+
+def test_every_and_steps_choose_the_lines_and_the_full_reports(tmp_path, cli):
+    path = write(tmp_path, PLAIN_LOOP.format(steps=60))
+    truth = truth_of(path)
+    res = cli("script", str(path), "--every", "25", "--steps", "5:6")
+    assert res.exit_code == 0, res.output
+    assert full_reports(res.stdout) == [1, 5, 6]
+    assert sorted(step_lines(res.stdout)) == [25, 50]
+    # step 5 was recorded: its program, run by gradflow eval, gives the grads the script's own backward gave
+    program = re.search(r"^as a gradflow program: (gradflow eval .*)$", res.stdout.split("backward 5 at")[1], re.M)
+    assert program is not None
+    import shlex
+    got = json.loads(cli(*shlex.split(program.group(1))[1:], "--json").stdout)["grads"]
+    for name in ("w1", "w2"):
+        assert torch.allclose(torch.tensor(got[name]), torch.tensor(truth["grads"][name]), rtol=1e-4, atol=1e-6)
+
+
+def test_full_shows_every_call_as_before(tmp_path, cli):
+    res = cli("script", str(write(tmp_path, PLAIN_LOOP.format(steps=12))), "--full")
+    assert full_reports(res.stdout) == list(range(1, 13))
+    assert step_lines(res.stdout) == {}
+
+
+def test_bad_steps_is_an_input_error(tmp_path, cli):
+    res = cli("script", str(write(tmp_path, PLAIN_LOOP.format(steps=2))), "--steps", "9:3")
+    assert res.exit_code == 2
+    assert "--steps 9:3" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them(tmp_path, cli):
+    path = write(tmp_path, FREEZE)
+    truth = truth_of(path)["with_grad"]
+    # from plain torch: the calls at which a parameter started or stopped having a .grad after backward()
+    want = {(k + 1, name) for k in range(1, len(truth)) for name in set(truth[k]) ^ set(truth[k - 1])}
+    assert {c for c, _ in want} == {9, 21}
+    res = cli("script", str(path), "--json", "--brief")
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    steps, summary = records[:-1], records[-1]["summary"]
+    assert [r["call"] for r in steps] == list(range(1, 31))
+    got = {(r["call"], c.split(":")[0]) for r in steps for c in r["changes"]}
+    assert got == want
+    assert {(c["call"], c["change"].split(":")[0]) for c in summary["changes"]} == want
+    assert [r["got_grad"] for r in steps] == [len(t) for t in truth]
+    text = cli("script", str(path)).stdout
+    assert full_reports(text) == [1, 9, 21]
+    assert "changed at backward 9:\n  0.weight: live → off" in text.replace("model.", "")
+
+
+def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
+    path = write(tmp_path, GAN)
+    truth = truth_of(path)
+    assert all(truth["d_grad_cleared"]) and not any(truth["g_moved_by_d"])  # fake was detached
+    res = cli("script", str(path))
+    assert res.exit_code == 0, res.output
+    assert full_reports(res.stdout) == [1, 2]  # errD's first and errG's first
+    assert "status changes: none" in res.stdout
+    assert re.search(r"train.py:\d+  errD.backward\(\)  ×25", res.stdout)
+    assert re.search(r"train.py:\d+  errG.backward\(\)  ×25", res.stdout)
+    assert "⚠" not in res.stdout  # netD.zero_grad() clears the grad errG added before optD uses it (truth above)
+    lines = step_lines(res.stdout)
+    assert sorted(lines) == [k for k in folded(50) if k > 2]
+    assert all(("errD" in line) == (k % 2 == 1) for k, line in lines.items())
+
+
+def test_no_grad_evaluation_between_steps_changes_nothing(tmp_path, cli):
+    path = write(tmp_path, NO_GRAD_EVAL)
+    truth = truth_of(path)
+    res = cli("script", str(path), "--json", "--brief")
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["call"] for r in records[:-1]] == list(range(1, 41))
+    assert [r["loss"] for r in records[:-1]] == pytest.approx(truth["loss"], rel=1e-6)
+    assert all(r["changes"] == [] and r["got_grad"] == r["params"] == 4 for r in records[:-1])
+    assert records[-1]["summary"]["findings"] == []
+
+
+def test_folding_rule_and_memory_stay_small_over_ten_thousand_steps():
+    assert [k for k in range(1, 10_001) if shows_line(k, None)] == [1, *folded(10_000)]
+    assert len(folded(10_000)) == 9 + 9 * 3
+    trend = Trend()
+    for k in range(10_000):
+        trend.add(1.0 + (k % 7) / 10)
+    assert len(trend.buckets) <= 24 and sum(n for _, n in trend.buckets) == 10_000
+
+
+def test_a_jump_against_the_running_level_is_an_event_a_slow_decay_is_not():
+    t = Trend()
+    events = [t.add(0.5 * 0.97 ** k) for k in range(200)]  # 0.5 down to 0.001: a hundredfold over 200 steps
+    assert events == [None] * 200
+    assert t.add(1e3) == "exploded"
+    small = Trend()
+    assert [small.add(v) for v in (1.0, 1.1, 0.9, 1.0, 0.0)] == [None, None, None, None, "vanished"]
+    assert [Trend().add(v, few=True) for v in (1.0,)] == [None]
+    few = Trend()
+    assert [few.add(v, few=True) for v in (1.0, 1.0, 1.0, 1.0, 1e-6, 0.0)][-2:] == [None, "vanished"]
+
+
+def test_loop_watch_keeps_nothing_per_step():
+    watch = LoopWatch()
+    assert not any(isinstance(v, list) and len(v) > 40 for v in vars(watch).values())
