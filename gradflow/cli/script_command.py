@@ -67,6 +67,7 @@ class _Emitter:
         self.pid = os.getpid()
         self.loop, self.optimizers = LoopWatch(), OptimizerWatch()
         self.shown = [0, 0]  # calls shown as a line, in full
+        self._out = None
         self.repeated = False  # the last call was made at a line seen before: the script is looping
 
     def records(self, index: int) -> bool:
@@ -106,7 +107,7 @@ class _Emitter:
         from gradflow.script.loop import shows_line
         from gradflow.script.loop_view import changes_head, finding_lines, step_line
 
-        out = consoles()[0]
+        out = self._console()
         if self.plan.full or step.first or step.changes or self.plan.in_steps(call.index):
             if step.changes:
                 out.print(changes_head(step))
@@ -117,6 +118,12 @@ class _Emitter:
         if findings:
             out.print(finding_lines(findings), soft_wrap=True)
         sys.stdout.flush()
+
+    def _console(self):
+        """stdout's console, made once: a loop prints through it at every backward()."""
+        if self._out is None:
+            self._out = consoles()[0]
+        return self._out
 
     def _full(self, call, out):
         from rich.text import Text
@@ -152,7 +159,7 @@ class _Emitter:
 
                 print(dumps(summary_record(self.loop, self.optimizers)), flush=True)
             elif not self.json and any(made > 1 for made, _ in self.loop.lines.values()):
-                out = consoles()[0]
+                out = self._console()
                 out.print(summary(self.loop, self.optimizers, *self.shown), soft_wrap=True)
                 sys.stdout.flush()
 

@@ -4,9 +4,10 @@
 (to learn each optimizer's line in the user's code; torch has no creation hook), and torch's global step
 pre/post hooks (`register_optimizer_step_pre_hook`/`post_hook`) see every step(). Four findings, each once per
 parameter:
-- `moved`: a parameter that got no gradient (requires_grad=False, or a .grad of exact zeros) and still changed in
-  step(): momentum, Adam's moments or weight decay moved it, or a .grad left from an earlier step. Seen, not
-  guessed: such a parameter is copied before step() and compared after (only those, so the cost stays small);
+- `moved`: a parameter that got no gradient (requires_grad=False, or no backward() since the last step() gave it
+  one: its .grad, zeros included, is left over) and still changed in step(): momentum, Adam's moments or weight
+  decay moved it, or the left-over .grad. Seen, not guessed: such a parameter is copied before step() and
+  compared after (only those, so the cost stays small);
 - `unheld_accumulates`: a parameter in no optimizer whose .grad keeps growing: zero_grad() never clears it;
 - `never_zeroed`: a step() whose parameter's .grad still holds the gradient an earlier step() already used, a
   backward() having added to it since: zero_grad() is not called between steps. Accumulating over several
@@ -65,6 +66,7 @@ class OptimizerWatch:
         self.calls = 0
         self.steps = 0  # step() calls of all optimizers
         self._step_at: dict[str, int] = {}  # parameter name -> self.steps at its last backward()
+        self._fed: set[int] = set()  # id(parameter) that a backward() since the last step() gave gradient
         self._used: set[int] = set()  # id(parameter) whose .grad a step() used and nothing has cleared since
         self._stale: set[int] = set()  # ... to which a backward() has added since: the next step() uses both
         self._before: dict[int, tuple[torch.Tensor, torch.Tensor, str]] = {}  # id -> (param, copy, why no grad)
@@ -121,15 +123,29 @@ class OptimizerWatch:
                     self._find("never_zeroed", name, f"{name}.grad still held the gradient the last "
                                f"{type(opt).__name__}.step() used when a backward() added to it: call zero_grad() "
                                "after each step()")
-                why = _no_gradient(p)
+                why = self._no_gradient(p)
                 if why is not None and (id(p) not in self.names or ("moved", self.names[id(p)]) not in self._told):
                     self._before[id(p)] = (p, p.detach().clone(), why)
+
+    def _no_gradient(self, p) -> str | None:
+        """Why step() should leave `p` alone (it has no gradient to follow), or None when it has one. Read from
+        what the backward() calls since the last step() gave it; a parameter they never named is looked at."""
+        if p.grad is None:
+            return None  # torch's optimizers skip it
+        if not p.requires_grad:
+            return "has requires_grad=False"
+        if id(p) in self._fed:
+            return None
+        if id(p) in self.names or not (p.grad.is_sparse or bool(p.grad.any())):
+            return "got no gradient from the backward() calls since the last step()"
+        return None
 
     def _post(self, opt, args, kwargs) -> None:
         s = self.seen[id(opt)]
         s.steps += 1
         self.steps += 1
         self._used.update(id(p) for group in opt.param_groups for p in group["params"] if p.grad is not None)
+        self._fed.clear()
         for p, copy, why in self._before.values():
             if not torch.equal(copy, p.detach()):
                 name = self.names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
@@ -151,7 +167,10 @@ class OptimizerWatch:
             self.names[id(t)] = n.name
             stepped = self.steps > self._step_at.get(n.name, self.steps)
             self._step_at[n.name] = self.steps
-            if not self.seen or n.grad is None:
+            if n.grad is None:
+                continue
+            self._fed.add(id(t))
+            if not self.seen:
                 continue
             if not n.accumulated:  # cleared (None or zeros) before this backward()
                 self._used.discard(id(t))
@@ -183,17 +202,6 @@ def describe(opt) -> str:
     d = getattr(opt, "defaults", {}) or {}
     shown = [f"{k}={d[k]}" for k in _SHOWN_OPTIONS if k in d and d[k] not in (0, 0.0, False, None)]
     return f"{type(opt).__name__}({', '.join(shown)})"
-
-
-def _no_gradient(p) -> str | None:
-    """Why step() should leave `p` alone (it has no gradient to follow), or None when it has one."""
-    if p.grad is None:
-        return None  # torch's optimizers skip it
-    if not p.requires_grad:
-        return "has requires_grad=False"
-    if p.grad.is_sparse or bool(p.grad.any()):
-        return None
-    return "got a gradient of exact zeros"
 
 
 def _cause(opt, p) -> str:
