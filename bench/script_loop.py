@@ -1,12 +1,13 @@
 """`gradflow script` on whole training loops against `python FILE.py`, side by side in the same run (CPU).
 
-    PYTHONPATH=. python bench/script_loop.py [--pairs 3] [--long 10000] [--gpt2-steps 100]
+    PYTHONPATH=. python bench/script_loop.py [--pairs 3] [--long 10000] [--long-pairs 1] [--gpt2-steps 100]
 Three loops, each written to a temporary file and run as a fresh process, plainly and under `gradflow script`
 (stdout to /dev/null), in alternating pairs; medians over the pairs of the wall-time ratio, the CPU-time ratio
 (user+sys: it moves less on a shared machine) and the peak-RSS difference (os.wait4's ru_maxrss):
 - a small MLP (32-64-1, SGD with momentum), 1,000 steps: target <= 1.5x wall, peak RSS within 50 MB;
 - the same for --long steps (10,000): the peak RSS must stay where the 1,000-step one is (nothing kept per step);
 - a tiny transformers GPT-2 (bench/tiny_gpt2.py's config) with AdamW, --gpt2-steps steps: target <= 1.5x.
+Both sides run with OMP_NUM_THREADS=1: tiny ops on a shared machine only wait on a second thread.
 Not a test: timings depend on the machine.
 """
 import argparse
@@ -85,17 +86,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--long", type=int, default=10_000)
+    ap.add_argument("--long-pairs", type=int, default=1)
     ap.add_argument("--gpt2-steps", type=int, default=100)
     opts = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = "1"
     print(f"load {os.getloadavg()[0]:.1f}; medians of {opts.pairs} alternating pairs")
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [("MLP, 1,000 steps", MLP.format(steps=1000), 1.5),
-                (f"MLP, {opts.long:,} steps", MLP.format(steps=opts.long), 1.5),
-                (f"tiny GPT-2 + AdamW, {opts.gpt2_steps} steps", GPT2.format(steps=opts.gpt2_steps), 1.5)]
-        for i, (title, source, target) in enumerate(runs):
+        runs = [("MLP, 1,000 steps", MLP.format(steps=1000), 1.5, opts.pairs),
+                (f"MLP, {opts.long:,} steps (memory)", MLP.format(steps=opts.long), None, opts.long_pairs),
+                (f"tiny GPT-2 + AdamW, {opts.gpt2_steps} steps", GPT2.format(steps=opts.gpt2_steps), 1.5, opts.pairs)]
+        for i, (title, source, target, pairs) in enumerate(runs):
             path = Path(tmp) / f"loop{i}.py"
             path.write_text(source)
-            show(title, pair_up(path, opts.pairs), target)
+            show(title, pair_up(path, pairs), target)
 
 
 if __name__ == "__main__":

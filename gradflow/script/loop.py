@@ -4,8 +4,8 @@
 require grad) got gradient, the largest and smallest of their gradient norms, and what changed since the
 previous backward made at the same line (a GAN's two backward() lines are two loops, each compared with
 itself):
-- a named tensor whose status changed (live, none, off: a cut counts as off, since the steps gradflow does
-  not record cannot tell a cut from a tensor that never required grad);
+- a named tensor whose status changed (gradient reached it; none did; requires_grad=False, a cut counted as
+  such, since the steps gradflow does not record cannot tell a cut from a tensor that never required grad);
 - a gradient that became non-finite;
 - a parameter's gradient norm that vanished (exactly zero, or 100× under its own running level) or exploded
   (100× over it). The running level is an exponential average of log10 norms, so a slow decay over training
@@ -166,7 +166,8 @@ class LoopWatch:
         self.sites[site] = now
         if before is None:
             return []
-        out = [f"{name}: {before[name]} → {s}" for name, s in now.items() if name in before and before[name] != s]
+        out = [f"{name}: {WORDS[before[name]]} → {WORDS[s]}" for name, s in now.items()
+               if name in before and before[name] != s]
         for text in out:
             self._keep(index, text)
         return out
@@ -179,6 +180,9 @@ class LoopWatch:
         for text in out:
             self._keep(index, text)
         return out
+
+
+WORDS = {"live": "gradient reached it", "none": "no gradient reached it", "off": "requires_grad=False"}
 
 
 def _coarse(status: str) -> str:

@@ -151,8 +151,8 @@ class OptimizerWatch:
                 name = self.names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
                 cause = _cause(opt, p)
                 self._find("moved", name, f"{name} {why}, but it is still updated by {s.label}"
-                           f"{' at ' + s.line if s.line else ''} ({cause}): set its .grad = None or leave it out "
-                           "of the optimizer")
+                           f"{' at ' + s.line if s.line else ''}, through {cause}: set its .grad = None or leave it "
+                           "out of the optimizer")
         self._before = {}
 
     # ---- backward() --------------------------------------------------------------------------
@@ -212,9 +212,9 @@ def _cause(opt, p) -> str:
         causes.append("the .grad left from an earlier step")
     state = opt.state.get(p, {})
     if group.get("momentum") and "momentum_buffer" in state:
-        causes.append(f"momentum={group['momentum']}")
+        causes.append("its momentum")
     if "exp_avg" in state:
         causes.append("its running averages of earlier gradients")
     if group.get("weight_decay"):
-        causes.append(f"weight_decay={group['weight_decay']}")
-    return ", ".join(causes) or "its state from earlier steps"
+        causes.append("weight decay")
+    return " and ".join(causes) or "its state from earlier steps"

@@ -202,7 +202,7 @@ def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them
     assert [r["got_grad"] for r in steps] == [len(t) for t in truth]
     text = cli("script", str(path)).stdout
     assert full_reports(text) == [1, 9, 21]
-    assert "changed at backward 9:\n  0.weight: live → off" in text.replace("model.", "")
+    assert "changed at backward 9:\n  model.0.weight: gradient reached it → requires_grad=False\n" in text
 
 
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):

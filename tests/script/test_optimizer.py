@@ -116,7 +116,7 @@ def test_a_frozen_parameter_moved_by_the_optimizer_is_named_exactly_when_it_move
 def test_momentum_names_its_setting(tmp_path, cli):
     _, _, findings = run_both(tmp_path, cli, FREEZE_BODY.format(optimizer="SGD(model.parameters(), lr=0.1, "
                                                                           "momentum=0.9)"))
-    assert "SGD(momentum=0.9) at " in findings[0]["message"] and "(momentum=0.9)" in findings[0]["message"]
+    assert "SGD(momentum=0.9) at " in findings[0]["message"] and ", through its momentum: " in findings[0]["message"]
 
 
 def test_zero_grad_never_called_is_named_for_every_parameter(tmp_path, cli):
