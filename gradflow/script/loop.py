@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from gradflow.report.norms import grad_norms
 from gradflow.script.recorder import BackwardCall, Named
 from gradflow.values.jsonable import fresh
@@ -138,7 +140,7 @@ class LoopWatch:
         self.lines[site] = (made + 1, call.code)
         params = [n for n in call.named if n.tensor.is_leaf and n.tensor.requires_grad]
         got = [n for n in params if n.grad is not None]
-        norms = dict(zip([n.name for n in got], grad_norms([n.grad for n in got]))) if got else {}
+        norms = dict(zip([n.name for n in got], grad_norms([_normable(n.grad) for n in got]))) if got else {}
         few = {n.name for n in got if n.grad.numel() < FEW}
         step = Step(call.index, call.line, call.code, call.root_names[0] if call.root_names else None,
                     _loss(call), len(got), len(params), *_extremes(norms))
@@ -183,6 +185,13 @@ class LoopWatch:
 
 
 WORDS = {"live": "gradient reached it", "none": "no gradient reached it", "off": "requires_grad=False"}
+
+
+def _normable(g):
+    """The tensor whose 2-norm is g's: a sparse gradient's (an Embedding(sparse=True)'s) stored values."""
+    if g.is_sparse:
+        return g.coalesce().values()
+    return g if g.layout == torch.strided else g.to_dense()
 
 
 def _coarse(status: str) -> str:

@@ -48,7 +48,7 @@ def summary(loop: LoopWatch, optimizers: OptimizerWatch, lines_shown: int, full_
                         "lines", style="bold")]
     for site, (calls, code) in loop.lines.items():
         parts.append(Text(f"  {site}  {code}  ×{calls:,}", style="dim"))
-    parts.append(Text("status changes:" if loop.changes else "status changes: none", style="bold"))
+    parts.append(Text("changes:" if loop.changes else "changes: none", style="bold"))
     for c in loop.changes:
         parts.append(Text(f"  backward {c.step}: {c.text}"))
     if loop.more_changes:

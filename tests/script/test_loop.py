@@ -151,7 +151,7 @@ def test_a_plain_loop_is_one_full_report_then_folded_lines_then_a_summary(tmp_pa
         assert f"loss {truth['loss'][k - 1]:.4g} " in line
         assert "grad 2/2" in line
     assert "summary: 200 backward() calls, 1 shown in full, 19 as lines" in res.stdout
-    assert "status changes: none" in res.stdout
+    assert "changes: none" in res.stdout
     trend = re.search(r"^  w1 +([▁▂▃▄▅▆▇█]+)  ", res.stdout, re.M)
     assert trend is not None and 1 <= len(trend.group(1)) <= 24
     assert len(res.stdout.splitlines()) < 80  # not 200 tables
@@ -212,7 +212,7 @@ def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
     res = cli("script", str(path))
     assert res.exit_code == 0, res.output
     assert full_reports(res.stdout) == [1, 2]  # errD's first and errG's first
-    assert "status changes: none" in res.stdout
+    assert "changes: none" in res.stdout
     assert re.search(r"train.py:\d+  errD.backward\(\)  ×25", res.stdout)
     assert re.search(r"train.py:\d+  errG.backward\(\)  ×25", res.stdout)
     assert "⚠" not in res.stdout  # netD.zero_grad() clears the grad errG added before optD uses it (truth above)
