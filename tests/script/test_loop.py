@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gradflow.script.loop import LoopWatch, Trend, shows_line
+from gradflow.script.recorder import BackwardCall, Named
 
 PLAIN_LOOP = """
 import torch
@@ -253,6 +254,23 @@ def test_a_jump_against_the_running_level_is_an_event_a_slow_decay_is_not():
     assert [few.add(v, few=True) for v in (1.0, 1.0, 1.0, 1.0, 1e-6, 0.0)][-2:] == [None, "vanished"]
 
 
-def test_loop_watch_keeps_nothing_per_step():
+def _held(watch: LoopWatch) -> int:
+    """Everything the watch holds, counted as container entries."""
+    return (len(watch.sites) + sum(len(v) for v in watch.sites.values()) + len(watch.changes) + len(watch.lines)
+            + sum(len(t.buckets) for t in watch.trends.values()))
+
+
+def test_loop_watch_holds_as_much_after_ten_thousand_calls_as_after_a_thousand():
+    w = torch.randn(3, requires_grad=True)
+    loss = (w * w).sum()
     watch = LoopWatch()
-    assert not any(isinstance(v, list) and len(v) > 40 for v in vars(watch).values())
+    held = {}
+    for k in range(1, 10_001):
+        grad = torch.full((3,), 1.0 + (k % 5)) if k % 997 else torch.zeros(3)  # a vanishing gradient now and then
+        named = [Named("w", w, grad=grad), Named("loss", loss, grad=torch.tensor(1.0))]
+        step = watch.see(BackwardCall(k, "train.py:9", "loss.backward()", [loss], ["loss"], False, named, None))
+        assert step.got == 1 and step.params == 1 and step.largest == ("w", pytest.approx(float(grad.norm())))
+        if k in (1_000, 10_000):
+            held[k] = _held(watch)
+    assert held[10_000] <= held[1_000] + 40  # only the kept changes may grow, up to their cap
+    assert [c.step for c in watch.changes] == [k for k in range(997, 10_001, 997)]
