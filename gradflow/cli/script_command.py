@@ -212,6 +212,9 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
         try:
             from gradflow.limits import as_limits, using
 
+            if brief and not json_:
+                raise ValueInputError("bad_option", "--brief shapes the JSON records: it goes with --json",
+                                      hint="add --json, or leave --brief out (the text output is brief in a loop)")
             plan = LoopPlan(full or html is not None, every, steps, brief)
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
                 return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan)

@@ -180,10 +180,12 @@ def test_full_shows_every_call_as_before(tmp_path, cli):
     assert step_lines(res.stdout) == {}
 
 
-def test_bad_steps_is_an_input_error(tmp_path, cli):
-    res = cli("script", str(write(tmp_path, PLAIN_LOOP.format(steps=2))), "--steps", "9:3")
+@pytest.mark.parametrize("args, said", [(["--steps", "9:3"], "--steps 9:3"), (["--steps", "x"], "--steps x"),
+                                        (["--brief"], "--brief shapes the JSON records")])
+def test_bad_loop_options_are_input_errors(tmp_path, cli, args, said):
+    res = cli("script", str(write(tmp_path, PLAIN_LOOP.format(steps=2))), *args)
     assert res.exit_code == 2
-    assert "--steps 9:3" in res.stderr and "Traceback" not in res.stderr
+    assert said in res.stderr and "hint:" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them(tmp_path, cli):
