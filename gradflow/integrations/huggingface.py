@@ -43,7 +43,7 @@ class GradflowCallback(Checked, TrainerCallback):
         found = self.check.end(model, state.global_step + 1) if model is not None else None
         if found is not None:
             if state.is_world_process_zero:
-                (logger.warning if found.missing or found.failures else logger.info)(describe(found))
+                (logger.warning if found.missing or found.failures or found.divergent else logger.info)(describe(found))
             self.check.gate(found)
         if self.check.done:
             self.detach()

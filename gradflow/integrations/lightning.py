@@ -26,7 +26,7 @@ log = logging.getLogger("lightning.pytorch.callbacks.gradflow")
 
 @rank_zero_only
 def _say(found: Finding) -> None:
-    (log.warning if found.missing or found.failures else log.info)(describe(found))
+    (log.warning if found.missing or found.failures or found.divergent else log.info)(describe(found))
 
 
 class GradflowCallback(Checked, Callback):
