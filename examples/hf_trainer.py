@@ -2,6 +2,7 @@
 
     python examples/hf_trainer.py            # reports, then trains
     python examples/hf_trainer.py --fail     # fail_on="default": stops before the first optimizer step
+    torchrun --nproc-per-node 2 examples/hf_trainer.py    # DDP over gloo: every rank checks, rank 0 prints
 
 A tiny GPT-2 built from a config (nothing is downloaded), 64 rows of token ids in memory, CPU.
 """
@@ -39,7 +40,8 @@ def model():
 def main(fail: bool) -> None:
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(output_dir=out, max_steps=5, per_device_train_batch_size=4, use_cpu=True,
-                                 report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)
+                                 report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                                 ddp_backend="gloo")  # (used under torchrun only)
         trainer = Trainer(model(), args, train_dataset=Tokens(),
                           callbacks=[GradflowCallback(fail_on="default" if fail else ())])
         trainer.remove_callback(PrinterCallback)  # (its metrics line carries timings)
@@ -47,7 +49,8 @@ def main(fail: bool) -> None:
             trainer.train()
         except GateError as err:  # raised before the first optimizer step
             sys.exit(f"stopped: {err}")
-        print(f"trained {trainer.state.global_step} steps")
+        if trainer.is_world_process_zero():
+            print(f"trained {trainer.state.global_step} steps")
 
 
 if __name__ == "__main__":

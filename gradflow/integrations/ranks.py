@@ -15,13 +15,13 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def gather_names(names: list[str]) -> list[list[str]]:
-    """Every rank's `names`, in rank order (a one-element list outside a process group)."""
+def gather_reasons(own: dict[str, str]) -> list[dict[str, str]]:
+    """Every rank's `own` (name -> why it got no gradient), in rank order (one outside a process group)."""
     _, world = rank_and_world()
     if world < 2:
-        return [names]
+        return [own]
     every: list = [None] * world
-    dist.all_gather_object(every, names)
+    dist.all_gather_object(every, own)
     return every
 
 

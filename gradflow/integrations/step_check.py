@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gradflow.errors import GradflowError
-from gradflow.integrations.ranks import divergent, gather_names, rank_and_world
+from gradflow.integrations.ranks import divergent, gather_reasons, rank_and_world
 from gradflow.report.build import build_report
 from gradflow.report.fail_on import Failure, GateError, failures, gate_error, parse_classes
 from gradflow.report.inspect_report import InspectReport, ParamReport
@@ -129,6 +129,7 @@ class Finding:
     #                                                      backward: name -> why
     rank: int = 0
     divergent: dict[str, list[int]] = field(default_factory=dict)  # name -> ranks whose own backward gave none
+    ranks_own: list[dict[str, str]] = field(default_factory=list)  # every rank's `own`, in rank order
 
     @property
     def missing(self) -> list[ParamReport]:
@@ -243,7 +244,8 @@ def compare_ranks(found: Finding) -> None:
     """Under a process group: which parameters got a gradient from some ranks' own backward only (ranks.py); on
     the ranks whose own got none, the reason says where `.grad` came from."""
     found.rank, world = rank_and_world()
-    found.divergent = divergent(gather_names(sorted(found.own)))
+    found.ranks_own = gather_reasons(found.own)
+    found.divergent = divergent([sorted(own) for own in found.ranks_own])
     for p in found.params:
         none_on = found.divergent.get(p.name, [])
         if found.rank in none_on:
@@ -320,8 +322,8 @@ def _rank_lines(found: Finding) -> list[str]:
         return []
     wide = max(map(len, found.divergent))
     return ["  differs between ranks (each rank's own backward; the gradient sync then fills .grad in on every "
-            "rank):", *(f"    {name:<{wide}}  no gradient on {_ranks(none_on)}" for name, none_on in
-                        found.divergent.items())]
+            "rank):", *(f"    {name:<{wide}}  no gradient on {_ranks(none_on)}: {found.ranks_own[none_on[0]][name]}"
+                        for name, none_on in found.divergent.items())]
 
 
 class Checked:
