@@ -19,7 +19,8 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {}
 
 README = ROOT / "README.md"
 PAGES = pages()
-SLOW_PAGES = {"ddp.md", "integrations.md"}  # real ranks, real Trainers (seconds each): checked with -m slow
+# real ranks, real Trainers, torchrun (seconds each): checked with -m slow
+SLOW_PAGES = {"ddp.md", "fsdp.md", "integrations.md", "huggingface.md", "lightning.md"}
 
 
 def page_param(page: Path):
