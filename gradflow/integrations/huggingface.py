@@ -6,8 +6,9 @@ optimizer step, and why, in transformers' own log; `fail_on=` stops the run befo
 
 The report goes to the logger `transformers.gradflow` (so `transformers.logging.set_verbosity_*`, the Trainer's
 `log_level` and TRANSFORMERS_VERBOSITY apply): a warning when some parameter got none, info when all did; only
-the main process logs (under torchrun every rank checks, one prints). After `check_steps` cheap checks the
-callback's events become TrainerCallback's own empty ones: later steps cost what any callback in the list costs.
+the main process logs (under torchrun every rank checks, the ranks compare their own backwards, one prints).
+After `check_steps` cheap checks the callback's events become TrainerCallback's own empty ones: later steps
+cost what any callback in the list costs.
 """
 from __future__ import annotations
 
