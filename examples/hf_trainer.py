@@ -2,6 +2,7 @@
 
     python examples/hf_trainer.py            # reports, then trains
     python examples/hf_trainer.py --fail     # fail_on="default": stops before the first optimizer step
+    torchrun --nproc-per-node 2 examples/hf_trainer.py    # DDP over gloo: every rank checks, rank 0 prints
 
 A tiny GPT-2 built from a config (nothing is downloaded), 64 rows of token ids in memory, CPU.
 """
@@ -47,7 +48,8 @@ def main(fail: bool) -> None:
             trainer.train()
         except GateError as err:  # raised before the first optimizer step
             sys.exit(f"stopped: {err}")
-        print(f"trained {trainer.state.global_step} steps")
+        if trainer.is_world_process_zero():
+            print(f"trained {trainer.state.global_step} steps")
 
 
 if __name__ == "__main__":

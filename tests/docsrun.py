@@ -203,7 +203,7 @@ class Workspace:
     def bash(self, command: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
         env = {**os.environ, "COLUMNS": COLUMNS}
         return subprocess.run(["bash", "-c", command], cwd=self.path, input=stdin, capture_output=True,
-                              env=env, timeout=60)
+                              env=env, timeout=240)  # torchrun examples: 2 ranks on a busy 2-core machine
 
     def missing_tool(self, command: str) -> str | None:
         words = shlex.split(command)

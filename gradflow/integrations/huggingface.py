@@ -6,8 +6,9 @@ optimizer step, and why, in transformers' own log; `fail_on=` stops the run befo
 
 The report goes to the logger `transformers.gradflow` (so `transformers.logging.set_verbosity_*`, the Trainer's
 `log_level` and TRANSFORMERS_VERBOSITY apply): a warning when some parameter got none, info when all did; only
-the main process logs (under torchrun every rank checks, one prints). After `check_steps` cheap checks the
-callback's events become TrainerCallback's own empty ones: later steps cost what any callback in the list costs.
+the main process logs (under torchrun every rank checks, the ranks compare their own backwards, one prints).
+After `check_steps` cheap checks the callback's events become TrainerCallback's own empty ones: later steps
+cost what any callback in the list costs.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class GradflowCallback(Checked, TrainerCallback):
         found = self.check.end(model, state.global_step + 1) if model is not None else None
         if found is not None:
             if state.is_world_process_zero:
-                (logger.warning if found.missing or found.failures else logger.info)(describe(found))
+                (logger.warning if found.missing or found.failures or found.divergent else logger.info)(describe(found))
             self.check.gate(found)
         if self.check.done:
             self.detach()

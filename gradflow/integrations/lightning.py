@@ -6,8 +6,9 @@ step, and why, in Lightning's own log; `fail_on=` stops the run before the first
 
 The report goes to the logger `lightning.pytorch.callbacks.gradflow`, under the `lightning.pytorch` logger that
 Lightning sets up (INFO, to stderr, unless the root logger has handlers): a warning when some parameter got no
-gradient, info when all did; on global rank zero only (under torchrun every rank checks, one prints). After
-`check_steps` cheap checks the callback takes itself out of `trainer.callbacks`: later steps never call it.
+gradient, info when all did; on global rank zero only (under torchrun every rank checks, the ranks compare their
+own backwards, one prints). After `check_steps` cheap checks the callback takes itself out of
+`trainer.callbacks`: later steps never call it.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ log = logging.getLogger("lightning.pytorch.callbacks.gradflow")
 
 @rank_zero_only
 def _say(found: Finding) -> None:
-    (log.warning if found.missing or found.failures else log.info)(describe(found))
+    (log.warning if found.missing or found.failures or found.divergent else log.info)(describe(found))
 
 
 class GradflowCallback(Checked, Callback):

@@ -23,15 +23,24 @@ from dataclasses import dataclass, field
 import torch
 
 from gradflow.errors import GradflowError
+from gradflow.integrations.ranks import divergent, gather_reasons, rank_and_world
 from gradflow.report.build import build_report
 from gradflow.report.fail_on import Failure, GateError, failures, gate_error, parse_classes
 from gradflow.report.inspect_report import InspectReport, ParamReport
 from gradflow.report.param_table import STATUS, rows
 from gradflow.tracer.trace import Trace
 
+try:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a torch without FSDP2 (or without torch.distributed): no model is sharded
+    FSDPModule = DTensor = ()  # type: ignore[assignment,misc]
+
 CHECK_STEPS = 3  # steps after the first whose set of parameters without gradient is compared with the first's
 LORA_ZERO = ("exactly zero at this step because its lora_B partner is still all zeros (peft starts it there): "
              "it gets gradient once lora_B has moved, not a dead parameter")
+DIVERGENT = ("no gradient from this rank's own backward ({why}); its .grad after the step is the gradient sync's, "
+             "from {ranks}: the step's path differs between ranks")
 NOT_TRACED = "no gradient after backward (gradflow could not trace this step: {why})"
 
 
@@ -45,6 +54,11 @@ class StepTrace(Trace):
         self.model = model
         self.report: InspectReport | None = None
         self.error: str | None = None  # why there is no report
+        self.unsharded = Unsharded(model)
+
+    def __exit__(self, exc_type, exc, tb):
+        self.unsharded.close()
+        return super().__exit__(exc_type, exc, tb)
 
     def on_torch_function(self, func, args, kwargs: dict):
         if func is torch.Tensor.backward and args and self.report is None and self.error is None:
@@ -55,11 +69,51 @@ class StepTrace(Trace):
     def _explain_first(self, loss) -> None:
         self._recording = False  # explain runs inside the trace's mode, which torch holds off while it runs
         try:
-            self.report = self.explain(loss, params=self.model)
+            self.report = self.explain(loss, params=self.unsharded.params())
         except GradflowError as err:
             self.error = err.message
         finally:
             self._recording = True
+
+
+def is_unit(module: torch.nn.Module) -> bool:
+    """A module the user sharded with FSDP2's `fully_shard` (a function: mypy keeps it an nn.Module)."""
+    return isinstance(module, FSDPModule)
+
+
+class Unsharded:
+    """The tensors an FSDP2 (`fully_shard`) model's forward really used, by FQN.
+
+    Under FSDP2 the registered parameters are DTensor shards; each unit's forward all-gathers them and runs on
+    unsharded copies (registered in their place until the unit reshards). A forward pre-hook that runs after
+    FSDP's own (which is prepended) sees those copies: explaining the loss with them names every verdict by its
+    FQN and full shape; a unit never run keeps its shards, which no op used. A model without units: no hooks."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.seen: dict[str, torch.Tensor] = {}
+        self.handles = [m.register_forward_pre_hook(self._hook(name)) for name, m in model.named_modules()
+                        if is_unit(m)]
+
+    def _hook(self, unit: str):
+        prefix = f"{unit}." if unit else ""
+
+        def pre(module, args):
+            for name, p in module.named_parameters():
+                if not isinstance(p, DTensor):  # this unit's own, just all-gathered (nested units' are shards)
+                    self.seen[prefix + name] = p
+        return pre
+
+    def params(self):
+        """What to explain the loss with: the module, or by FQN the unsharded tensors the forward used."""
+        if not self.handles:
+            return self.model
+        return {n: self.seen.get(n, p) for n, p in self.model.named_parameters()}
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
 
 @dataclass
@@ -71,6 +125,11 @@ class Finding:
     first: bool  # the traced step (False: a later step whose set of parameters without gradient changed)
     failures: list[Failure] = field(default_factory=list)
     note: str | None = None  # why the step could not be traced, or what changed
+    own: dict[str, str] = field(default_factory=dict)  # trainable, no gradient from this rank's own first
+    #                                                      backward: name -> why
+    rank: int = 0
+    divergent: dict[str, list[int]] = field(default_factory=dict)  # name -> ranks whose own backward gave none
+    ranks_own: list[dict[str, str]] = field(default_factory=list)  # every rank's `own`, in rank order
 
     @property
     def missing(self) -> list[ParamReport]:
@@ -82,8 +141,9 @@ class Finding:
         return [p for p in self.params if not p.requires_grad]
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "first": self.first, "note": self.note,
-                "params": [p.to_dict() for p in self.params], "failures": [f.to_dict() for f in self.failures]}
+        return {"step": self.step, "first": self.first, "note": self.note, "rank": self.rank,
+                "params": [p.to_dict() for p in self.params], "failures": [f.to_dict() for f in self.failures],
+                "divergent": self.divergent}
 
 
 class StepCheck:
@@ -125,6 +185,8 @@ class StepCheck:
             found = changed_finding(model, self._last, step)
         if found is None:
             return None
+        if found.first:
+            compare_ranks(found)
         self._last = {p.name for p in found.params if p.requires_grad and p.grad is None} if found.first else \
             missing_now(model)
         if self.fail_on:
@@ -172,9 +234,27 @@ def first_finding(model: torch.nn.Module, t: StepTrace | None, step: int) -> Fin
         return Finding(step, [_untraced(n, p, why) for n, p in truth.items()], True, note=why)
     report.show_library_lines()
     params = [p for p in report.params if p.name in truth]
+    own = {p.name: p.why or p.status for p in params if p.requires_grad and p.grad is None}
     for p in params:
         _agree(p, truth[p.name], truth)
-    return Finding(step, params, True)
+    return Finding(step, params, True, own=own)
+
+
+def compare_ranks(found: Finding) -> None:
+    """Under a process group: which parameters got a gradient from some ranks' own backward only (ranks.py); on
+    the ranks whose own got none, the reason says where `.grad` came from."""
+    found.rank, world = rank_and_world()
+    found.ranks_own = gather_reasons(found.own)
+    found.divergent = divergent([sorted(own) for own in found.ranks_own])
+    for p in found.params:
+        none_on = found.divergent.get(p.name, [])
+        if found.rank in none_on:
+            with_one = [r for r in range(world) if r not in none_on]
+            p.reason = DIVERGENT.format(why=found.own[p.name], ranks=_ranks(with_one))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def _agree(p: ParamReport, real: torch.Tensor, truth: dict) -> None:
@@ -208,7 +288,8 @@ def changed_finding(model: torch.nn.Module, before: set[str], step: int) -> Find
 
 
 def describe(found: Finding) -> str:
-    """The log message: one headline, then a row per parameter (or per module's parameters) with a problem."""
+    """The log message: one headline, then a row per parameter (or per module's parameters) with a problem, then
+    (under a process group) the parameters whose getting a gradient differs between the ranks."""
     trainable = [p for p in found.params if p.requires_grad]
     if found.first:
         missing = found.missing
@@ -217,17 +298,32 @@ def describe(found: Finding) -> str:
                 f"gradflow: step {found.step}: every trainable parameter got a gradient ({len(trainable)} tensors)")
         if found.frozen:
             head += f"; {len(found.frozen)} frozen"
+        if found.divergent:
+            head += f"; {len(found.divergent)} differ between ranks"
     else:
         head = f"gradflow: step {found.step}: {found.note}"
+    return "\n".join([head, *_table(found), *_rank_lines(found)])
+
+
+def _table(found: Finding) -> list[str]:
     shown = rows(InspectReport(None, found.params), depth=2, only_problems=found.first) if found.params else []
     if not shown:
-        return head
+        return []
     labels = [f"{STATUS[r.first.status][0]} {r.label}" for r in shown]
     counts = [f"{len(r.params)} tensors" if len(r.params) > 1 else "×".join(map(str, r.first.shape)) or "scalar"
               for r in shown]
     wide, count_wide = max(map(len, labels)), max(map(len, counts))
-    return "\n".join([head, *(f"  {label:<{wide}}  {count:>{count_wide}}  {r.first.why or r.first.status}"
-                              for label, count, r in zip(labels, counts, shown))])
+    return [f"  {label:<{wide}}  {count:>{count_wide}}  {r.first.why or r.first.status}"
+            for label, count, r in zip(labels, counts, shown)]
+
+
+def _rank_lines(found: Finding) -> list[str]:
+    if not found.divergent:
+        return []
+    wide = max(map(len, found.divergent))
+    return ["  differs between ranks (each rank's own backward; the gradient sync then fills .grad in on every "
+            "rank):", *(f"    {name:<{wide}}  no gradient on {_ranks(none_on)}: {found.ranks_own[none_on[0]][name]}"
+                        for name, none_on in found.divergent.items())]
 
 
 class Checked:

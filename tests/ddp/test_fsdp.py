@@ -100,3 +100,45 @@ def test_the_fix_it_names_makes_the_real_step_complete(tmp_path):
     doc = json.loads(res.stdout)
     assert [s["ok"] for s in doc["fsdp"]["step"]] == [True, True]
     assert [s["grad_none"] for s in doc["fsdp"]["step"]] == [[], []]  # rank 1 gets the reduced (zero) gradient
+
+
+COUNTING = '''
+import os
+from pathlib import Path
+
+import torch
+from torch.distributed.fsdp import fully_shard
+
+LOG = Path(__file__).with_suffix(".calls")
+
+
+def main(rank, world_size):
+    with LOG.open("a") as f:
+        f.write(f"main {rank} {os.getpid()}\\n")
+    print(f"built on rank {rank}")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    fully_shard(model[0])
+    fully_shard(model)
+
+    def step(model):
+        with LOG.open("a") as f:
+            f.write(f"step {rank} {os.getpid()}\\n")
+        return model(torch.ones(2, 4)).sum()
+    return model, step
+'''
+
+
+def test_function_and_step_run_twice_per_rank_in_two_processes(tmp_path):
+    """As docs/fsdp.md says: once in the rank for the verdicts, once in its child for FSDP's real step (a fresh
+    process: what FUNCTION prints there is not shown)."""
+    path = tmp_path / "counting.py"
+    path.write_text(COUNTING)
+    res = gradflow_ddp(f"{path}:main", "--timeout", "20", timeout=300)
+    assert res.returncode == 0, res.stderr
+    calls = [line.split() for line in (tmp_path / "counting.calls").read_text().splitlines()]
+    for rank in ("0", "1"):
+        mains = [pid for what, r, pid in calls if what == "main" and r == rank]
+        steps = [pid for what, r, pid in calls if what == "step" and r == rank]
+        assert len(mains) == 2 and len(set(mains)) == 2  # two processes
+        assert sorted(steps) == sorted(mains)  # step once in each
+    assert res.stderr.count("built on rank 0") == 1 and res.stderr.count("built on rank 1") == 1

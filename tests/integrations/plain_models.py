@@ -10,15 +10,30 @@ VOCAB, WIDTH = 64, 32
 
 
 # ---- Hugging Face: a tiny GPT-2 from a config (nothing downloaded) ----------------------------------------------
+def rank() -> int:
+    """This process's rank (0 outside a process group)."""
+    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+
+
 def gpt2(case: str):
     """"frozen": the position embedding frozen; "unused": a head added and never called; "lora": peft LoRA on
-    c_attn (the base frozen, lora_A's first gradient exactly zero); "fine": nothing wrong."""
+    c_attn (the base frozen, lora_A's first gradient exactly zero); "rank0_head": a value head added to the loss
+    on rank 0 only; "fine": nothing wrong."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    class WithHead(GPT2LMHeadModel):
+        def forward(self, input_ids=None, labels=None, **kw):
+            out = super().forward(input_ids=input_ids, labels=labels, output_hidden_states=True, **kw)
+            if rank() == 0:  # the value head's loss only where its labels exist
+                out.loss = out.loss + self.value_head(out.hidden_states[-1]).pow(2).mean()
+            return out
 
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=WIDTH, n_head=2, vocab_size=VOCAB, n_positions=16, bos_token_id=0,
                         eos_token_id=1)
-    model = GPT2LMHeadModel(config)
+    model = (WithHead if case == "rank0_head" else GPT2LMHeadModel)(config)
+    if case == "rank0_head":
+        model.value_head = torch.nn.Linear(WIDTH, 1)
     if case == "frozen":
         model.transformer.wpe.weight.requires_grad_(False)
     elif case == "unused":
