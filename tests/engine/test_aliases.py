@@ -64,6 +64,28 @@ def test_detach_in_place_after_an_op_saved_the_tensor_is_refused_as_torch_does()
     assert err.value.kind == "detached_in_place" and "a.detach()" in err.value.hint
 
 
+# Found by bench/fuzz.py (inputs 68615 and 27765 of seed 11): the tensor detached in place was saved by an op
+# whose backward only `L.backward()` runs (torch runs every node it can reach from L, not only those on a path
+# to a tensor that still requires grad).
+SAVED_BEHIND = [  # (gradflow program, the same in torch)
+    ("n1 = 0.5*y\nn2 = inference_mode(sin(y))\ny.detach_()\nn3 = sin(n1)\nn4 = 2.0 - 1.0\nn1.detach_()\n"
+     "n4*x + y*x + n3*x",
+     "n1 = 0.5*y\nwith torch.inference_mode():\n    n2 = torch.sin(y)\ny.detach_()\nn3 = torch.sin(n1)\n"
+     "n4 = 2.0 - 1.0\nn1.detach_()\nL = n4*x + y*x + n3*x"),
+    ("n1 = 0.5 + x\nn2 = y.clone()\nwith torch.inference_mode():\n    n3 = y\nn4 = n2*y\ny.detach_()\n"
+     "n2.detach_()\nn3*x + y*x + n4*x",
+     "n1 = 0.5 + x\nn2 = y.clone()\nwith torch.inference_mode():\n    n3 = y\nn4 = n2*y\ny.detach_()\n"
+     "n2.detach_()\nL = n3*x + y*x + n4*x"),
+]
+
+
+@pytest.mark.parametrize("source, torch_code", SAVED_BEHIND)
+def test_a_tensor_saved_behind_a_detached_one_is_refused_as_torch_does(source, torch_code):
+    case = AliasCase(source, torch_code, {"x": 2.0, "y": 1.0})
+    assert run_torch(case) == "error"  # "Trying to use a saved tensor that has been detached in-place"
+    assert gradflow_grads(case) == "error"
+
+
 @pytest.mark.parametrize("source", ["a = no_grad(x); a.detach_(); a*x", "a = inference_mode(x); a.detach_(); a*x"])
 def test_a_region_around_a_leaf_hands_the_leaf_back(source):
     """torch: x itself is detached, so nothing requires grad and backward fails (exit 3 on the CLI)."""
