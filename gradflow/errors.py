@@ -138,6 +138,7 @@ class UserCodeError(GradflowError):
     """
 
     exit_code = ExitCode.USER_CODE
+    backward_failure: dict | None = None  # why backward failed, when gradflow explains it (tracer/failures.py)
 
     def __init__(self, kind: str, message: str, *, hint: str | None = None,
                  frames: list[tuple[str, int, str, str]] | None = None):
@@ -151,4 +152,6 @@ class UserCodeError(GradflowError):
     def to_dict(self) -> dict:
         d = super().to_dict()
         d["traceback"] = [{"file": f, "line": n, "function": fn, "code": code} for f, n, fn, code in self.frames]
+        if self.backward_failure is not None:
+            d["backward_failure"] = self.backward_failure
         return d

@@ -220,10 +220,12 @@ def failure_error(failure: TraceFailure) -> GradflowError:
                               "there instead), or .clone() it before using it in training")
 
 
-def trace(*, autograd: bool = False) -> Trace:
+def trace(*, autograd: bool = False, failures=None) -> Trace:
     """Start recording: `with gradflow.trace() as t: loss = model(x).mean()`; then `t.explain(loss, params=model)`.
     `autograd=True`: also name torch's autograd nodes by the ops that made them, for `autograd_graph(report, t)`
-    (report/op_graph.py; every op's line is then recorded, which costs time)."""
-    t = Trace(explain=build_report)
+    (report/op_graph.py; every op's line is then recorded, which costs time). `failures`: a
+    tracer.failure_log.FailureLog that records, from the same calls, what explains a failing backward (`gradflow
+    inspect` gives one)."""
+    t = Trace(explain=build_report, failures=failures)
     t.keeps_nodes = autograd
     return t

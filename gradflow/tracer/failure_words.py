@@ -55,6 +55,18 @@ def named_at(line: str | None, assigned: bool = False, grad: bool = False) -> st
     return None
 
 
+def recurrent_name(lines: list[str | None]) -> str | None:
+    """The name a recurrence updates (`hidden = cell(x, hidden)`, `h = h @ W + x`) on the first of these lines that
+    assigns a name it also reads."""
+    for line in dict.fromkeys(lines):
+        stmt = _statement(line)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            target = stmt.targets[0].id
+            if any(isinstance(n, ast.Name) and n.id == target for n in ast.walk(stmt.value)):
+                return target
+    return None
+
+
 def fix_for_write(write: Write, name: str | None) -> str:
     """The fix for a write that changed a tensor backward still needed."""
     t = name or "the tensor"

@@ -25,8 +25,16 @@ from types import TracebackType
 
 import torch
 
-from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write, seen
-from gradflow.tracer.failure_words import fix_for_write, named_at, parameter_name, source_of, tensor_names
+from gradflow.errors import GradflowError, UserCodeError, text_of
+from gradflow.tracer.failure_log import BackwardSeen, FailureLog, FailureMode, NonLeafGrad, OpSeen, Write, seen
+from gradflow.tracer.failure_words import (
+    fix_for_write,
+    named_at,
+    parameter_name,
+    recurrent_name,
+    source_of,
+    tensor_names,
+)
 from gradflow.tracer.source_lines import their_code
 
 # torch's words (re caches the compiled pattern)
@@ -37,6 +45,12 @@ _LEAF = "leaf Variable that requires grad is being used in an in-place operation
 _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
                "view", "reshape", "clone", "__getitem__", "expand", "t", "transpose", "permute", "contiguous",
                "detach", "to", "float", "double", "flatten", "squeeze", "unsqueeze", "cat", "stack", "zeros_like"}
+
+
+_WHAT = {"inplace_saved": "a tensor saved for backward was changed in place",
+         "graph_freed": "backward ran through a graph that an earlier backward() freed",
+         "leaf_inplace": "an in-place op on a leaf that requires grad",
+         "nonleaf_grad": ".grad of a tensor that is not a leaf is None"}
 
 
 class GradflowWarning(UserWarning):
@@ -53,16 +67,21 @@ class BackwardFailure:
     saved_by: dict | None = None  # {"op": ..., "line": ...}: the op whose backward needed the tensor
     modified_at: list[str] = field(default_factory=list)
     freed_by: str | None = None  # the earlier backward() that freed the graph
+    freed_call: int | None = None  # ... the how-manieth backward() call of the run it was (1, 2, ...)
     made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
     message: str = ""  # torch's own
 
+    @property
+    def what(self) -> str:
+        return _WHAT[self.kind]
+
     def describe(self) -> str:
         """The explanation as lines of text (the CLI prints them before torch's message)."""
-        what = {"inplace_saved": "a tensor saved for backward was changed in place",
-                "graph_freed": "backward ran through a graph that an earlier backward() freed",
-                "leaf_inplace": "an in-place op on a leaf that requires grad",
-                "nonleaf_grad": ".grad of a tensor that is not a leaf is None"}[self.kind]
-        out = [f"why backward failed: {what}"]
+        return "\n".join([f"why backward failed: {self.what}", *self.details()])
+
+    def details(self) -> list[str]:
+        """The tensor, the lines and the fix, one a line, indented."""
+        out = []
         if self.tensor:
             out.append(f"  tensor:      {self.tensor}")
         if self.saved_by:
@@ -72,9 +91,10 @@ class BackwardFailure:
         for i, line in enumerate(self.modified_at):
             out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
         if self.freed_by:
-            out.append(f"  freed by:    the backward() at {self.freed_by}  {source_of(self.freed_by)}".rstrip())
+            call = f" (backward() call {self.freed_call})" if self.freed_call else ""
+            out.append(f"  freed by:    the backward() at {self.freed_by}{call}  {source_of(self.freed_by)}".rstrip())
         out.append(f"  fix:         {self.fix}")
-        return "\n".join(out)
+        return out
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -151,9 +171,11 @@ def _graph_freed(log: FailureLog, message: str, tb: TracebackType | None) -> Bac
         freed = _nodes(earlier.roots).keys() & failing.keys()
         if earlier.roots and freed:
             name, old = _carrier(tb, failing, freed)
+            if name is None:  # no frame of the user's names it any more (inspect: their function returned)
+                name, old = recurrent_name([op.line for op in log.ops if op.index > earlier.index]), False
             stepped = any(w.optimizer and earlier.index < w.index < log.failed_in.index for w in log.writes)
             return BackwardFailure("graph_freed", name, _fix_freed(name, old, stepped, earlier.line),
-                                   freed_by=earlier.line, message=message)
+                                   freed_by=earlier.line, freed_call=earlier.number, message=message)
     return None
 
 
@@ -182,6 +204,9 @@ def _distance(node, targets) -> int:
 
 def _fix_freed(name: str | None, old: bool, stepped: bool, line: str | None) -> str:
     t = name or "the tensor"
+    if name is None:
+        return (f"detach what carries the graph of the backward() at {line} into this one (`h = h.detach()` between "
+                "iterations), or call backward() once on the sum of the losses")
     if not old:
         return (f"detach between iterations: `{t} = {t}.detach()` before it is used again, so each backward() "
                 "covers one iteration (truncated backpropagation through time)")
@@ -242,7 +267,7 @@ def _user_frames(tb: TracebackType | None) -> list:
 
 def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | None:
     """The explanation of torch's error `err`, if it is one of the classes gradflow explains."""
-    message = str(err)
+    message = text_of(err)
     if isinstance(err, RuntimeError):
         return (_inplace_saved(log, message, err.__traceback__) or _graph_freed(log, message, err.__traceback__)
                 or _leaf_inplace(log, message))
@@ -253,12 +278,42 @@ def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | No
 
 def attach(err: BaseException, failure: BackwardFailure) -> None:
     """Add the explanation to torch's error, in place: the same exception, its message then the explanation."""
-    failure.message = failure.message or str(err)
+    failure.message = failure.message or text_of(err)
     err.gradflow = failure  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
         err.args = (f"{err.args[0]}\n\n{failure.describe()}", *err.args[1:])
     elif hasattr(err, "add_note"):
         err.add_note(failure.describe())
+
+
+def explained(error: GradflowError, log: FailureLog | None, err: BaseException | None) -> GradflowError:
+    """The commands' report of the user's failure `error` (torch's `err`): when gradflow explains it, the
+    explanation first (what, the tensor, the lines, the fix), then torch's own message; the same as fields in
+    `error.backward_failure` (its JSON)."""
+    if log is None or err is None or not isinstance(error, UserCodeError):
+        return error
+    failure = explain_failure(log, err)
+    if failure is None:
+        return error
+    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else None
+    error.message = f"backward failed: {failure.what}" + (f" (at {where})" if where else "")
+    said = f"{type(err).__name__}: {text_of(err)}"
+    error.detail = "\n".join([*failure.details(), f"torch says: {said}"])
+    error.hint = "rerun with --debug for the full traceback"
+    error.backward_failure = {**failure.to_dict(), "torch_message": said}
+    return error
+
+
+def freed_elsewhere(log: FailureLog | None, loss: torch.Tensor, err: BaseException) -> bool:
+    """gradflow's own backward from `loss` (inspect's) met a graph that an earlier backward() of the user's freed,
+    and that backward did not start at the loss (truncated backpropagation through time: the loss itself was
+    never backwarded; a state carried from the last chunk brings the freed part in)."""
+    if log is None or loss.grad_fn is None:
+        return False
+    log.failed_in = BackwardSeen(next(log._count), 0, None, True, [loss.grad_fn])
+    failure = _graph_freed(log, text_of(err), err.__traceback__)
+    freeing = next((b for b in reversed(log.backwards) if b.line == failure.freed_by), None) if failure else None
+    return freeing is not None and not any(r is loss.grad_fn for r in freeing.roots)
 
 
 @contextmanager
@@ -267,7 +322,7 @@ def explain_errors():
     to its message and as `err.gradflow`; `.grad` read on a non-leaf warns with the leaf to read instead."""
     log = FailureLog()
     try:
-        with log:
+        with FailureMode(log):
             yield log
     except (RuntimeError, AttributeError, TypeError) as err:
         failure = explain_failure(log, err)
