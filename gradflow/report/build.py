@@ -14,6 +14,7 @@ from gradflow.report.norms import dot, grad_norm, grad_norms
 from gradflow.report.optimizer_coverage import cover
 from gradflow.report.reasons import FlowGraph, cut_of, frozen_reason, why_none
 from gradflow.report.truth import gradients, hidden_serials, settle, untraced_error
+from gradflow.tracer.grad_regions import CHECKPOINT_FIX
 from gradflow.tracer.trace import Trace, TraceFailure
 
 
@@ -211,7 +212,13 @@ def no_gradient_error(report: InspectReport) -> NoGradientError:
              for reason, names in by_reason.items()]
     return NoGradientError("no_gradient", "the loss does not require grad, so no parameter can get a gradient. "
                            f"Why: {'; '.join(parts) or 'no parameters found'}",
-                           hint="remove the detach/no_grad on the path, or unfreeze a parameter")
+                           hint=_no_gradient_hint(report))
+
+
+def _no_gradient_hint(report: InspectReport) -> str:
+    if {c.kind for p in report.params for c in p.cuts} == {"checkpoint"}:  # nothing but a checkpoint's cut
+        return f"make the reentrant checkpoint's input require grad: {CHECKPOINT_FIX}"
+    return "remove the detach/no_grad on the path, or unfreeze a parameter"
 
 
 def failure_error(failure: TraceFailure) -> GradflowError:

@@ -25,7 +25,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from gradflow.tracer.source_lines import lines_from
+from gradflow.tracer.grad_regions import DeadCheckpoint
+from gradflow.tracer.source_lines import grad_switch, lines, lines_from
 from gradflow.tracer.trace import step_aside, step_back
 
 OPS_KEPT = 20_000  # ops with gradients on, most recent first out
@@ -133,6 +134,7 @@ class FailureLog:
         self.leaf_write: LeafWrite | None = None
         self.nonleaf_grads: deque[NonLeafGrad] = deque(maxlen=16)
         self.failed_in: BackwardSeen | None = None  # the backward() that raised
+        self.checkpoints: deque[DeadCheckpoint] = deque(maxlen=8)  # reentrant ones autograd did not record
         self._count = itertools.count()
         self._backward_count = itertools.count(1)
         self._step: tuple | None = None  # inside an optimizer's step(): (its line, its parameters' Seen before)
@@ -183,6 +185,8 @@ class FailureLog:
             return self._backward(func, args, kwargs)
         if self._step is not None:  # its writes are seen whole when it ends
             return func(*args, **kwargs)
+        if name == "_set_grad_enabled" and args and not args[0]:
+            self._grad_off()
         written = _written(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
@@ -198,6 +202,13 @@ class FailureLog:
         elif torch.is_grad_enabled():
             self.op_ran(name, _tensors(list(args)), out)
         return out
+
+    def _grad_off(self) -> None:
+        """Gradients switched off: a reentrant checkpoint starting with no input that requires grad is kept (a trace
+        sees every switch itself, and tells the log: Trace._unrecorded)."""
+        switch = grad_switch(False)
+        if switch.checkpoint is not None and not switch.recompute and not switch.inputs_require_grad:
+            self.checkpoints.append(DeadCheckpoint(*lines()))
 
     def op_ran(self, name: str, ins: list, out) -> None:
         """An op with gradients on: kept if an input requires grad (it may have saved a tensor for backward)."""

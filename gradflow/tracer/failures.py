@@ -25,7 +25,7 @@ from types import TracebackType
 
 import torch
 
-from gradflow.errors import GradflowError, UserCodeError, text_of
+from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
 from gradflow.tracer.failure_log import BackwardSeen, FailureLog, FailureMode, NonLeafGrad, OpSeen, Write, seen
 from gradflow.tracer.failure_words import (
     fix_for_write,
@@ -41,16 +41,29 @@ from gradflow.tracer.source_lines import their_code
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
             r"(\w+),)? is at version (\d+); expected version (\d+) instead")
 _SECOND_TIME = "backward through the graph a second time"
+_NO_GRAD = "does not require grad and does not have a grad_fn"
 _LEAF = "leaf Variable that requires grad is being used in an in-place operation"
 _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
                "view", "reshape", "clone", "__getitem__", "expand", "t", "transpose", "permute", "contiguous",
                "detach", "to", "float", "double", "flatten", "squeeze", "unsqueeze", "cat", "stack", "zeros_like"}
 
 
+def _spell_call(call: dict) -> str:
+    where = call.get("line") or "?"
+    if call.get("library_line"):
+        where = f"{call['library_line']} (from {where})" if call.get("line") else call["library_line"]
+    arg = f", argument `{call['argument']}`" if call.get("argument") else ""
+    return f"{call['op']} at {where}{arg}  {source_of(call.get('line'))}".rstrip()
+
+
 _WHAT = {"inplace_saved": "a tensor saved for backward was changed in place",
          "graph_freed": "backward ran through a graph that an earlier backward() freed",
          "leaf_inplace": "an in-place op on a leaf that requires grad",
-         "nonleaf_grad": ".grad of a tensor that is not a leaf is None"}
+         "nonleaf_grad": ".grad of a tensor that is not a leaf is None",
+         "checkpoint_no_grad": "a reentrant checkpoint whose inputs do not require grad recorded nothing for "
+                               "backward",
+         "no_derivative": "an op has no derivative for one of its arguments",
+         "function_grads": "a custom autograd.Function's backward returned the wrong gradients"}
 
 
 class GradflowWarning(UserWarning):
@@ -69,6 +82,8 @@ class BackwardFailure:
     freed_by: str | None = None  # the earlier backward() that freed the graph
     freed_call: int | None = None  # ... the how-manieth backward() call of the run it was (1, 2, ...)
     made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
+    call: dict | None = None  # the call at fault: {"op", "line", "library_line"} of a checkpoint; {"op", "line",
+    #                           "argument"} of an op without a derivative or a custom Function's bad backward
     message: str = ""  # torch's own
 
     @property
@@ -88,6 +103,8 @@ class BackwardFailure:
             out.append(f"  saved by:    {self.saved_by['op']} at {self.saved_by['line']}")
         if self.made_by:
             out.append(f"  made by:     {self.made_by['op']} at {self.made_by['line']}")
+        if self.call:
+            out.append(f"  call:        {_spell_call(self.call)}")
         for i, line in enumerate(self.modified_at):
             out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
         if self.freed_by:
@@ -217,6 +234,15 @@ def _fix_freed(name: str | None, old: bool, stepped: bool, line: str | None) -> 
             f"to the backward() at {line} if you need the gradients in between")
 
 
+# ---- class 6: a reentrant checkpoint autograd did not record ----------------------------------------------------
+def _checkpoint(log: FailureLog, message: str) -> BackwardFailure | None:
+    if _NO_GRAD not in message or not log.checkpoints:
+        return None
+    dead = log.checkpoints[-1]
+    call = {"op": "torch.utils.checkpoint(use_reentrant=True)", "line": dead.line, "library_line": dead.library_line}
+    return BackwardFailure("checkpoint_no_grad", None, dead.fix, call=call, message=message)
+
+
 # ---- classes 3 and 5 ---------------------------------------------------------------------------------------------
 def _leaf_inplace(log: FailureLog, message: str) -> BackwardFailure | None:
     w = log.leaf_write
@@ -270,7 +296,7 @@ def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | No
     message = text_of(err)
     if isinstance(err, RuntimeError):
         return (_inplace_saved(log, message, err.__traceback__) or _graph_freed(log, message, err.__traceback__)
-                or _leaf_inplace(log, message))
+                or _leaf_inplace(log, message) or _checkpoint(log, message))
     if isinstance(err, (AttributeError, TypeError)) and "NoneType" in message and log.nonleaf_grads:
         return nonleaf_grad(log, log.nonleaf_grads[-1], err.__traceback__)
     return None
@@ -290,7 +316,7 @@ def explained(error: GradflowError, log: FailureLog | None, err: BaseException |
     """The commands' report of the user's failure `error` (torch's `err`): when gradflow explains it, the
     explanation first (what, the tensor, the lines, the fix), then torch's own message; the same as fields in
     `error.backward_failure` (its JSON)."""
-    if log is None or err is None or not isinstance(error, UserCodeError):
+    if log is None or err is None or not isinstance(error, (UserCodeError, NoGradientError)):
         return error
     failure = explain_failure(log, err)
     if failure is None:

@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
-from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.grad_regions import DeadCheckpoint, Listening, Region, Replay, checkpoint_state
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
@@ -482,7 +482,12 @@ class Trace:
         outer = self._regions[-1] if self._regions else None
         if not (outer.value if outer is not None else self._grad_base):
             return "no_grad", outer.how if outer is not None else None
-        return None if inputs_require_grad else ("checkpoint", None)
+        if inputs_require_grad:
+            return None
+        dead = DeadCheckpoint(*lines())
+        if self.failures is not None:
+            self.failures.checkpoints.append(dead)
+        return "checkpoint", dead.how
 
     def _grad_off(self) -> str | None:
         """How the innermost context switched gradients off, when the trace saw it do so."""
