@@ -1,26 +1,15 @@
-"""Class 7: a custom autograd.Function whose backward returns the wrong number of gradients.
+"""Class 7: an op torch has no derivative for, with respect to one of its arguments.
 
-forward takes two tensors, so backward must return two gradients (None for one that needs none).
+The regularized incomplete gamma function has a derivative in its second argument only: a learned shape
+parameter `a` makes backward fail ("the derivative for 'igamma: input' is not implemented").
 
     gradflow script examples/fail_no_derivative.py
 """
 import torch
 
-
-class Scale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, s):
-        ctx.save_for_backward(s)
-        return x * s
-
-    @staticmethod
-    def backward(ctx, grad):
-        (s,) = ctx.saved_tensors
-        return grad * s
-
-
 torch.manual_seed(0)
-x = torch.randn(3, requires_grad=True)
-s = torch.randn(3)
-loss = Scale.apply(x, s).sum()
+a = torch.full((3,), 2.0, requires_grad=True)
+x = torch.rand(3) * 4
+cdf = torch.special.gammainc(a, x)
+loss = (cdf - 0.5).pow(2).sum()
 loss.backward()

@@ -20,22 +20,22 @@ import math
 import re
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from types import TracebackType
 
 import torch
 
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
+from gradflow.tracer.failure_calls import function_grads, no_derivative
 from gradflow.tracer.failure_log import BackwardSeen, FailureLog, FailureMode, NonLeafGrad, OpSeen, Write, seen
 from gradflow.tracer.failure_words import (
+    BackwardFailure,
     fix_for_write,
     named_at,
     parameter_name,
     recurrent_name,
-    source_of,
     tensor_names,
 )
-from gradflow.tracer.source_lines import their_code
+from gradflow.tracer.source_lines import short_path, their_code
 
 # torch's words (re caches the compiled pattern)
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
@@ -48,75 +48,8 @@ _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__ia
                "detach", "to", "float", "double", "flatten", "squeeze", "unsqueeze", "cat", "stack", "zeros_like"}
 
 
-def _spell_call(call: dict) -> str:
-    where = call.get("line") or "?"
-    if call.get("library_line"):
-        where = f"{call['library_line']} (from {where})" if call.get("line") else call["library_line"]
-    arg = f", argument `{call['argument']}`" if call.get("argument") else ""
-    return f"{call['op']} at {where}{arg}  {source_of(call.get('line'))}".rstrip()
-
-
-_WHAT = {"inplace_saved": "a tensor saved for backward was changed in place",
-         "graph_freed": "backward ran through a graph that an earlier backward() freed",
-         "leaf_inplace": "an in-place op on a leaf that requires grad",
-         "nonleaf_grad": ".grad of a tensor that is not a leaf is None",
-         "checkpoint_no_grad": "a reentrant checkpoint whose inputs do not require grad recorded nothing for "
-                               "backward",
-         "no_derivative": "an op has no derivative for one of its arguments",
-         "function_grads": "a custom autograd.Function's backward returned the wrong gradients"}
-
-
 class GradflowWarning(UserWarning):
     """gradflow's explanation of something torch only warns about (a `.grad` read that gives None)."""
-
-
-@dataclass
-class BackwardFailure:
-    """What went wrong, where, and the fix. Lines are `file:line` of the user's code."""
-
-    kind: str  # inplace_saved | graph_freed | leaf_inplace | nonleaf_grad
-    tensor: str | None  # the tensor, as the user named it (None: no name found)
-    fix: str
-    saved_by: dict | None = None  # {"op": ..., "line": ...}: the op whose backward needed the tensor
-    modified_at: list[str] = field(default_factory=list)
-    freed_by: str | None = None  # the earlier backward() that freed the graph
-    freed_call: int | None = None  # ... the how-manieth backward() call of the run it was (1, 2, ...)
-    made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
-    call: dict | None = None  # the call at fault: {"op", "line", "library_line"} of a checkpoint; {"op", "line",
-    #                           "argument"} of an op without a derivative or a custom Function's bad backward
-    message: str = ""  # torch's own
-
-    @property
-    def what(self) -> str:
-        return _WHAT[self.kind]
-
-    def describe(self) -> str:
-        """The explanation as lines of text (the CLI prints them before torch's message)."""
-        return "\n".join([f"why backward failed: {self.what}", *self.details()])
-
-    def details(self) -> list[str]:
-        """The tensor, the lines and the fix, one a line, indented."""
-        out = []
-        if self.tensor:
-            out.append(f"  tensor:      {self.tensor}")
-        if self.saved_by:
-            out.append(f"  saved by:    {self.saved_by['op']} at {self.saved_by['line']}")
-        if self.made_by:
-            out.append(f"  made by:     {self.made_by['op']} at {self.made_by['line']}")
-        if self.call:
-            out.append(f"  call:        {_spell_call(self.call)}")
-        for i, line in enumerate(self.modified_at):
-            out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
-        if self.freed_by:
-            call = f" (backward() call {self.freed_call})" if self.freed_call else ""
-            out.append(f"  freed by:    the backward() at {self.freed_by}{call}  {source_of(self.freed_by)}".rstrip())
-        out.append(f"  fix:         {self.fix}")
-        return out
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("message")
-        return d
 
 
 # ---- class 1: a saved tensor written in place ---------------------------------------------------------------
@@ -291,12 +224,20 @@ def _user_frames(tb: TracebackType | None) -> list:
     return frames
 
 
+def _user_files(log: FailureLog, tb: TracebackType | None) -> list[str]:
+    """The user's files: those their latest recorded ops ran in, then those of their frames in the traceback,
+    innermost first."""
+    ran = [op.line.rpartition(":")[0] for op in reversed(log.ops) if op.line]
+    return ran + [short_path(f.f_code.co_filename) for f in reversed(_user_frames(tb))]
+
+
 def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | None:
     """The explanation of torch's error `err`, if it is one of the classes gradflow explains."""
     message = text_of(err)
     if isinstance(err, RuntimeError):
         return (_inplace_saved(log, message, err.__traceback__) or _graph_freed(log, message, err.__traceback__)
-                or _leaf_inplace(log, message) or _checkpoint(log, message))
+                or _leaf_inplace(log, message) or _checkpoint(log, message) or no_derivative(log, message)
+                or function_grads(log, message, _user_files(log, err.__traceback__)))
     if isinstance(err, (AttributeError, TypeError)) and "NoneType" in message and log.nonleaf_grads:
         return nonleaf_grad(log, log.nonleaf_grads[-1], err.__traceback__)
     return None
