@@ -80,9 +80,9 @@ def function_grads(log: FailureLog, message: str, files: list[str]) -> BackwardF
         fix = (f"`{name}.backward` must return {expected} gradient{'s' * (expected != 1)}, one per input of forward"
                f"{each}, in order, None for an input that needs none; it returned {got}")
         return BackwardFailure("function_grads", None, fix, call=call, message=message)
-    index, got, wanted = int(found.group(2)), found.group(3), found.group(4)
+    index, shape, wanted = int(found.group(2)), found.group(3), found.group(4)
     call["argument"] = argument = inputs[index] if index < len(inputs) else f"input {index}"
-    fix = (f"`{name}.backward`'s gradient for `{argument}` (input {index}) has shape [{got}]; it must have the "
+    fix = (f"`{name}.backward`'s gradient for `{argument}` (input {index}) has shape [{shape}]; it must have the "
            f"shape of `{argument}`, [{wanted}] (sum over the broadcast dimensions)")
     return BackwardFailure("function_grads", argument, fix, call=call, message=message)
 
