@@ -5,8 +5,13 @@ the hidden leaf behind it.
 
     gradflow script examples/fail_nonleaf_grad.py
 """
+import warnings
+
 import torch
 
+# torch warns "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"; silenced so that
+# this example prints the same wherever torch is installed.
+warnings.filterwarnings("ignore", "The .grad attribute of a Tensor that is not a leaf")
 torch.manual_seed(0)
 w = torch.randn(3, requires_grad=True).double()
 loss = (w * torch.arange(3.0, dtype=torch.float64)).sum()

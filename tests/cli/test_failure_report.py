@@ -166,3 +166,18 @@ def _backward_lines_in(path, name) -> list[int]:
     finally:
         torch.Tensor.backward = real
     return called
+
+
+@pytest.mark.parametrize("example,code,kind", [
+    ("fail_inplace", 5, "inplace_saved"), ("fail_second_backward", 5, "graph_freed"),
+    ("fail_leaf_inplace", 5, "leaf_inplace"), ("fail_no_grad_path", 3, None),
+    ("fail_nonleaf_grad", 5, "nonleaf_grad"), ("fail_checkpoint", 3, "checkpoint_no_grad"),
+    ("fail_no_derivative", 5, "no_derivative"), ("fail_custom_function", 5, "function_grads"),
+])
+def test_every_failure_example_fails_in_python_and_is_reported(cli, monkeypatch, example, code, kind):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises((RuntimeError, AttributeError)):
+        runpy.run_path(str(EXAMPLES / f"{example}.py"))  # plain python fails too
+    res = cli("script", f"examples/{example}.py", "--json")
+    assert res.exit_code == code
+    assert _error(res).get("backward_failure", {}).get("kind") == kind
