@@ -20,6 +20,7 @@ import itertools
 import sys
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -37,8 +38,7 @@ _ATTRIBUTES = {"__get__", "__set__", "__delete__"}  # x.grad, x.shape, x.grad = 
 _GRAD = torch.Tensor.grad  # the descriptor: its __get__ is a new object each time, its __self__ this one
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):  # (a NamedTuple: one is made per tensor of every op recorded, the cheapest to make)
     """A tensor as an op saw it: its storage (shared by its views), its version then, its shape."""
 
     storage: int
@@ -46,8 +46,7 @@ class Seen:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class OpSeen:
+class OpSeen(NamedTuple):
     index: int
     name: str
     ins: tuple[Seen, ...]
@@ -97,7 +96,7 @@ def seen(t: torch.Tensor) -> Seen:
         storage = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a functional wrapper)
         storage = id(t)
-    return Seen(storage, t._version, tuple(t.shape))
+    return Seen(storage, t._version, t.shape)  # (torch.Size is a tuple)
 
 
 def user_line() -> str | None:
