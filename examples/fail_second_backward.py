@@ -11,7 +11,7 @@ import torch
 torch.manual_seed(0)
 cell = torch.nn.RNNCell(3, 4)
 hidden = torch.zeros(1, 4)
-for step in range(2):
+for _ in range(2):
     x = torch.randn(1, 3)
     hidden = cell(x, hidden)
     loss = hidden.pow(2).sum()
