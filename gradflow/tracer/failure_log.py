@@ -9,7 +9,11 @@ user's code (a notebook cell, a test), and a block cannot be run twice. What it 
 - every op that ran with gradients on and a tensor input requiring grad (the ops that may save a tensor for
   backward): its name, its tensors (storage, version, shape) and the user's line;
 - every backward() call: its line, whether it kept the graph, and (when it did not) its root's autograd node,
-  to find later which part of a graph it freed.
+  to find later which part of a graph it freed;
+- every reentrant checkpoint none of whose inputs requires grad (autograd records nothing of it).
+One recorder, two ways in: where a command already traces (`gradflow script`, `inspect`), the trace hands each
+call of the user's to `FailureLog.call` (Trace.run; its one shortcut, run_leaf, to `op_ran`), so the calls are
+dispatched once; `explain_errors()`, which has no trace, puts a FailureMode of its own on torch's stack.
 Each is a ring buffer, so a long training loop keeps only its recent steps. Saved-tensor hooks would name the
 saved tensors exactly, but torch skips its version check for tensors that went through a pack hook: the very
 error to explain would vanish, and backward would return wrong gradients.

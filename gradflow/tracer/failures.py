@@ -12,7 +12,12 @@ to its message and, structured, as `err.gradflow` (a BackwardFailure). Kinds:
   time"): that earlier backward's line, the tensor that carries the freed part, the fix for that shape;
 - leaf_inplace: an in-place op on a leaf that requires grad, or a view of one;
 - nonleaf_grad: `.grad` read on a tensor that is not a leaf (torch only warns and gives None): the op that made
-  it, and the leaf to read instead. Given as a warning (GradflowWarning), or attached to the error it led to.
+  it, and the leaf to read instead. Given as a warning (GradflowWarning), or attached to the error it led to;
+- checkpoint_no_grad: a reentrant checkpoint none of whose inputs required grad (backward then finds nothing that
+  requires grad): the checkpointing call and the fix by name;
+- no_derivative, function_grads: an op without a derivative for an argument, a custom Function's backward that
+  returns the wrong gradients (tracer/failure_calls.py).
+`explained()` gives the commands' error the same explanation (`gradflow script`, `gradflow inspect`).
 """
 from __future__ import annotations
 
