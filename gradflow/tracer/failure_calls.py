@@ -89,10 +89,10 @@ def function_grads(log: FailureLog, message: str, files: list[str]) -> BackwardF
 
 def _applied_at(name: str, files: list[str]) -> str | None:
     """The first line of the user's files that calls `NAME.apply(`."""
-    needle = re.compile(rf"\b{re.escape(name)}\.apply\(")
+    needle = rf"\b{re.escape(name)}\.apply\("  # (re caches the compiled pattern)
     for path in dict.fromkeys(files):
         for number, text in enumerate(linecache.getlines(path), 1):
-            if needle.search(text):
+            if re.search(needle, text):
                 return f"{path}:{number}"
     return None
 
