@@ -50,7 +50,8 @@ class Seen(NamedTuple):  # (a NamedTuple: one is made per tensor of every op rec
     shape: tuple[int, ...]
 
 
-class OpSeen(NamedTuple):
+@dataclass(frozen=True)
+class OpSeen:
     index: int
     name: str
     ins: tuple[Seen, ...]
