@@ -50,6 +50,8 @@ class GradflowError(Exception):
 
     exit_code = ExitCode.INPUT
     detail: str | None = None  # more lines to show between the message and the hint (a traceback)
+    backward_failure: dict | None = None  # why the user's backward failed, when gradflow explains it
+    #                                       (tracer/failures.py; its JSON)
 
     def __init__(self, kind: str, message: str, *, hint: str | None = None,
                  span: Span | None = None, source: str | None = None):
@@ -69,6 +71,8 @@ class GradflowError(Exception):
         d: dict[str, object] = {"kind": self.kind, "message": self.message, "hint": self.hint}
         if self.span is not None:
             d["position"] = self.span.start
+        if self.backward_failure is not None:
+            d["backward_failure"] = self.backward_failure
         return d
 
     def caret(self) -> str | None:

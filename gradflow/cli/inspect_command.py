@@ -8,6 +8,7 @@ failure (exit 5). torch is imported only when the command runs.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -125,13 +126,14 @@ def load_function(path: Path, name: str):
     return func
 
 
-def run_function(func, name: str, kwargs: dict | None = None, autograd: bool = False):
+def run_function(func, name: str, kwargs: dict | None = None, autograd: bool = False, failures=None):
     """Call FUNCTION (with the --arg values) under a trace; return (trace, loss, params, optimizer). `autograd`:
-    the trace also names torch's autograd nodes (--autograd)."""
+    the trace also names torch's autograd nodes (--autograd); `failures`: a FailureLog the trace fills (why a
+    backward failed)."""
     from gradflow.report.build import failure_error, trace
 
     check_call(func, name, kwargs or {})
-    t = trace(autograd=autograd)
+    t = trace(autograd=autograd, failures=failures)
     try:
         with t:
             value = func(**(kwargs or {}))
@@ -287,9 +289,12 @@ def _inspect(target: str, o: Opts) -> int:
     path, name = split_target(target)
     find_file(path)
     preload()
-    with contained(str(path.resolve().parent)) as user:
+    from gradflow.tracer.failure_log import FailureLog
+
+    log = FailureLog()
+    with contained(str(path.resolve().parent)) as user, _explaining(log):
         func = user.run(f"importing {path}", load_function, path, name)
-        t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs, o.autograd)
+        t, loss, params, optimizer = user.run(f"{name}()", run_function, func, name, o.kwargs, o.autograd, log)
         report = user.run("backward", t.explain, loss, params=params, optimizer=optimizer, all_errors=False)
         del loss, params, optimizer  # the report holds the only reference to the loss left here
     ops = _autograd(report, t, o)
@@ -328,6 +333,19 @@ def _autograd(report, t, o: Opts):
     from gradflow.report.op_graph import autograd_graph
 
     return autograd_graph(report, t, o.op_depth)
+
+
+@contextlib.contextmanager
+def _explaining(log):
+    """The user's code failed in a backward (their own, or the report's): why, and the fix, when gradflow knows."""
+    from gradflow.errors import UserCodeError
+    from gradflow.tracer.failures import explained
+
+    try:
+        yield
+    except UserCodeError as err:
+        explained(err, log, err.__cause__)
+        raise
 
 
 def _gate(report, o: Opts) -> int:

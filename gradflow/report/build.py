@@ -14,6 +14,7 @@ from gradflow.report.norms import dot, grad_norm, grad_norms
 from gradflow.report.optimizer_coverage import cover
 from gradflow.report.reasons import FlowGraph, cut_of, frozen_reason, why_none
 from gradflow.report.truth import gradients, hidden_serials, settle, untraced_error
+from gradflow.tracer.grad_regions import CHECKPOINT_FIX
 from gradflow.tracer.trace import Trace, TraceFailure
 
 
@@ -211,7 +212,13 @@ def no_gradient_error(report: InspectReport) -> NoGradientError:
              for reason, names in by_reason.items()]
     return NoGradientError("no_gradient", "the loss does not require grad, so no parameter can get a gradient. "
                            f"Why: {'; '.join(parts) or 'no parameters found'}",
-                           hint="remove the detach/no_grad on the path, or unfreeze a parameter")
+                           hint=_no_gradient_hint(report))
+
+
+def _no_gradient_hint(report: InspectReport) -> str:
+    if {c.kind for p in report.params for c in p.cuts} == {"checkpoint"}:  # nothing but a checkpoint's cut
+        return f"make the reentrant checkpoint's input require grad: {CHECKPOINT_FIX}"
+    return "remove the detach/no_grad on the path, or unfreeze a parameter"
 
 
 def failure_error(failure: TraceFailure) -> GradflowError:
@@ -220,10 +227,12 @@ def failure_error(failure: TraceFailure) -> GradflowError:
                               "there instead), or .clone() it before using it in training")
 
 
-def trace(*, autograd: bool = False) -> Trace:
+def trace(*, autograd: bool = False, failures=None) -> Trace:
     """Start recording: `with gradflow.trace() as t: loss = model(x).mean()`; then `t.explain(loss, params=model)`.
     `autograd=True`: also name torch's autograd nodes by the ops that made them, for `autograd_graph(report, t)`
-    (report/op_graph.py; every op's line is then recorded, which costs time)."""
-    t = Trace(explain=build_report)
+    (report/op_graph.py; every op's line is then recorded, which costs time). `failures`: a
+    tracer.failure_log.FailureLog that records, from the same calls, what explains a failing backward (`gradflow
+    inspect` gives one)."""
+    t = Trace(explain=build_report, failures=failures)
     t.keeps_nodes = autograd
     return t

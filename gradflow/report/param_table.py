@@ -127,7 +127,21 @@ def optimizer_summary(report: InspectReport) -> str:
 
 def legend(report: InspectReport) -> Text:
     seen = {p.status for p in report.params}
-    return Text("  ".join(f"{STATUS[s][0]} {STATUS[s][2]}" for s in STATUS if s in seen), style="dim")
+    return Text("  ".join(f"{STATUS[s][0]} {_legend_text(report, s)}" for s in STATUS if s in seen), style="dim")
+
+
+CHECKPOINT_LEGEND = "a reentrant checkpoint whose inputs do not require grad"
+
+
+def _legend_text(report: InspectReport, status: str) -> str:
+    """The status's words; a cut by a reentrant checkpoint (no detach, no_grad or inference_mode of the user's)
+    is named as such."""
+    if status != "cut":
+        return STATUS[status][2]
+    kinds = {c.kind for p in report.params if p.status == "cut" for c in p.cuts}
+    if "checkpoint" not in kinds:
+        return STATUS["cut"][2]
+    return f"cut by {CHECKPOINT_LEGEND}" if kinds == {"checkpoint"} else f"{STATUS['cut'][2]} or {CHECKPOINT_LEGEND}"
 
 
 def print_report(report: InspectReport, out: Console, err: Console, depth: int = 2, expand: bool = False,

@@ -29,7 +29,7 @@ CUT_TEXT = {
     "nondiff": "cut: `{op}` has no gradient (integer/boolean output)",
     "item": "cut: `{op}` turned it into a Python number",
     "rewrap": "cut: `{op}` copied it into a new tensor without gradient",
-    "checkpoint": "cut: `{op}` ran in a reentrant checkpoint whose inputs do not require grad",
+    "checkpoint": "cut: `{op}` ran in a reentrant checkpoint whose inputs do not require grad ({how})",
 }
 GRAD_OFF = "gradients off"  # a no_grad cut whose context the trace did not see switch (entered before it began)
 

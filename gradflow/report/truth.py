@@ -20,6 +20,7 @@ from itertools import compress
 import torch
 
 from gradflow.errors import GradflowError, UntracedError, text_of
+from gradflow.tracer.failures import freed_elsewhere
 from gradflow.tracer.source_lines import raised_by_gradflow, user_failure
 
 BACKWARD_HINT = ("the backward pass through your model failed (a hook that raises, a tensor changed in place "
@@ -62,7 +63,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     may_refuse = "CheckpointFunction" in trace.state.functions  # and free part of the graph before it does
     try:
         with _grads_put_back(leaves), trace.listening():  # a reentrant backward accumulates into .grad
-            grads = _grad(loss, flags, wanted, retain_graph or bool(hidden) or may_refuse)
+            grads = _grad(loss, flags, wanted, retain_graph or bool(hidden) or may_refuse, trace.failures)
     except _Refused:  # (its checkpointed code may use no parameter at all: then `leaves` is still empty)
         with trace.listening():
             plain = plain_grads(loss, leaves or grad_leaves(trace, tensors), tensors, retain_graph)
@@ -77,13 +78,16 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     return Gradients(grads, plain, checked=plain is not None)
 
 
-def _grad(loss, flags: list[bool], wanted: list, retain_graph: bool) -> list:
+def _grad(loss, flags: list[bool], wanted: list, retain_graph: bool, failures=None) -> list:
     """torch.autograd.grad of the `wanted` tensors, in the order of `flags` (each tensor's requires_grad before the
-    backward: None for those that did not), sparse ones made dense."""
+    backward: None for those that did not), sparse ones made dense. A graph freed by a backward() of the user's
+    that started elsewhere (`failures`, the trace's failure log, says so) is their code's failure, not a loss
+    already backwarded."""
     try:
         grads = torch.autograd.grad(loss, wanted, allow_unused=True, retain_graph=retain_graph)
     except Exception as err:
-        if isinstance(err, RuntimeError) and "second time" in text_of(err):
+        if isinstance(err, RuntimeError) and "second time" in text_of(err) and \
+                not freed_elsewhere(failures, loss, err):
             raise GradflowError("graph_freed", "the loss's graph was already used by a backward pass",
                                 hint="explain before calling loss.backward(), or backward(retain_graph=True)") from None
         if isinstance(err, RuntimeError) and "incompatible with .grad()" in text_of(err):

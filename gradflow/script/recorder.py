@@ -32,6 +32,7 @@ from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.writes import Write, Writes, storage_of, written
+from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
 from gradflow.tracer.records import inputs
@@ -107,7 +108,7 @@ class ScriptTrace(Trace):
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None],
                  records: Callable[[int], bool] | None = None):
-        super().__init__()
+        super().__init__(failures=FailureLog())  # why a backward failed (tracer/failures.py)
         # records(k): are the ops before backward k recorded (its cuts named, its program written)? A loop's
         # other steps run their ops unrecorded: the per-op record is what made a long loop slow and its memory grow
         self.records = records
@@ -131,7 +132,8 @@ class ScriptTrace(Trace):
         """backward() runs with hooks on the named tensors (run_backward); every other call keeps its arguments
         as a template for the program (`_record`), then is recorded as the trace records it."""
         if self.quiet and getattr(func, "__name__", None) != "backward":  # grad switches too: torch.optim's
-            return func(*args, **kwargs)  # step() switches without a `with`, so each step would add a region
+            return self.run(func, args, kwargs)  # step() switches without a `with`, so each step would add a
+            #                                      region; the failure log still sees it (a bounded ring)
         if op_name(func) == "backward":
             return self.run_backward(func, args, kwargs)
         if self._followed:  # (templates give serials: a tensor first seen here is still new to from_numpy's check)
@@ -226,7 +228,7 @@ class ScriptTrace(Trace):
         except Exception as bug:  # gradflow's own failure: never reported as the script's
             raise InternalFailure(bug) from bug
         try:
-            return func(*args, **kwargs)
+            return self.run(func, args, kwargs)
         except RuntimeError as err:
             self.failed, call.error = err, text_of(err).split("\n")[0]
             call.program = NoProgram("its backward raised: there are no grads for a program to reproduce")

@@ -19,6 +19,7 @@ from pathlib import Path
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError, text_of
 from gradflow.script.optimizer import OptimizerWatch
 from gradflow.script.recorder import NO_GRAD_MESSAGE, BackwardCall, InternalFailure, ScriptTrace
+from gradflow.tracer.failures import explained
 from gradflow.tracer.source_lines import short_path, user_code
 
 
@@ -57,7 +58,7 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
         raise UserCodeError("user_code", f"{where}: {type(err).__name__}: {err.msg}",
                             hint="fix the script: python cannot run it either") from err
     except Exception as err:
-        raise _raised(path, err, trace) from err
+        raise explained(_raised(path, err, trace), trace.failures, err) from err
     finally:
         sys.argv, sys.path[:] = saved
         _end_forked_copy(pid)

@@ -9,7 +9,11 @@ user's code (a notebook cell, a test), and a block cannot be run twice. What it 
 - every op that ran with gradients on and a tensor input requiring grad (the ops that may save a tensor for
   backward): its name, its tensors (storage, version, shape) and the user's line;
 - every backward() call: its line, whether it kept the graph, and (when it did not) its root's autograd node,
-  to find later which part of a graph it freed.
+  to find later which part of a graph it freed;
+- every reentrant checkpoint none of whose inputs requires grad (autograd records nothing of it).
+One recorder, two ways in: where a command already traces (`gradflow script`, `inspect`), the trace hands each
+call of the user's to `FailureLog.call` (Trace.run; its one shortcut, run_leaf, to `op_ran`), so the calls are
+dispatched once; `explain_errors()`, which has no trace, puts a FailureMode of its own on torch's stack.
 Each is a ring buffer, so a long training loop keeps only its recent steps. Saved-tensor hooks would name the
 saved tensors exactly, but torch skips its version check for tensors that went through a pack hook: the very
 error to explain would vanish, and backward would return wrong gradients.
@@ -20,26 +24,25 @@ import itertools
 import sys
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from gradflow.tracer.source_lines import lines_from
+from gradflow.tracer.grad_regions import DeadCheckpoint
+from gradflow.tracer.source_lines import grad_switch, lines, lines_from
+from gradflow.tracer.trace import step_aside, step_back
 
 OPS_KEPT = 20_000  # ops with gradients on, most recent first out
 WRITES_KEPT = 20_000
 BACKWARDS_KEPT = 8
 _BACKWARDS = {"backward", "grad"}  # Tensor.backward, torch.autograd.backward, torch.autograd.grad
 _ATTRIBUTES = {"__get__", "__set__", "__delete__"}  # x.grad, x.shape, x.grad = None: no op, nothing saved
-# torch has no public way to take the innermost torch function mode off its stack and put it back (an optimizer's
-# step runs with the recorder's mode off: see FailureLog._step_begins).
-_pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
 _GRAD = torch.Tensor.grad  # the descriptor: its __get__ is a new object each time, its __self__ this one
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):  # (a NamedTuple: one is made per tensor of every op recorded, the cheapest to make)
     """A tensor as an op saw it: its storage (shared by its views), its version then, its shape."""
 
     storage: int
@@ -98,7 +101,7 @@ def seen(t: torch.Tensor) -> Seen:
         storage = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a functional wrapper)
         storage = id(t)
-    return Seen(storage, t._version, tuple(t.shape))
+    return Seen(storage, t._version, t.shape)  # (torch.Size is a tuple)
 
 
 def user_line() -> str | None:
@@ -123,48 +126,45 @@ def _written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return []
 
 
-class FailureLog(TorchFunctionMode):
-    """The recorder: a torch function mode that sees every torch call of the block."""
+class FailureLog:
+    """The recorder. Each torch call of the block goes through `call` (run, then recorded): the calls a trace
+    sees (`Trace(failures=...)`, as `gradflow script` and `inspect` record), or those of a FailureMode of its
+    own (`explain_errors()`). `start()` and `stop()` bracket the block."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.ops: deque[OpSeen] = deque(maxlen=OPS_KEPT)
         self.writes: deque[Write] = deque(maxlen=WRITES_KEPT)
         self.backwards: deque[BackwardSeen] = deque(maxlen=BACKWARDS_KEPT)
         self.leaf_write: LeafWrite | None = None
         self.nonleaf_grads: deque[NonLeafGrad] = deque(maxlen=16)
         self.failed_in: BackwardSeen | None = None  # the backward() that raised
+        self.checkpoints: deque[DeadCheckpoint] = deque(maxlen=8)  # reentrant ones autograd did not record
         self._count = itertools.count()
         self._backward_count = itertools.count(1)
         self._step: tuple | None = None  # inside an optimizer's step(): (its line, its parameters' Seen before)
-        self._off = False  # the mode taken off torch's stack for that step
+        self._aside: TorchFunctionMode | None = None  # the mode that steps aside for a step (FailureMode's own)
+        self.off = False  # ... and is off torch's stack now
         self._hooks: list = []
 
-    def __enter__(self):
+    def start(self, aside: TorchFunctionMode | None = None) -> None:
         # An optimizer's step writes every parameter in place, op by op: seen whole through torch's (public,
         # global) step hooks, once per step, instead of one record (and one walk of the stack) per write.
+        self._aside = aside
         self._hooks = [register_optimizer_step_pre_hook(self._step_begins),
                        register_optimizer_step_post_hook(self._step_ends)]
-        return super().__enter__()
 
-    def __exit__(self, *exc):
+    def stop(self) -> None:
         for h in self._hooks:
             h.remove()
-        if self._off:  # a step raised: the mode is off already
-            self._off = False
-            return False
-        return super().__exit__(*exc)
+        self._hooks = []
 
     def _step_begins(self, optimizer, args, kwargs) -> None:
         """The step writes every parameter, op by op, with gradients off: nothing in it is saved for backward, so
-        the mode steps aside (one Python call per op saved) and the writes are read from the versions after."""
+        its writes are read from the versions after it, and a mode of the log's own steps aside meanwhile (a
+        trace's mode goes on recording: its reports show the step's ops)."""
         params = [p for g in optimizer.param_groups for p in g["params"]]
         self._step = (user_line(), [(p, p._version) for p in params])
-        mode = _pop_mode()
-        if mode is self:
-            self._off = True
-        else:  # a mode of the user's is innermost: leave the stack as it is
-            _push_mode(mode)
+        self.off = self._aside is not None and step_aside(self._aside)
 
     def _step_ends(self, optimizer, args, kwargs) -> None:
         if self._step is None:
@@ -174,12 +174,12 @@ class FailureLog(TorchFunctionMode):
         for p, version in before:
             if p._version != version:
                 self.writes.append(Write(next(self._count), "step", seen(p), line, True))
-        if self._off:
-            _push_mode(self)
-            self._off = False
+        if self.off and self._aside is not None:
+            step_back(self._aside)
+            self.off = False
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+    def call(self, func, args: tuple, kwargs: dict):
+        """Run the call as asked; record it if it writes in place, may save a tensor, or is a backward()."""
         name = getattr(func, "__name__", "")
         if name in _ATTRIBUTES:
             if name == "__get__" and getattr(func, "__self__", None) is _GRAD:
@@ -189,6 +189,8 @@ class FailureLog(TorchFunctionMode):
             return self._backward(func, args, kwargs)
         if self._step is not None:  # its writes are seen whole when it ends
             return func(*args, **kwargs)
+        if name == "_set_grad_enabled" and args and not args[0]:
+            self._grad_off()
         written = _written(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
@@ -202,11 +204,21 @@ class FailureLog(TorchFunctionMode):
             for t in written:
                 self.writes.append(Write(next(self._count), name, seen(t), line, False))
         elif torch.is_grad_enabled():
-            ins = _tensors(list(args))
-            if any(t.requires_grad for t in ins):
-                outs = tuple(map(seen, _tensors(out)))
-                self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, user_line()))
+            self.op_ran(name, _tensors(list(args)), out)
         return out
+
+    def _grad_off(self) -> None:
+        """Gradients switched off: a reentrant checkpoint starting with no input that requires grad is kept (a trace
+        sees every switch itself, and tells the log: Trace._unrecorded)."""
+        switch = grad_switch(False)
+        if switch.checkpoint is not None and not switch.recompute and not switch.inputs_require_grad:
+            self.checkpoints.append(DeadCheckpoint(*lines()))
+
+    def op_ran(self, name: str, ins: list, out) -> None:
+        """An op with gradients on: kept if an input requires grad (it may have saved a tensor for backward)."""
+        if any(t.requires_grad for t in ins):
+            outs = tuple(map(seen, _tensors(out)))
+            self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, user_line()))
 
     def _grad_read(self, get, t: torch.Tensor):
         grad = get(t)
@@ -232,3 +244,25 @@ class FailureLog(TorchFunctionMode):
             call.roots = []  # a kept graph holds its saved tensors: never keep it alive longer than the user does
         self.backwards.append(call)
         return result
+
+
+class FailureMode(TorchFunctionMode):
+    """The log's own torch function mode, for a block no trace records (`explain_errors()`)."""
+
+    def __init__(self, log: FailureLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def __enter__(self):
+        self.log.start(aside=self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.log.stop()
+        if self.log.off:  # a step raised: the mode is off the stack already
+            self.log.off = False
+            return False
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.log.call(func, args, kwargs or {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -55,6 +56,18 @@ def named_at(line: str | None, assigned: bool = False, grad: bool = False) -> st
     return None
 
 
+def recurrent_name(lines: list[str | None]) -> str | None:
+    """The name a recurrence updates (`hidden = cell(x, hidden)`, `h = h @ W + x`) on the first of these lines that
+    assigns a name it also reads."""
+    for line in dict.fromkeys(lines):
+        stmt = _statement(line)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            target = stmt.targets[0].id
+            if any(isinstance(n, ast.Name) and n.id == target for n in ast.walk(stmt.value)):
+                return target
+    return None
+
+
 def fix_for_write(write: Write, name: str | None) -> str:
     """The fix for a write that changed a tensor backward still needed."""
     t = name or "the tensor"
@@ -96,3 +109,71 @@ def _named(frames: list, kind: type) -> list:
                     ids.add(id(value))
                     found.append((name, value))
     return found
+
+
+# ---- the explanation ----------------------------------------------------------------------------------------
+def _spell_call(call: dict) -> str:
+    where = call.get("line") or "?"
+    if call.get("library_line"):
+        where = f"{call['library_line']} (from {where})" if call.get("line") else call["library_line"]
+    arg = f", argument `{call['argument']}`" if call.get("argument") else ""
+    return f"{call['op']} at {where}{arg}  {source_of(call.get('line'))}".rstrip()
+
+
+_WHAT = {"inplace_saved": "a tensor saved for backward was changed in place",
+         "graph_freed": "backward ran through a graph that an earlier backward() freed",
+         "leaf_inplace": "an in-place op on a leaf that requires grad",
+         "nonleaf_grad": ".grad of a tensor that is not a leaf is None",
+         "checkpoint_no_grad": "a reentrant checkpoint whose inputs do not require grad recorded nothing for "
+                               "backward",
+         "no_derivative": "an op has no derivative for one of its arguments",
+         "function_grads": "a custom autograd.Function's backward returned the wrong gradients"}
+
+
+@dataclass
+class BackwardFailure:
+    """What went wrong, where, and the fix. Lines are `file:line` of the user's code."""
+
+    kind: str  # a key of _WHAT
+    tensor: str | None  # the tensor, as the user named it (None: no name found)
+    fix: str
+    saved_by: dict | None = None  # {"op": ..., "line": ...}: the op whose backward needed the tensor
+    modified_at: list[str] = field(default_factory=list)
+    freed_by: str | None = None  # the earlier backward() that freed the graph
+    freed_call: int | None = None  # ... the how-manieth backward() call of the run it was (1, 2, ...)
+    made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
+    call: dict | None = None  # the call at fault: {"op", "line", "library_line"} of a checkpoint; {"op", "line",
+    #                           "argument"} of an op without a derivative or a custom Function's bad backward
+    message: str = ""  # torch's own
+
+    @property
+    def what(self) -> str:
+        return _WHAT[self.kind]
+
+    def describe(self) -> str:
+        """The explanation as lines of text (the CLI prints them before torch's message)."""
+        return "\n".join([f"why backward failed: {self.what}", *self.details()])
+
+    def details(self) -> list[str]:
+        """The tensor, the lines and the fix, one a line, indented."""
+        out = []
+        if self.tensor:
+            out.append(f"  tensor:      {self.tensor}")
+        if self.saved_by:
+            out.append(f"  saved by:    {self.saved_by['op']} at {self.saved_by['line']}")
+        if self.made_by:
+            out.append(f"  made by:     {self.made_by['op']} at {self.made_by['line']}")
+        if self.call:
+            out.append(f"  call:        {_spell_call(self.call)}")
+        for i, line in enumerate(self.modified_at):
+            out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
+        if self.freed_by:
+            call = f" (backward() call {self.freed_call})" if self.freed_call else ""
+            out.append(f"  freed by:    the backward() at {self.freed_by}{call}  {source_of(self.freed_by)}".rstrip())
+        out.append(f"  fix:         {self.fix}")
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("message")
+        return d

@@ -12,7 +12,12 @@ to its message and, structured, as `err.gradflow` (a BackwardFailure). Kinds:
   time"): that earlier backward's line, the tensor that carries the freed part, the fix for that shape;
 - leaf_inplace: an in-place op on a leaf that requires grad, or a view of one;
 - nonleaf_grad: `.grad` read on a tensor that is not a leaf (torch only warns and gives None): the op that made
-  it, and the leaf to read instead. Given as a warning (GradflowWarning), or attached to the error it led to.
+  it, and the leaf to read instead. Given as a warning (GradflowWarning), or attached to the error it led to;
+- checkpoint_no_grad: a reentrant checkpoint none of whose inputs required grad (backward then finds nothing that
+  requires grad): the checkpointing call and the fix by name;
+- no_derivative, function_grads: an op without a derivative for an argument, a custom Function's backward that
+  returns the wrong gradients (tracer/failure_calls.py).
+`explained()` gives the commands' error the same explanation (`gradflow script`, `gradflow inspect`).
 """
 from __future__ import annotations
 
@@ -20,19 +25,28 @@ import math
 import re
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from types import TracebackType
 
 import torch
 
-from gradflow.tracer.failure_log import FailureLog, NonLeafGrad, OpSeen, Write, seen
-from gradflow.tracer.failure_words import fix_for_write, named_at, parameter_name, source_of, tensor_names
-from gradflow.tracer.source_lines import their_code
+from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
+from gradflow.tracer.failure_calls import function_grads, no_derivative
+from gradflow.tracer.failure_log import BackwardSeen, FailureLog, FailureMode, NonLeafGrad, OpSeen, Write, seen
+from gradflow.tracer.failure_words import (
+    BackwardFailure,
+    fix_for_write,
+    named_at,
+    parameter_name,
+    recurrent_name,
+    tensor_names,
+)
+from gradflow.tracer.source_lines import short_path, their_code
 
 # torch's words (re caches the compiled pattern)
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
             r"(\w+),)? is at version (\d+); expected version (\d+) instead")
 _SECOND_TIME = "backward through the graph a second time"
+_NO_GRAD = "does not require grad and does not have a grad_fn"
 _LEAF = "leaf Variable that requires grad is being used in an in-place operation"
 _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
                "view", "reshape", "clone", "__getitem__", "expand", "t", "transpose", "permute", "contiguous",
@@ -41,45 +55,6 @@ _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__ia
 
 class GradflowWarning(UserWarning):
     """gradflow's explanation of something torch only warns about (a `.grad` read that gives None)."""
-
-
-@dataclass
-class BackwardFailure:
-    """What went wrong, where, and the fix. Lines are `file:line` of the user's code."""
-
-    kind: str  # inplace_saved | graph_freed | leaf_inplace | nonleaf_grad
-    tensor: str | None  # the tensor, as the user named it (None: no name found)
-    fix: str
-    saved_by: dict | None = None  # {"op": ..., "line": ...}: the op whose backward needed the tensor
-    modified_at: list[str] = field(default_factory=list)
-    freed_by: str | None = None  # the earlier backward() that freed the graph
-    made_by: dict | None = None  # nonleaf_grad: {"op": ..., "line": ...}
-    message: str = ""  # torch's own
-
-    def describe(self) -> str:
-        """The explanation as lines of text (the CLI prints them before torch's message)."""
-        what = {"inplace_saved": "a tensor saved for backward was changed in place",
-                "graph_freed": "backward ran through a graph that an earlier backward() freed",
-                "leaf_inplace": "an in-place op on a leaf that requires grad",
-                "nonleaf_grad": ".grad of a tensor that is not a leaf is None"}[self.kind]
-        out = [f"why backward failed: {what}"]
-        if self.tensor:
-            out.append(f"  tensor:      {self.tensor}")
-        if self.saved_by:
-            out.append(f"  saved by:    {self.saved_by['op']} at {self.saved_by['line']}")
-        if self.made_by:
-            out.append(f"  made by:     {self.made_by['op']} at {self.made_by['line']}")
-        for i, line in enumerate(self.modified_at):
-            out.append(f"  {'modified at:' if i == 0 else '            '} {line}  {source_of(line)}".rstrip())
-        if self.freed_by:
-            out.append(f"  freed by:    the backward() at {self.freed_by}  {source_of(self.freed_by)}".rstrip())
-        out.append(f"  fix:         {self.fix}")
-        return "\n".join(out)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("message")
-        return d
 
 
 # ---- class 1: a saved tensor written in place ---------------------------------------------------------------
@@ -151,9 +126,11 @@ def _graph_freed(log: FailureLog, message: str, tb: TracebackType | None) -> Bac
         freed = _nodes(earlier.roots).keys() & failing.keys()
         if earlier.roots and freed:
             name, old = _carrier(tb, failing, freed)
+            if name is None:  # no frame of the user's names it any more (inspect: their function returned)
+                name, old = recurrent_name([op.line for op in log.ops if op.index > earlier.index]), False
             stepped = any(w.optimizer and earlier.index < w.index < log.failed_in.index for w in log.writes)
             return BackwardFailure("graph_freed", name, _fix_freed(name, old, stepped, earlier.line),
-                                   freed_by=earlier.line, message=message)
+                                   freed_by=earlier.line, freed_call=earlier.number, message=message)
     return None
 
 
@@ -182,6 +159,9 @@ def _distance(node, targets) -> int:
 
 def _fix_freed(name: str | None, old: bool, stepped: bool, line: str | None) -> str:
     t = name or "the tensor"
+    if name is None:
+        return (f"detach what carries the graph of the backward() at {line} into this one (`h = h.detach()` between "
+                "iterations), or call backward() once on the sum of the losses")
     if not old:
         return (f"detach between iterations: `{t} = {t}.detach()` before it is used again, so each backward() "
                 "covers one iteration (truncated backpropagation through time)")
@@ -190,6 +170,15 @@ def _fix_freed(name: str | None, old: bool, stepped: bool, line: str | None) -> 
                 f"optimizer step after it) does not go through what made `{t}`")
     return (f"add the losses and call backward() once, `(loss_a + loss_b).backward()`; or pass retain_graph=True "
             f"to the backward() at {line} if you need the gradients in between")
+
+
+# ---- class 6: a reentrant checkpoint autograd did not record ----------------------------------------------------
+def _checkpoint(log: FailureLog, message: str) -> BackwardFailure | None:
+    if _NO_GRAD not in message or not log.checkpoints:
+        return None
+    dead = log.checkpoints[-1]
+    call = {"op": "torch.utils.checkpoint(use_reentrant=True)", "line": dead.line, "library_line": dead.library_line}
+    return BackwardFailure("checkpoint_no_grad", None, dead.fix, call=call, message=message)
 
 
 # ---- classes 3 and 5 ---------------------------------------------------------------------------------------------
@@ -240,12 +229,20 @@ def _user_frames(tb: TracebackType | None) -> list:
     return frames
 
 
+def _user_files(log: FailureLog, tb: TracebackType | None) -> list[str]:
+    """The user's files: those their latest recorded ops ran in, then those of their frames in the traceback,
+    innermost first."""
+    ran = [op.line.rpartition(":")[0] for op in reversed(log.ops) if op.line]
+    return ran + [short_path(f.f_code.co_filename) for f in reversed(_user_frames(tb))]
+
+
 def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | None:
     """The explanation of torch's error `err`, if it is one of the classes gradflow explains."""
-    message = str(err)
+    message = text_of(err)
     if isinstance(err, RuntimeError):
         return (_inplace_saved(log, message, err.__traceback__) or _graph_freed(log, message, err.__traceback__)
-                or _leaf_inplace(log, message))
+                or _leaf_inplace(log, message) or _checkpoint(log, message) or no_derivative(log, message)
+                or function_grads(log, message, _user_files(log, err.__traceback__)))
     if isinstance(err, (AttributeError, TypeError)) and "NoneType" in message and log.nonleaf_grads:
         return nonleaf_grad(log, log.nonleaf_grads[-1], err.__traceback__)
     return None
@@ -253,12 +250,42 @@ def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | No
 
 def attach(err: BaseException, failure: BackwardFailure) -> None:
     """Add the explanation to torch's error, in place: the same exception, its message then the explanation."""
-    failure.message = failure.message or str(err)
+    failure.message = failure.message or text_of(err)
     err.gradflow = failure  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
         err.args = (f"{err.args[0]}\n\n{failure.describe()}", *err.args[1:])
     elif hasattr(err, "add_note"):
         err.add_note(failure.describe())
+
+
+def explained(error: GradflowError, log: FailureLog | None, err: BaseException | None) -> GradflowError:
+    """The commands' report of the user's failure `error` (torch's `err`): when gradflow explains it, the
+    explanation first (what, the tensor, the lines, the fix), then torch's own message; the same as fields in
+    `error.backward_failure` (its JSON)."""
+    if log is None or err is None or not isinstance(error, (UserCodeError, NoGradientError)):
+        return error
+    failure = explain_failure(log, err)
+    if failure is None:
+        return error
+    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else None
+    error.message = f"backward failed: {failure.what}" + (f" (at {where})" if where else "")
+    said = f"{type(err).__name__}: {text_of(err)}"
+    error.detail = "\n".join([*failure.details(), f"torch says: {said}"])
+    error.hint = "rerun with --debug for the full traceback"
+    error.backward_failure = {**failure.to_dict(), "torch_message": said}
+    return error
+
+
+def freed_elsewhere(log: FailureLog | None, loss: torch.Tensor, err: BaseException) -> bool:
+    """gradflow's own backward from `loss` (inspect's) met a graph that an earlier backward() of the user's freed,
+    and that backward did not start at the loss (truncated backpropagation through time: the loss itself was
+    never backwarded; a state carried from the last chunk brings the freed part in)."""
+    if log is None or loss.grad_fn is None:
+        return False
+    log.failed_in = BackwardSeen(next(log._count), 0, None, True, [loss.grad_fn])
+    failure = _graph_freed(log, text_of(err), err.__traceback__)
+    freeing = next((b for b in reversed(log.backwards) if b.line == failure.freed_by), None) if failure else None
+    return freeing is not None and not any(r is loss.grad_fn for r in freeing.roots)
 
 
 @contextmanager
@@ -267,7 +294,7 @@ def explain_errors():
     to its message and as `err.gradflow`; `.grad` read on a non-leaf warns with the leaf to read instead."""
     log = FailureLog()
     try:
-        with log:
+        with FailureMode(log):
             yield log
     except (RuntimeError, AttributeError, TypeError) as err:
         failure = explain_failure(log, err)

@@ -36,6 +36,33 @@ def checkpoint_state(regions: list[Region], replaying: bool) -> tuple[int | None
     return (inner.checkpoint if live else None), inner.dead
 
 
+CHECKPOINT_FIX = "`model.enable_input_require_grads()` (transformers, peft) or `use_reentrant=False`"
+
+
+@dataclass(frozen=True)
+class DeadCheckpoint:
+    """A reentrant checkpoint none of whose inputs required grad: autograd records nothing of it, so the parameters
+    used inside get no gradient (torch only warns "None of the inputs have requires_grad=True")."""
+
+    line: str | None  # the user's line it ran from
+    library_line: str | None  # where library code called it (transformers' gradient checkpointing), if it did
+
+    @property
+    def how(self) -> str:
+        """Its call and the fix, as a cut's reason shows them (report/reasons.py)."""
+        where = self.library_line or self.line
+        return (f"torch.utils.checkpoint called at {where}; " if where else "") + f"fix: {CHECKPOINT_FIX}"
+
+    @property
+    def fix(self) -> str:
+        if self.library_line and "transformers" in self.library_line:
+            return ("call `model.enable_input_require_grads()` after `gradient_checkpointing_enable()` (LoRA and "
+                    "other frozen-base fine-tuning), or enable it with "
+                    "`gradient_checkpointing_kwargs={\"use_reentrant\": False}`")
+        return ("pass `use_reentrant=False` to torch.utils.checkpoint, or make its input require grad "
+                "(`x.requires_grad_()`)")
+
+
 @dataclass
 class Replay:
     """The explaining backward, run through reentrant checkpoints: their forward ran with grad off, so the

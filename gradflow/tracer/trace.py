@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
-from gradflow.tracer.grad_regions import Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.grad_regions import DeadCheckpoint, Listening, Region, Replay, checkpoint_state
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
@@ -85,8 +85,10 @@ class Trace:
     follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
     keeps_nodes = False  # name torch's autograd nodes by their op (report/op_graph.py): set by trace(autograd=True)
 
-    def __init__(self, explain=None) -> None:
+    def __init__(self, explain=None, failures=None) -> None:
         self._explain = explain  # report.build.build_report, given by gradflow.trace()
+        self.failures = failures  # a tracer.failure_log.FailureLog: what explains a failing backward, recorded
+        #                           from this trace's calls (the commands give one; None: not recorded)
         self.state = TraceState()
         self._ids: dict[int, int] = {}  # id(tensor) -> serial
         self._refs: list = []  # serial -> weak reference to its tensor (None: a Python value's, or a dead tensor's
@@ -110,6 +112,8 @@ class Trace:
         calls_seen_by(self, True)
         self._grad_base = torch.is_grad_enabled()
         self._mode.t = self
+        if self.failures is not None:
+            self.failures.start()
         self._mode.__enter__()
         self._recording = True
         return self
@@ -119,6 +123,8 @@ class Trace:
         self._mode.__exit__(exc_type, exc, tb)
         self._mode.t = None  # the mode holds its trace only while on: a dropped trace is freed at once, not by a
         #                      later collection of the Trace <-> mode cycle
+        if self.failures is not None:
+            self.failures.stop()
         calls_seen_by(self, False)
         failure = self.failure_of(exc)
         if failure is not None and hasattr(exc, "add_note"):
@@ -162,9 +168,7 @@ class Trace:
                 self._replay is not None or self._checkpoint is not None or self._dead is not None or \
                 self._values or not _bare(module):
             return NOT_RUN
-        mode = _pop_mode()
-        if mode is not self._mode:  # a mode of the user's own is innermost: it must see the op
-            _push_mode(mode)
+        if not step_aside(self._mode):  # a mode of the user's own is innermost: it must see the op
             return NOT_RUN
         try:
             name, tensors = leaf
@@ -179,8 +183,10 @@ class Trace:
                 self._maybe_failure(name, ins, err)
                 raise
             self._record(name, ins, in_rg, out, stop, in_leaf, module=module)
+            if self.failures is not None:
+                self.failures.op_ran(name, ins, out)
         finally:
-            _push_mode(mode)
+            _push_mode(self._mode)
         return out
 
     # ---- bookkeeping -----------------------------------------------------------------
@@ -258,7 +264,7 @@ class Trace:
         if True in in_leaf:
             stop = _next_node() if self._replay is None and _next_node is not None else _input_nodes(ins)
         try:
-            out = func(*args, **kwargs)
+            out = self.run(func, args, kwargs)
         except RuntimeError as err:
             if self._replay is None:
                 self._maybe_failure(name, ins, err)
@@ -271,6 +277,12 @@ class Trace:
             extra = self._values.serials_in(args, kwargs, ins, self.known)
             self._record(name, ins, in_rg, out, stop, in_leaf, extra)
         return out
+
+    def run(self, func, args, kwargs: dict):
+        """Run one torch call of the user's, seen by the failure log when there is one."""
+        if self.failures is None or self._replay is not None:
+            return func(*args, **kwargs)
+        return self.failures.call(func, args, kwargs)
 
     def _record(self, name: str, ins: list, in_rg: list[bool], out, stop, in_leaf: list[bool],
                 extra: tuple[int, ...] = (), module=None) -> None:
@@ -470,7 +482,12 @@ class Trace:
         outer = self._regions[-1] if self._regions else None
         if not (outer.value if outer is not None else self._grad_base):
             return "no_grad", outer.how if outer is not None else None
-        return None if inputs_require_grad else ("checkpoint", None)
+        if inputs_require_grad:
+            return None
+        dead = DeadCheckpoint(*lines())
+        if self.failures is not None:
+            self.failures.checkpoints.append(dead)
+        return "checkpoint", dead.how
 
     def _grad_off(self) -> str | None:
         """How the innermost context switched gradients off, when the trace saw it do so."""
@@ -559,6 +576,20 @@ _hooks = torch.nn.modules.module
 # innermost mode off its stack and put it back (TorchFunctionMode.__exit__ pops whichever mode is innermost).
 _mode_on, _jit_tracing = torch._C._is_torch_function_mode_enabled, torch._C._get_tracing_state
 _pop_mode, _push_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+
+
+def step_aside(mode: TorchFunctionMode) -> bool:
+    """Take `mode` off torch's function-mode stack if it is the innermost one (True); else leave the stack as it is
+    (a mode of the user's own is innermost and must go on seeing every call). `step_back(mode)` puts it back."""
+    top = _pop_mode()
+    if top is mode:
+        return True
+    _push_mode(top)
+    return False
+
+
+def step_back(mode: TorchFunctionMode) -> None:
+    _push_mode(mode)
 
 
 def _bare(module) -> bool:

@@ -141,6 +141,9 @@ def test_a_reentrant_checkpoint_autograd_does_not_record_is_a_cut(where, kind, h
     assert inner.weight.grad is None and last.weight.grad is not None  # plain torch
     p = report.param("inner.weight")
     line = line_of("ckpt_no_grad" if where == "no_grad" else "ckpt_frozen_input")
+    if kind == "checkpoint":  # the checkpoint's call, and the fix by name
+        how = f"torch.utils.checkpoint called at {line}; fix: `model.enable_input_require_grads()` " \
+              "(transformers, peft) or `use_reentrant=False`"
     assert p.status == "cut" and [(c.kind, c.how, c.line) for c in p.cuts] == [(kind, how, line)]
     assert report.param("last.weight").status == "live" and report.error is None
 
