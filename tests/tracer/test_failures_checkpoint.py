@@ -117,7 +117,8 @@ def test_lora_with_reentrant_checkpointing_in_inspect(cli, tmp_path):
     assert "model.enable_input_require_grads()" in res.stderr.split("hint:")[1]
 
 
-def test_plain_checkpoint_cut_in_inspect_names_call_and_fix(cli, tmp_path):
+def test_plain_checkpoint_cut_in_inspect_names_call_and_fix(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # each reason on its row, however long tmp_path is (xdist's are longer)
     path = tmp_path / "part.py"
     path.write_text(textwrap.dedent("""
         import torch
