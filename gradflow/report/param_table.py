@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gradflow.display import visible
+from gradflow.display import fit_name, visible
 from gradflow.report.inspect_report import InspectReport, ParamReport
 from gradflow.values.text import format_number
 
@@ -61,15 +61,27 @@ def module_of(name: str, depth: int) -> str:
 
 
 def rows(report: InspectReport, depth: int = 2, expand: bool = False, only_problems: bool = False) -> list[Row]:
-    out: dict[tuple, Row] = {}
-    for p in report.params:
-        if only_problems and not p.problem:
-            continue
+    return _fold([p for p in report.params if p.problem or not only_problems], depth, expand)
+
+
+def _fold(params: list[ParamReport], depth: int, expand: bool) -> list[Row]:
+    """Parameters folded under their module at `depth`, in order of first appearance. A module whose parameters
+    differ in status or reason is folded one level deeper (down to one row per parameter): one name never
+    stands for rows of different status."""
+    groups: dict[tuple[bool, str], list[ParamReport]] = {}
+    for p in params:
         key = module_of(p.name, depth)
         single = expand or not key or len(p.routes) > 1
-        gk = (p.name,) if single else (key, p.status, p.why)
-        out.setdefault(gk, Row(p.name if single else key)).params.append(p)
-    return list(out.values())
+        groups.setdefault((single, p.name if single else key), []).append(p)
+    out: list[Row] = []
+    for (single, key), members in groups.items():
+        if single or len({(p.status, p.why) for p in members}) == 1:
+            out.append(Row(key, members))
+        elif all(module_of(p.name, depth + 1) == key for p in members):  # no deeper module: one row each
+            out.extend(Row(p.name, [p]) for p in members)
+        else:
+            out.extend(_fold(members, depth + 1, expand))
+    return out
 
 
 def _shape(row: Row) -> str:
@@ -92,22 +104,41 @@ def _pct(share: float | None) -> str:
 
 
 def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
-                only_problems: bool = False) -> Table:
+                only_problems: bool = False, width: int | None = None) -> Table:
+    """The table; in `width` columns, names that would not fit lose their front (display.fit_name), never
+    break mid-word."""
     title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params)
                  + optimizer_summary(report))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    table.add_column("parameter", overflow="fold", min_width=14)
+    shown = rows(report, depth, expand, only_problems)
+    cells = [(_shape(row), f"{sum(p.numel for p in row.params):,}", row.grad_norm) for row in shown]
+    norms = ["None" if norm is None else format_number(norm) for _, _, norm in cells]
+    fixed = [max(len(head), *(len(c) for c in column)) for head, column in (
+        ("shape", [c[0] for c in cells]), ("numel", [c[1] for c in cells]), ("grad norm", norms))]
+    why = min(WHY_WIDTH, max((len(_why(row)) for row in shown), default=0))
+    names = _name_width(width, sum(fixed) + max(why, len("why / routes")))
+    table.add_column("parameter", no_wrap=True)
     table.add_column("shape", no_wrap=True)
     table.add_column("numel", justify="right", no_wrap=True)
     table.add_column("grad norm", justify="right", no_wrap=True)
-    table.add_column("why / routes", overflow="fold", min_width=20)
-    for row in rows(report, depth, expand, only_problems):
-        mark, style, _ = STATUS[row.first.status]
-        norm = row.grad_norm
-        table.add_row(Text.assemble((mark + " ", style), row.label), _shape(row),
-                      f"{sum(p.numel for p in row.params):,}",
-                      Text("None", style="yellow") if norm is None else format_number(norm), _why(row))
+    table.add_column("why / routes", overflow="fold", min_width=min(why, WHY_WIDTH) or None)
+    for row, (shape, numel, norm), norm_text in zip(shown, cells, norms):
+        mark, style = STATUS[row.first.status][:2]
+        table.add_row(Text.assemble((mark + " ", style), fit_name(row.label, names)), shape, numel,
+                      Text("None", style="yellow") if norm is None else norm_text, _why(row))
     return table
+
+
+WHY_WIDTH = 24  # the reasons column keeps at least this much (it folds) before names are shortened
+NAME_MIN = 16  # names are never shortened below this
+
+
+def _name_width(width: int | None, others: int) -> int:
+    """How many characters a name may take: what the other columns (and the status mark, and the gaps between
+    columns) leave of `width`."""
+    if width is None:
+        return 10 ** 6
+    return max(NAME_MIN, width - others - 2 - 2 * 4)
 
 
 def summary(params: list[ParamReport], sep: str = " · ") -> str:
@@ -150,7 +181,7 @@ def print_report(report: InspectReport, out: Console, err: Console, depth: int =
         out.print(Text(f"loss = {format_number(float(report.loss.detach()))}  ·  every parameter gets a "
                        f"non-zero gradient ({len(report.params)} tensors)", style="green"))
     else:
-        out.print(Group(param_table(report, depth, expand, only_problems), legend(report)))
+        out.print(Group(param_table(report, depth, expand, only_problems, out.width), legend(report)))
     for w in report.warnings:
         err.print(Text(f"warning: {w}", style="yellow"))
 
