@@ -306,9 +306,9 @@ _ROWS = [
        "minimum", kind="reduction", functions=("min",), methods=("min",), torch=("torch.min",)),
     Op("max", (T, Param("other", default=None)), _max, "max(a): largest element; max(a, b): elementwise "
        "maximum", kind="reduction", functions=("max",), methods=("max",), torch=("torch.max",)),
+    # named `variance`: a graph's `var` nodes are its variables (written var(a), a.var(), torch.var(a))
     Op("variance", (T, _DIM, _CORRECTION, _KEEP), _var, "variance of all elements, or along dim: sum((a - mean)^2) / "
-       "(n - correction), torch's correction=1 by default (numpy's ddof=0 is correction=0); `var` names a "
-       "variable's node, so the row is `variance`", kind="reduction",
+       "(n - correction); torch's correction=1 by default (numpy's ddof=0 is correction=0)", kind="reduction",
        functions=("var",), methods=("var",), torch=("torch.var",), shape="first"),
     Op("std", (T, _DIM, _CORRECTION, _KEEP), _std, "standard deviation: sqrt(var(a, dim, correction))",
        kind="reduction", functions=("std",), methods=("std",), torch=("torch.std",), shape="first"),

@@ -187,3 +187,22 @@ def test_numpy_and_torch_keywords_name_one_parameter():
         explain("sum(x, dim=0, axis=0)", x=[1, 2])
     with pytest.raises(ParseError, match="unexpected keyword argument 'axes'"):
         explain("sum(x, axes=0)", x=[1, 2])
+
+
+def test_whatif_and_flows_run_on_the_new_ops():
+    """whatif detaches each live node: detaching linear(m, w) leaves m only var(m)'s gradient, as torch says
+    with that node detached; --flows splits m's grad between its two uses, and the two sum to it."""
+    from gradflow.studies.whatif import whatif
+
+    values = {"m": M, "w": W, "y": [[0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]]}
+    source = "F.smooth_l1_loss(linear(m, w), y, beta=0.5) + var(m) + argmax(m)"
+    w = whatif(source, wrt=["m", "w"], dtype="float64", values=values)
+    row = next(s for s in w.scenarios if s.node == "linear(m, w)")
+    ts = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in values.items()}
+    out = F.smooth_l1_loss(F.linear(ts["m"], ts["w"]).detach(), ts["y"], beta=0.5) + ts["m"].var()
+    (want,) = torch.autograd.grad(out, [ts["m"]])
+    assert row.grads["m"].numpy() == pytest.approx(want.numpy(), rel=1e-12) and row.grads["w"] is None
+    r = explain(source, wrt=["m"], dtype="float64", values=values)
+    flows = {c.via: np.array(c.flow.tolist()) for c in r.flows["m"]}
+    assert set(flows) == {"linear(m, w)", "var(m)", "argmax(m)"} and not flows["argmax(m)"].any()
+    assert sum(flows.values()) == pytest.approx(np.array(r.grad("m")), rel=1e-12)
