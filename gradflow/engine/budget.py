@@ -83,7 +83,8 @@ def _cat(shapes: list[tuple[int, ...]], dim: int) -> tuple[int, ...]:
     return full[0][:d] + (sum(s[d] for s in full),) + full[0][d + 1:]
 
 
-_GROWING = frozenset(("broadcast", "matmul", "linear", "cat", "stack"))  # the rules whose result may outgrow every operand
+# the rules whose result may outgrow every operand
+_GROWING = frozenset(("broadcast", "matmul", "linear", "cat", "stack"))
 
 
 def precheck(node: Node, args, source: str) -> None:

@@ -78,7 +78,7 @@ def _fits(cells: Cells, width: int) -> bool:
 def tensor_table(call: BackwardCall, cells: Cells, width: int | None = None) -> Table:
     """The table; in `width` columns, names lose their front rather than break (display.fit_name)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
-    table.add_column("tensor", no_wrap=True)
+    table.add_column("tensor", no_wrap=True, min_width=8)
     for head in _HEADERS[1:]:
         table.add_column(head, no_wrap=True, justify="right" if head in ("value", "grad") else "left")
     names = 10 ** 6 if width is None else width - _others(cells)

@@ -122,7 +122,7 @@ class ScriptTrace(Trace):
         self.count = 0
         self.failed: BaseException | None = None  # the error a backward() raised, if one did
         self.failed_call: BackwardCall | None = None  # ... and its call
-        self._pending: tuple[tuple, dict] = ((), {})
+        self._pending: tuple[tuple, dict] | None = ((), {})  # the arguments of the call being recorded
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
         self._values = self._followed = _FreshValues()
         self.index = OpIndex()  # producers and consumers, kept as ops are recorded (named_reasons.py)
@@ -161,6 +161,9 @@ class ScriptTrace(Trace):
                 self.writes.add(storage, Write(position, self.serial(t), name, via, line))
 
     def run_leaf(self, module, args: tuple, kwargs: dict):
+        """torch's Linear (LayerNorm, GELU) run whole by the trace: no torch function call sets the arguments of
+        its one op, which are then its inputs (x, weight, bias: F.linear's), read by `_record`."""
+        self._pending = None
         return NOT_RUN if self.quiet else super().run_leaf(module, args, kwargs)
 
     def _uses(self, rec, used, outs, stop, given=None):
@@ -171,7 +174,7 @@ class ScriptTrace(Trace):
     def template(self, a):
         if isinstance(a, torch.Tensor):
             return self.ref(a)
-        if isinstance(a, (int, float)) and not isinstance(a, bool) or a is None or isinstance(a, str):
+        if isinstance(a, (int, float, str)) or a is None:  # bools too: keepdim=True, unbiased=False
             return a
         return Opaque(type(a).__name__)
 
@@ -208,7 +211,8 @@ class ScriptTrace(Trace):
         same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
         fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
         tensors = (*zip(rec.ins, map(storage_of, ins)), *zip(rec.outs, map(storage_of, outs)))
-        self.calls[rec.index] = Call(*self._pending, fn, same, tensors)
+        pending = self._pending if self._pending is not None else (tuple(map(self.template, ins)), {})
+        self.calls[rec.index] = Call(*pending, fn, same, tensors)
         for s in rec.outs:
             self.writer[s] = rec.index
 
