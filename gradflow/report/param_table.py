@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from rich import box
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -105,40 +106,40 @@ def _pct(share: float | None) -> str:
 
 def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
                 only_problems: bool = False, width: int | None = None) -> Table:
-    """The table; in `width` columns, names that would not fit lose their front (display.fit_name), never
-    break mid-word."""
+    """The table. In `width` columns, a table whose names and reasons do not fit side by side puts each reason
+    on its own line under its row, and names that still do not fit lose their front (display.fit_name): a
+    name never breaks mid-word."""
     title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params)
                  + optimizer_summary(report))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     shown = rows(report, depth, expand, only_problems)
     cells = [(_shape(row), f"{sum(p.numel for p in row.params):,}", row.grad_norm) for row in shown]
     norms = ["None" if norm is None else format_number(norm) for _, _, norm in cells]
-    fixed = [max(len(head), *(len(c) for c in column)) for head, column in (
-        ("shape", [c[0] for c in cells]), ("numel", [c[1] for c in cells]), ("grad norm", norms))]
-    why = min(WHY_WIDTH, max((len(_why(row)) for row in shown), default=0))
-    names = _name_width(width, sum(fixed) + max(why, len("why / routes")))
-    table.add_column("parameter", no_wrap=True)
+    fixed = sum(max(len(head), *(len(c) for c in column)) for head, column in (
+        ("shape", [c[0] for c in cells]), ("numel", [c[1] for c in cells]), ("grad norm", norms)))
+    whys = [_why(row) for row in shown]
+    longest = max((len(row.label) for row in shown), default=0)
+    why = max(len("why / routes"), min(WHY_WIDTH, max(map(len, whys), default=0)))
+    beside = width is None or _EDGES + 2 + longest + fixed + why + _GAP * 4 <= width
+    names = 10 ** 6 if width is None else width - _EDGES - 2 - fixed - _GAP * 3 - (why + _GAP if beside else 0)
+    table.add_column("parameter", no_wrap=True, max_width=None if beside else max(NAME_MIN, names) + 2)
     table.add_column("shape", no_wrap=True)
     table.add_column("numel", justify="right", no_wrap=True)
     table.add_column("grad norm", justify="right", no_wrap=True)
-    table.add_column("why / routes", overflow="fold", min_width=min(why, WHY_WIDTH) or None)
-    for row, (shape, numel, norm), norm_text in zip(shown, cells, norms):
+    if beside:
+        table.add_column("why / routes", overflow="fold")
+    for row, (shape, numel, norm), norm_text, reason in zip(shown, cells, norms, whys):
         mark, style = STATUS[row.first.status][:2]
-        table.add_row(Text.assemble((mark + " ", style), fit_name(row.label, names)), shape, numel,
-                      Text("None", style="yellow") if norm is None else norm_text, _why(row))
+        table.add_row(Text.assemble((mark + " ", style), fit_name(row.label, max(NAME_MIN, names))), shape, numel,
+                      Text("None", style="yellow") if norm is None else norm_text, *([reason] if beside else []))
+        if reason and not beside:  # under its row, wrapped at spaces across the name's column
+            table.add_row(Padding(Text.assemble(reason, style="dim", no_wrap=False, overflow="fold"), (0, 0, 0, 2)))
     return table
 
 
-WHY_WIDTH = 24  # the reasons column keeps at least this much (it folds) before names are shortened
+WHY_WIDTH = 30  # a reason beside its row needs this much (it folds beyond); else it goes under the row
 NAME_MIN = 16  # names are never shortened below this
-
-
-def _name_width(width: int | None, others: int) -> int:
-    """How many characters a name may take: what the other columns (and the status mark, and the gaps between
-    columns) leave of `width`."""
-    if width is None:
-        return 10 ** 6
-    return max(NAME_MIN, width - others - 2 - 2 * 4)
+_EDGES, _GAP = 2, 3  # the table's blank first and last columns; between two columns, padding and the rule
 
 
 def summary(params: list[ParamReport], sep: str = " · ") -> str:
