@@ -89,7 +89,8 @@ def _line(layer: LayerHealth, lo: int, hi: int, width: int, name_width: int, col
     if note:
         note = f"{mark if layer.flagged else ''}{note}"
         under = columns is not None and len(line) + 2 + len(note) > columns
-        line.append(("\n" + " " * (name_width + 2) if under else "  ") + note, style=style)
+        indent = max(2, min(name_width + 2, (columns or 0) - len(note)))  # under the bar, or as far as it fits
+        line.append(("\n" + " " * indent if under else "  ") + note, style=style)
     return line
 
 

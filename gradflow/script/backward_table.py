@@ -87,11 +87,11 @@ def tensor_table(call: BackwardCall, cells: Cells, width: int | None = None) -> 
     return table
 
 
-def tensor_blocks(call: BackwardCall, cells: Cells) -> Group:
+def tensor_blocks(call: BackwardCall, cells: Cells, width: int = 10 ** 6) -> Group:
     """The table's content as a block per tensor, for a console too narrow for the table."""
     parts: list = [Text()]
     for n, (value, rg, leaf, fn, grad) in zip(call.named, cells):
-        parts.append(Text.assemble(_label(n), (f"  requires_grad {rg} · is_leaf {leaf} · grad_fn {fn}", "dim")))
+        parts.append(Text.assemble(_label(n, width), (f"  requires_grad {rg} · is_leaf {leaf} · grad_fn {fn}", "dim")))
         parts.append(Padding(Text(f"value {' · '.join(value.split(chr(10)))}\ngrad {' · '.join(grad.split(chr(10)))}"),
                              (0, 0, 0, 2)))
     parts.append(Text())
@@ -133,7 +133,7 @@ def backward_view(call: BackwardCall, width: int) -> Group:
     leaves' grads."""
     if call.named:
         cells = _cells(call)
-        view = tensor_table(call, cells, width) if _fits(cells, width) else tensor_blocks(call, cells)
+        view = tensor_table(call, cells, width) if _fits(cells, width) else tensor_blocks(call, cells, width)
         parts = [title(call), view, legend(call), Text(GRAD_NOTE, style="dim")]
     else:
         parts = [title(call), Text("(no tensor has a name in the script yet)", style="dim")]
