@@ -100,7 +100,7 @@ def test_every_torch_name_of_a_row_is_spelled(name):
     kw = {p.name: _sample(p) for p in op.params if p.kind not in ("tensor", "tensors", "index")}
     expr = row_call(name, args, kw, _operand, lambda i: isinstance(i, int))
     assert expr is not None, name
-    for key, value in kw.items():
+    for key in kw:
         assert f"{key}=" in expr.text, (name, key, expr.text)
     assert spell(name, args, kw, False, _operand, lambda i: isinstance(i, int)) is not None
 
