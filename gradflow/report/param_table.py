@@ -119,15 +119,15 @@ def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
         ("shape", [c[0] for c in cells]), ("numel", [c[1] for c in cells]), ("grad norm", norms)))
     whys = [_why(row) for row in shown]
     longest = max((len(row.label) for row in shown), default=0)
-    why = max(len("why / routes"), min(WHY_WIDTH, max(map(len, whys), default=0)))
+    why = max(WHY_MIN, min(WHY_WIDTH, max(map(len, whys), default=0)))
     beside = width is None or _EDGES + 2 + longest + fixed + why + _GAP * 4 <= width
     names = 10 ** 6 if width is None else width - _EDGES - 2 - fixed - _GAP * 3 - (why + _GAP if beside else 0)
-    table.add_column("parameter", no_wrap=True, max_width=None if beside else max(NAME_MIN, names) + 2)
+    table.add_column("parameter", no_wrap=True, min_width=14, max_width=None if beside else max(NAME_MIN, names) + 2)
     table.add_column("shape", no_wrap=True)
     table.add_column("numel", justify="right", no_wrap=True)
     table.add_column("grad norm", justify="right", no_wrap=True)
     if beside:
-        table.add_column("why / routes", overflow="fold")
+        table.add_column("why / routes", overflow="fold", min_width=WHY_MIN)
     for row, (shape, numel, norm), norm_text, reason in zip(shown, cells, norms, whys):
         mark, style = STATUS[row.first.status][:2]
         table.add_row(Text.assemble((mark + " ", style), fit_name(row.label, max(NAME_MIN, names))), shape, numel,
@@ -138,6 +138,7 @@ def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
 
 
 WHY_WIDTH = 30  # a reason beside its row needs this much (it folds beyond); else it goes under the row
+WHY_MIN = 20  # the reasons column is never narrower
 NAME_MIN = 16  # names are never shortened below this
 _EDGES, _GAP = 2, 3  # the table's blank first and last columns; between two columns, padding and the rule
 
