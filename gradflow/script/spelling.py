@@ -187,7 +187,8 @@ def _param_text(p: Param, at: tuple, arg: Arg, is_tensor: Callable[[int | str], 
         return repr(value) if value in p.choices else None
     if p.kind in ("int", "dims"):
         return str(value) if type(value) is int else "None" if value is None else None
-    if p.kind == "shape" and isinstance(value, tuple):
+    if p.kind == "shape" and (type(value) is int or isinstance(value, tuple)):  # x.view(-1), x.reshape((2, 3))
+        value = (value,) if type(value) is int else value
         return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"
     return None
 

@@ -51,8 +51,19 @@ out.backward()
 """
 
 
-@pytest.mark.parametrize("script,calls", [(LOSSES, 2), (ELEMENTWISE, 1), (LAYERS, 1)], ids=["losses", "elementwise",
-                                                                                            "layers"])
+SHAPES = """
+import torch
+torch.manual_seed(3)
+x = torch.randn(3, 4, requires_grad=True)
+h = x * 2
+out = (h.view(-1) * h.reshape(12)).sum() + (h.reshape(4, 3) @ h).sum() + (h.t() @ h).sum() + torch.t(h).mean()
+out = out + h.clamp_(min=-0.5).sum()
+out.backward()
+"""
+
+
+@pytest.mark.parametrize("script,calls", [(LOSSES, 2), (ELEMENTWISE, 1), (LAYERS, 1), (SHAPES, 1)],
+                         ids=["losses", "elementwise", "layers", "shapes"])
 def test_the_program_of_each_backward_gives_the_scripts_grads(tmp_path, script, calls):
     recorded = run(tmp_path, script)
     assert len(recorded) == calls
