@@ -57,7 +57,7 @@ torch.manual_seed(3)
 x = torch.randn(3, 4, requires_grad=True)
 h = x * 2
 out = (h.view(-1) * h.reshape(12)).sum() + (h.reshape(4, 3) @ h).sum() + (h.t() @ h).sum() + torch.t(h).mean()
-out = out + h.clamp_(min=-0.5).sum()
+out = out + (h + 1).clamp_(min=-0.5).sum()
 out.backward()
 """
 
