@@ -31,6 +31,7 @@ from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
+from gradflow.script.spelling import plain_index
 from gradflow.script.writes import Write, Writes, storage_of, written
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
@@ -174,8 +175,8 @@ class ScriptTrace(Trace):
     def template(self, a):
         if isinstance(a, torch.Tensor):
             return self.ref(a)
-        if isinstance(a, (int, float, str)) or a is None:  # bools too: keepdim=True, unbiased=False
-            return a
+        if isinstance(a, (int, float, str)) or a is None or plain_index(a):  # bools too: keepdim=True
+            return a  # an index of ints and slices, a tuple of dims or a shape: as is (immutable, small)
         return Opaque(type(a).__name__)
 
     def ref(self, a: torch.Tensor) -> Ref:

@@ -78,6 +78,9 @@ def spell(name: str, args: tuple, kw: dict, same_meta: bool, arg: Arg,
 
 def _own_spelling(name: str, args: tuple, arg: Arg, is_tensor: Callable[[int | str], bool]) -> Expr | None:
     """Operators, comparisons, the one-tensor functions, the cuts and identities, min/max."""
+    if name == "__getitem__" and len(args) == 2:
+        index = _index_text(args[1])
+        return None if index is None else Expr(f"{arg(0).at(ATOM)}[{index}]", ATOM)
     if name in _COMPARE and len(args) == 2:
         return Expr(f"{arg(0).at(SUM)} {_COMPARE[name]} {arg(1).at(SUM)}", COMPARE)
     if name in _BINARY and len(args) == 2:
@@ -185,12 +188,34 @@ def _param_text(p: Param, at: tuple, arg: Arg, is_tensor: Callable[[int | str], 
         return number(value).text if _is_number(value) else None
     if p.kind == "str":
         return repr(value) if value in p.choices else None
+    if p.kind == "dims" and type(value) is tuple and value and all(type(d) is int for d in value):
+        return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"  # x.sum(dim=(0, 1))
     if p.kind in ("int", "dims"):
         return str(value) if type(value) is int else "None" if value is None else None
-    if p.kind == "shape" and (type(value) is int or isinstance(value, tuple)):  # x.view(-1), x.reshape((2, 3))
+    if p.kind == "shape" and (type(value) is int or type(value) is tuple and all(type(d) is int for d in value)):
         value = (value,) if type(value) is int else value
         return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"
     return None
+
+
+def plain_index(a) -> bool:
+    """An index the language writes (a[1:3], a[:, 0], a[..., -1]; a[0] is an int), a tuple of dims or a shape:
+    ints, slices of ints and `...`, alone or in a tuple."""
+    if not (type(a) in (tuple, slice) or a is Ellipsis):
+        return False
+    items = a if type(a) is tuple else (a,)
+    return bool(items) and all(type(i) is int or i is Ellipsis or type(i) is slice and all(
+        type(v) is int or v is None for v in (i.start, i.stop, i.step)) for i in items)
+
+
+def _index_text(a) -> str | None:
+    if not plain_index(a) and type(a) is not int:
+        return None
+    items = a if type(a) is tuple else (a,)
+    return ", ".join("..." if i is Ellipsis else str(i) if type(i) is int else
+                     ":".join("" if v is None else str(v) for v in ((i.start, i.stop) if i.step is None
+                                                                     else (i.start, i.stop, i.step)))
+                     for i in items)
 
 
 def _is_number(value) -> bool:

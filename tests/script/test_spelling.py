@@ -58,6 +58,7 @@ x = torch.randn(3, 4, requires_grad=True)
 h = x * 2
 out = (h.view(-1) * h.reshape(12)).sum() + (h.reshape(4, 3) @ h).sum() + (h.t() @ h).sum() + torch.t(h).mean()
 out = out + (h + 1).clamp_(min=-0.5).sum()
+out = out + h[0].sum() * h[1:3, ::2].mean() + h[..., -1].sum() + x.sum(dim=(0, 1)) + h.reshape((2, 6))[1, 2]
 out.backward()
 """
 
@@ -84,6 +85,9 @@ def test_the_ops_the_issue_names_are_written_by_their_own_names(tmp_path):
     for name in ("where(h > 0, ", "round(h)", "floor(h)", "sign(h)", "ceil(h)", "argmax(h, dim=1, keepdim=True)",
                  "h <= 0.5", "round(h, decimals=1)", "clamp(h, min=-0.5)", "argmin(h)"):
         assert name in call.program.source, name
+    ((call, _),) = run(tmp_path, SHAPES)
+    for text in ("h[0]", "h[1:3, ::2]", "h[..., -1]", "sum(x, dim=(0, 1))", "reshape(h, shape=(2, 6))[1, 2]"):
+        assert text in call.program.source, text
     ((call, _),) = run(tmp_path, LAYERS)
     assert "var(linear(x, lin_weight, lin_bias), dim=0, correction=0)" in call.program.source  # nn.Linear: F.linear
 
@@ -127,7 +131,7 @@ def test_a_call_the_row_cannot_say_is_refused():
     assert spell("cross_entropy", ("a", "b"), {"label_smoothing": 0.0, "ignore_index": -100}, False, _operand,
                  refs).text == "cross_entropy(a0, a1)"
     assert spell("clamp", ("a",), {"min": "t"}, False, _operand, refs) is None
-    assert spell("sum", ("a", object()), {}, False, _operand, refs) is None
+    assert spell("sum", ("a", object()), {}, False, _operand, refs) is None  # what the recorder keeps Opaque
     assert spell("mse_loss", ("a", "b"), {"reduction": "batchmean"}, False, _operand, refs) is None
 
 
