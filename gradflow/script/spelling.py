@@ -188,14 +188,20 @@ def _param_text(p: Param, at: tuple, arg: Arg, is_tensor: Callable[[int | str], 
         return number(value).text if _is_number(value) else None
     if p.kind == "str":
         return repr(value) if value in p.choices else None
-    if p.kind == "dims" and type(value) is tuple and value and all(type(d) is int for d in value):
-        return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"  # x.sum(dim=(0, 1))
+    if p.kind == "dims" and type(value) is tuple and value:  # x.sum(dim=(0, 1))
+        return _ints(value)
     if p.kind in ("int", "dims"):
         return str(value) if type(value) is int else "None" if value is None else None
-    if p.kind == "shape" and (type(value) is int or type(value) is tuple and all(type(d) is int for d in value)):
-        value = (value,) if type(value) is int else value
-        return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"
+    if p.kind == "shape":  # x.view(-1), x.reshape((2, 3))
+        return _ints((value,) if type(value) is int else value)
     return None
+
+
+def _ints(value) -> str | None:
+    """A tuple of ints as the language writes it: (0, 1), (6,)."""
+    if type(value) is not tuple or not all(type(d) is int for d in value):
+        return None
+    return "(" + ", ".join(map(str, value)) + ("," if len(value) == 1 else "") + ")"
 
 
 def plain_index(a) -> bool:
