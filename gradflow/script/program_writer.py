@@ -4,7 +4,7 @@ Each op that computed the loss is written in gradflow's language: + - * / ^ @, u
 language/ops.py, detach(...) for detach()/.data, no_grad(...) / inference_mode(...) for ops run under those
 contexts. The tensors the script named become statements (`out1 = xvar*y1`) or variables given on the command
 line with the values the script used (`--xvar "[1]"`); the leaves that require grad are `--wrt`. An op with no
-spelling (linear, indexing, a reduction over one dim...) gives a `NoProgram` that says which op and where:
+spelling (one the op table lacks, an argument its row does not take) gives a `NoProgram` that says which op and where:
 never a program that computes something else. The program is compiled before it is offered.
 """
 from __future__ import annotations
