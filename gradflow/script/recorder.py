@@ -2,8 +2,9 @@
 
 A `ScriptTrace` is the tracer (tracer/trace.py) with three additions:
 - each recorded op keeps its arguments as a template: a tensor as a `Ref` (its serial, the op that last wrote
-  it, whether it had a grad_fn), a Python number as it is, anything else as an `Opaque` marker. That is enough
-  to spell the op again in gradflow's language (program.py);
+  it, whether it had a grad_fn), a Python number, bool, string or None as it is, an index of ints and slices
+  (a tuple of dims, a shape) as it is, anything else as an `Opaque` marker. That is enough to spell the op
+  again in gradflow's language (program_writer.py, spelling.py);
 - the values of tensors without a grad_fn (leaves, constants) of at most VALUE_CAP elements are copied when an
   op uses them, once per distinct value, so the program gets the values the script used even if the script
   changed them afterwards (`w.data -= lr * w.grad.data` is invisible to autograd's version counters);
