@@ -206,3 +206,17 @@ def test_whatif_and_flows_run_on_the_new_ops():
     flows = {c.via: np.array(c.flow.tolist()) for c in r.flows["m"]}
     assert set(flows) == {"linear(m, w)", "var(m)", "argmax(m)"} and not flows["argmax(m)"].any()
     assert sum(flows.values()) == pytest.approx(np.array(r.grad("m")), rel=1e-12)
+
+
+def test_the_budget_knows_linears_result_shape():
+    """input (..., in) and weight (out, in): (..., out), as torch computes it; refused before allocating."""
+    from gradflow import LimitError
+    from gradflow.engine.budget import result_shape
+
+    assert result_shape("linear", [(5, 3), (7, 3)]) == (5, 7)
+    assert result_shape("linear", [(2, 5, 3), (7, 3), (7,)]) == (2, 5, 7)
+    assert result_shape("linear", [(3,), (7, 3)]) == (7,)
+    assert tuple(F.linear(torch.ones(2, 5, 3), torch.ones(7, 3)).shape) == (2, 5, 7)
+    with pytest.raises(LimitError, match="would have"):
+        explain("linear(x, w).sum()", values={"x": [[1.0] * 2] * 3000, "w": [[1.0] * 2] * 3000},
+                limits={"elements": 10 ** 6})  # a 3000×3000 result
