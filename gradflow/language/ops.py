@@ -106,6 +106,10 @@ class Op:
         out += [f"with {c}():" for c in self.contexts]
         return out
 
+    def aliases(self) -> str:
+        """Other keywords its parameters take: `axis= for dim=, keepdims= for keepdim=` ('' if none)."""
+        return ", ".join(f"{a}= for {p.name}=" for p in self.params for a in p.aliases)
+
     def signature(self) -> str:
         """Its parameters as torch names them: input, dim=None, keepdim=False."""
         return ", ".join(p.name if p.required else f"{p.name}={p.default!r}" for p in self.params)
