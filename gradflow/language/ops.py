@@ -200,9 +200,16 @@ def _std(a, dim=None, correction=1, keepdim=False):
     return a.std(dim=dim, correction=correction, keepdim=keepdim)
 
 
-def _loss(name: str):
-    """torch.nn.functional's loss `name`, its extra parameters by keyword (reduction, beta)."""
-    return lambda a, t, **kw: getattr(_torch().nn.functional, name)(a, t, **kw)
+def _bce(a, target, reduction="mean"):
+    return _torch().nn.functional.binary_cross_entropy(a, target, reduction=reduction)
+
+
+def _l1(a, target, reduction="mean"):
+    return _torch().nn.functional.l1_loss(a, target, reduction=reduction)
+
+
+def _smooth_l1(a, target, reduction="mean", beta=1.0):
+    return _torch().nn.functional.smooth_l1_loss(a, target, reduction=reduction, beta=beta)
 
 
 def index_key(spec) -> Any:
@@ -347,12 +354,12 @@ _ROWS = [
        _torch().nn.functional.binary_cross_entropy_with_logits(a, t, reduction=reduction),
        "binary cross-entropy of sigmoid(a) against target, computed stably", kind="loss",
        functions=("binary_cross_entropy_with_logits",), torch=(F_PREFIX + "binary_cross_entropy_with_logits",)),
-    Op("binary_cross_entropy", (T, _TARGET, _RED), _loss("binary_cross_entropy"), "-(target log(a) + "
+    Op("binary_cross_entropy", (T, _TARGET, _RED), _bce, "-(target log(a) + "
        "(1 - target) log(1 - a)), a a probability in [0, 1] (sigmoid's output)", kind="loss",
        functions=("binary_cross_entropy",), torch=(F_PREFIX + "binary_cross_entropy",)),
-    Op("l1_loss", (T, _TARGET, _RED), _loss("l1_loss"), "mean of |a - target|", kind="loss",
+    Op("l1_loss", (T, _TARGET, _RED), _l1, "mean of |a - target|", kind="loss",
        functions=("l1_loss",), torch=(F_PREFIX + "l1_loss",)),
-    Op("smooth_l1_loss", (T, _TARGET, _RED, Param("beta", "number", 1.0)), _loss("smooth_l1_loss"),
+    Op("smooth_l1_loss", (T, _TARGET, _RED, Param("beta", "number", 1.0)), _smooth_l1,
        "0.5 (a - target)^2 / beta where |a - target| < beta, else |a - target| - 0.5 beta; then the mean",
        kind="loss", functions=("smooth_l1_loss",), torch=(F_PREFIX + "smooth_l1_loss",)),
     Op("nll_loss", (T, _TARGET, _RED), _nll_loss, "the negative log-likelihood of class indices target, a holding "
