@@ -26,6 +26,21 @@ def visible_width(text: str) -> int:
     return len(visible(text))
 
 
+def fit_name(name: str, width: int) -> str:
+    """A dotted name in at most `width` characters without breaking a word: the front left out, the last parts
+    kept (`…layers.0.self_attn.q_proj.lora_A.default.weight`), as many as fit. Only a last part longer than
+    `width` itself is cut, keeping its end."""
+    if len(name) <= width:
+        return name
+    parts = name.split(".")
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if 1 + len(part) + 1 + len(kept) > width:
+            break
+        kept = f"{part}.{kept}"
+    return "…" + kept[-(width - 1):]
+
+
 def dot_string(text: str) -> str:
     """A quoted Graphviz DOT string: control characters shown escaped, then DOT's escapes (\\\\, \\", \\n)."""
     return '"' + visible(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

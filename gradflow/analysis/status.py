@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gradflow.analysis.explanation import Explanation, Warning
 from gradflow.language.graph import FlagStep, Graph
-from gradflow.language.ops import role
+from gradflow.language.ops import CLASS_TARGETS, role
 
 
 def depends_on(graph: Graph, leaves: list[str]) -> list[int]:
@@ -99,17 +99,20 @@ def _why(result: Explanation, graph: Graph, leaf: str, i: int, deps, reach, flag
                 "carry no gradient")
     flat = _no_gradient_ops(result, deps, reach, i)
     if flat:
+        integer = any(result.nodes[e.dst].op in ("argmax", "argmin") for e in result.edges
+                      if result.nodes[e.dst].name in flat)
         return (f"every path from {leaf} to {_out(result)} goes through {' and '.join(flat)}, which carr"
-                f"{'ies' if len(flat) == 1 else 'y'} no gradient (a comparison gives a boolean tensor)")
+                f"{'ies' if len(flat) == 1 else 'y'} no gradient (" + ("argmax and argmin give integer indices, as "
+                "in torch" if integer else "a comparison gives a boolean tensor") + ")")
     if result.error is not None:
         return f"backward did not run: {result.error.message}"
     return f"no gradient reached {leaf}"
 
 
 def _class_indices(result: Explanation, deps, i: int) -> list[str]:
-    """cross_entropy nodes whose target (computed from leaf i) holds class indices: one dim fewer than the input."""
+    """cross_entropy and nll_loss nodes whose target (from leaf i) holds class indices: one dim fewer than the input."""
     nodes = result.nodes
-    return [nodes[e.dst].name for e in result.edges if e.pos == 1 and nodes[e.dst].op == "cross_entropy"
+    return [nodes[e.dst].name for e in result.edges if e.pos == 1 and nodes[e.dst].op in CLASS_TARGETS
             and deps[e.src] >> i & 1 and nodes[e.src].value.dim() == nodes[nodes[e.dst].args[0]].value.dim() - 1]
 
 

@@ -200,7 +200,7 @@ def _emit_to_stdout(report, o: Opts, ops=None):
         from gradflow.render.health import chart
 
         out, err = consoles()
-        out.print(chart(report.health()), soft_wrap=True)
+        out.print(chart(report.health(), columns=out.width), soft_wrap=True)
         for w in report.warnings:  # as under the table
             err.print(Text(f"warning: {w}", style="yellow"))
     elif o.graph in ("dot", "mermaid", "svg", "png"):

@@ -31,7 +31,8 @@ def ops_cmd(json_: JsonOpt = False):
     table.add_column("what it does")
     for o in OPS.values():
         plain = all(p.kind == "tensor" and p.required for p in o.params)  # nothing to say beyond the spellings
-        doc = o.doc if plain else f"{o.doc}\nparameters: {o.signature()}"
+        doc = o.doc if plain else f"{o.doc}\nparameters: {o.signature()}" + (
+            f"\nalso (numpy's words): {o.aliases()}" if o.aliases() else "")
         shown = [s for s in o.spellings() if not s.startswith(F_PREFIX)]
         table.add_row(Text.assemble((o.name, "bold"), (f"  {o.kind}", "dim"), *(f"\n  {s}" for s in shown)), Text(doc))
     consoles()[0].print(table)

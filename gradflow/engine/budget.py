@@ -34,6 +34,8 @@ def result_shape(op: str, shapes: list[tuple[int, ...]], params: dict | None = N
         return broadcast(*shapes)
     if rule == "matmul":
         return _matmul(*shapes)
+    if rule == "linear":  # input (..., in) and weight (out, in) or (in): input @ weight.T (the bias broadcasts)
+        return _matmul(shapes[0], shapes[1][::-1])
     dim = (params or {}).get("dim", 0)
     if rule == "stack":
         if len(set(shapes)) != 1:
@@ -81,7 +83,8 @@ def _cat(shapes: list[tuple[int, ...]], dim: int) -> tuple[int, ...]:
     return full[0][:d] + (sum(s[d] for s in full),) + full[0][d + 1:]
 
 
-_GROWING = frozenset(("broadcast", "matmul", "cat", "stack"))  # the rules whose result may outgrow every operand
+# the rules whose result may outgrow every operand
+_GROWING = frozenset(("broadcast", "matmul", "linear", "cat", "stack"))
 
 
 def precheck(node: Node, args, source: str) -> None:

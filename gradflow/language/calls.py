@@ -94,14 +94,14 @@ class Binder:
     def param(self, kw: Keyword) -> Param:
         names = [p.name for p in self.op.params[1 if self.method else 0:]]
         for p in self.op.params:
-            if p.name == kw.name and p.name in names:
+            if (p.name == kw.name or kw.name in p.aliases) and p.name in names:
                 return p
         if self.op.name in ("min", "max") and kw.name == "dim":
             raise self.fail("unknown_keyword", f"{self.shown}(dim=...) returns (values, indices) in torch, which "
                             "gradflow does not support", span=Span(kw.span.start, kw.span.start + len(kw.name)),
                             hint=f"{self.shown}() takes the whole tensor, or a second tensor for the elementwise "
                                  f"{self.op.name}imum")
-        near = "dim" if kw.name in ("axis", "dims") and "dim" in names else suggest(kw.name, names)  # numpy's word
+        near = "dim" if kw.name in ("axis", "dims") and "dim" in names else suggest(kw.name, names)
         listing = ", ".join(names) if names else "no keywords"
         raise self.fail("unknown_keyword", f"{self.shown}() got an unexpected keyword argument '{kw.name}'",
                         hint=(f"did you mean '{near}'? " if near else "") + f"{self.shown}() takes: {listing}",

@@ -43,6 +43,7 @@ class Param:
     kind: str = "tensor"
     default: Any = REQUIRED
     choices: tuple[str, ...] = ()  # a str parameter's allowed values
+    aliases: tuple[str, ...] = ()  # other keywords for it: numpy's axis= for dim=, keepdims= for keepdim=
 
     @property
     def required(self) -> bool:
@@ -105,6 +106,10 @@ class Op:
         out += [f"with {c}():" for c in self.contexts]
         return out
 
+    def aliases(self) -> str:
+        """Other keywords its parameters take: `axis= for dim=, keepdims= for keepdim=` ('' if none)."""
+        return ", ".join(f"{a}= for {p.name}=" for p in self.params for a in p.aliases)
+
     def signature(self) -> str:
         """Its parameters as torch names them: input, dim=None, keepdim=False."""
         return ", ".join(p.name if p.required else f"{p.name}={p.default!r}" for p in self.params)
@@ -155,23 +160,23 @@ class OpInputError(ValueError):
 IGNORE_INDEX = -100  # torch's default ignore_index: a target of -100 counts for no class
 
 
-def _class_target(a, target):
-    """cross_entropy's target: class indices when it has one dimension fewer than the input (as torch takes
-    them, as integers: they carry no gradient), else class probabilities of the input's shape."""
+def _class_target(a, target, name="cross_entropy"):
+    """cross_entropy's (and nll_loss's) target: class indices when it has one dimension fewer than the input (as
+    torch takes them, as integers: they carry no gradient), else class probabilities of the input's shape."""
     if a.dim() == 0:
-        raise OpInputError("shape", "cross_entropy needs a score per class, and its input is a single number",
+        raise OpInputError("shape", f"{name} needs a score per class, and its input is a single number",
                            "give C scores as a vector (its target one class index) or an N×C matrix (N indices)")
     if target.dim() != a.dim() - 1:
         return target
     if target.is_floating_point():
         if not bool((target == target.round()).all()):
-            raise OpInputError("argument", "cross_entropy's target holds class indices (it has one dimension fewer "
+            raise OpInputError("argument", f"{name}'s target holds class indices (it has one dimension fewer "
                                "than the input), and they must be whole numbers",
                                "give class indices 0..C-1, or class probabilities of the input's shape")
         classes = a.shape[0 if a.dim() == 1 else 1]
         bad = target[((target < 0) | (target >= classes)) & (target != IGNORE_INDEX)]
         if bad.numel():  # before .long(): 1e30 would wrap round to a negative index
-            raise OpInputError("index", f"cross_entropy's target {bad.flatten()[0].item():g} is not a class index: the "
+            raise OpInputError("index", f"{name}'s target {bad.flatten()[0].item():g} is not a class index: the "
                                f"input has {classes} classes", f"class indices run from 0 to {classes - 1} "
                                f"({IGNORE_INDEX} marks a sample to ignore)")
         target = target.detach().long()
@@ -182,6 +187,31 @@ def _cross_entropy(a, target, reduction="mean"):
     return _torch().nn.functional.cross_entropy(a, _class_target(a, target), reduction=reduction)
 
 
+def _nll_loss(a, target, reduction="mean"):
+    """The negative log-likelihood of class indices, `a` holding log-probabilities (log_softmax's output)."""
+    return _torch().nn.functional.nll_loss(a, _class_target(a, target, "nll_loss"), reduction=reduction)
+
+
+def _var(a, dim=None, correction=1, keepdim=False):
+    return a.var(dim=dim, correction=correction, keepdim=keepdim)
+
+
+def _std(a, dim=None, correction=1, keepdim=False):
+    return a.std(dim=dim, correction=correction, keepdim=keepdim)
+
+
+def _bce(a, target, reduction="mean"):
+    return _torch().nn.functional.binary_cross_entropy(a, target, reduction=reduction)
+
+
+def _l1(a, target, reduction="mean"):
+    return _torch().nn.functional.l1_loss(a, target, reduction=reduction)
+
+
+def _smooth_l1(a, target, reduction="mean", beta=1.0):
+    return _torch().nn.functional.smooth_l1_loss(a, target, reduction=reduction, beta=beta)
+
+
 def index_key(spec) -> Any:
     """The index tuple a[...] uses, from its stored form (ints, ("slice", start, stop, step), "...")."""
     return tuple(Ellipsis if item == "..." else slice(*item[1:]) if isinstance(item, tuple) else item
@@ -189,8 +219,10 @@ def index_key(spec) -> Any:
 
 
 T, OTHER = Param("input"), Param("other")
-_DIM = Param("dim", "dims", None)
-_KEEP = Param("keepdim", "bool", False)
+_DIM = Param("dim", "dims", None, aliases=("axis",))  # numpy's word too: sum(x, axis=0)
+_KEEP = Param("keepdim", "bool", False, aliases=("keepdims",))
+_ONE_DIM = Param("dim", "int", None, aliases=("axis",))  # argmax's: one dim, or None for the whole tensor
+_CORRECTION = Param("correction", "int", 1, aliases=("ddof",))  # torch's default 1 (numpy's ddof defaults to 0)
 _RED = Param("reduction", "str", "mean", ("mean", "sum", "none"))
 _TARGET = Param("target")
 
@@ -267,6 +299,12 @@ _ROWS = [
        methods=("maximum",), torch=("torch.maximum",)),
     Op("minimum", (T, OTHER), lambda a, b: a.minimum(b), "elementwise minimum", functions=("minimum",),
        methods=("minimum",), torch=("torch.minimum",)),
+    Op("round", (T, Param("decimals", "int", 0)), lambda a, decimals=0: a.round(decimals=decimals),
+       "a rounded to the nearest whole number (halves to even), or to `decimals` places; gradient 0, as in torch",
+       functions=("round",), methods=("round",), torch=("torch.round",), shape="first"),
+    _fn("floor", "the largest whole number <= a; gradient 0, as in torch", methodcaller("floor")),
+    _fn("ceil", "the smallest whole number >= a; gradient 0, as in torch", methodcaller("ceil")),
+    _fn("sign", "-1, 0 or 1 by the sign of a; gradient 0, as in torch", methodcaller("sign")),
     Op("where", (Param("condition"), T, OTHER), lambda c, a, b: _torch().where(c, a, b),
        "a where condition is true, else other (condition: a comparison, e.g. x > 0)", functions=("where",),
        torch=("torch.where",)),
@@ -279,6 +317,19 @@ _ROWS = [
        "minimum", kind="reduction", functions=("min",), methods=("min",), torch=("torch.min",)),
     Op("max", (T, Param("other", default=None)), _max, "max(a): largest element; max(a, b): elementwise "
        "maximum", kind="reduction", functions=("max",), methods=("max",), torch=("torch.max",)),
+    # named `variance`: a graph's `var` nodes are its variables (written var(a), a.var(), torch.var(a))
+    Op("variance", (T, _DIM, _CORRECTION, _KEEP), _var, "variance of all elements, or along dim: sum((a - mean)^2) / "
+       "(n - correction); torch's correction=1 by default (numpy's ddof=0 is correction=0)", kind="reduction",
+       functions=("var",), methods=("var",), torch=("torch.var",), shape="first"),
+    Op("std", (T, _DIM, _CORRECTION, _KEEP), _std, "standard deviation: sqrt(var(a, dim, correction))",
+       kind="reduction", functions=("std",), methods=("std",), torch=("torch.std",), shape="first"),
+    Op("argmax", (T, _ONE_DIM, _KEEP), lambda a, dim=None, keepdim=False: a.argmax(dim=dim, keepdim=keepdim),
+       "index of the largest element (of the flattened a, or along dim): an integer tensor, no gradient, as in "
+       "torch", kind="reduction", functions=("argmax",), methods=("argmax",), torch=("torch.argmax",),
+       shape="first"),
+    Op("argmin", (T, _ONE_DIM, _KEEP), lambda a, dim=None, keepdim=False: a.argmin(dim=dim, keepdim=keepdim),
+       "index of the smallest element, likewise: an integer tensor, no gradient", kind="reduction",
+       functions=("argmin",), methods=("argmin",), torch=("torch.argmin",), shape="first"),
     # along a dimension
     Op("softmax", (T, Param("dim", "int")), lambda a, dim: a.softmax(dim), "e^a / sum(e^a) along dim",
        functions=("softmax",), methods=("softmax",), torch=("torch.softmax", F_PREFIX + "softmax"), shape="first"),
@@ -289,6 +340,9 @@ _ROWS = [
        lambda a, p=2.0, dim=1, eps=1e-12: _torch().nn.functional.normalize(a, p=p, dim=dim, eps=eps),
        "a / max(norm_p(a) along dim, eps)", functions=("normalize",), torch=(F_PREFIX + "normalize",),
        shape="first"),
+    Op("linear", (T, Param("weight"), Param("bias", default=None)),
+       lambda a, w, b=None: _torch().nn.functional.linear(a, w, b), "a @ weight.T + bias (torch.nn.Linear's "
+       "computation; bias may be left out)", functions=("linear",), torch=(F_PREFIX + "linear",), shape="linear"),
     # losses
     Op("cross_entropy", (T, _TARGET, _RED), _cross_entropy, "log_softmax along the class dim (1, or 0 for "
        "one sample), then the negative log-likelihood of target (class indices or probabilities)",
@@ -300,6 +354,17 @@ _ROWS = [
        _torch().nn.functional.binary_cross_entropy_with_logits(a, t, reduction=reduction),
        "binary cross-entropy of sigmoid(a) against target, computed stably", kind="loss",
        functions=("binary_cross_entropy_with_logits",), torch=(F_PREFIX + "binary_cross_entropy_with_logits",)),
+    Op("binary_cross_entropy", (T, _TARGET, _RED), _bce, "-(target log(a) + "
+       "(1 - target) log(1 - a)), a a probability in [0, 1] (sigmoid's output)", kind="loss",
+       functions=("binary_cross_entropy",), torch=(F_PREFIX + "binary_cross_entropy",)),
+    Op("l1_loss", (T, _TARGET, _RED), _l1, "mean of |a - target|", kind="loss",
+       functions=("l1_loss",), torch=(F_PREFIX + "l1_loss",)),
+    Op("smooth_l1_loss", (T, _TARGET, _RED, Param("beta", "number", 1.0)), _smooth_l1,
+       "0.5 (a - target)^2 / beta where |a - target| < beta, else |a - target| - 0.5 beta; then the mean",
+       kind="loss", functions=("smooth_l1_loss",), torch=(F_PREFIX + "smooth_l1_loss",)),
+    Op("nll_loss", (T, _TARGET, _RED), _nll_loss, "the negative log-likelihood of class indices target, a holding "
+       "log-probabilities (log_softmax along the class dim, 1 or 0 for one sample)", kind="loss",
+       functions=("nll_loss",), torch=(F_PREFIX + "nll_loss",), shape="first"),
     # shapes
     Op("reshape", (T, Param("shape", "shape")), lambda a, shape: a.reshape(shape), "a with a new shape (-1: "
        "inferred)", kind="shape", functions=("reshape",), methods=("reshape",), torch=("torch.reshape",),
@@ -319,6 +384,7 @@ _ROWS = [
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
+CLASS_TARGETS = ("cross_entropy", "nll_loss")  # losses whose target may be class indices (no gradient)
 CUT_OPS = tuple(op.name for op in _ROWS if op.role != "plain")  # every way the language cuts a gradient path
 REGION_OPS = tuple(op.name for op in _ROWS if op.role == "region")
 # Every spelling -> its row: bare names f(...), methods a.f(...), qualified names torch.f(...), `with` contexts.

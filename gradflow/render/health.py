@@ -8,12 +8,13 @@ Never imports torch: a HealthReport holds plain numbers.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from gradflow.display import visible
+from gradflow.display import fit_name, visible
 from gradflow.values.text import format_number
 
 if TYPE_CHECKING:
@@ -42,26 +43,40 @@ def bar(norm: float, lo: int, hi: int, width: int = BAR_WIDTH) -> str:
     return "█" * full + (EIGHTHS[part] if part else "")
 
 
-def chart(health: HealthReport, width: int = BAR_WIDTH) -> Text:
-    """The terminal chart: a title, one line per layer, an axis, and a legend of the marks used."""
+def chart(health: HealthReport, width: int = BAR_WIDTH, columns: int | None = None) -> Text:
+    """The terminal chart: a title, one line per layer, an axis, and a legend of the marks used. In `columns`
+    (the console's width) names lose their front rather than break (display.fit_name), the bars shorten, and a
+    note that does not fit beside its bar goes under it."""
     bounds = scale(health)
     lo, hi = bounds or (0, 1)
-    name_width = min(NAME_WIDTH, max((len(visible(x.name)) for x in health.layers), default=5))
+    longest = max((len(visible(x.name)) for x in health.layers), default=5)
+    name_width = min(NAME_WIDTH, longest)
+    if columns is not None:
+        # the whole bar if the names fit beside it, else names of up to WIDE_NAME
+        name_width = min(longest, max(NAME_WIDTH, columns - _NUMBER - width,
+                                      min(WIDE_NAME, columns - _NUMBER - MIN_BAR)))
+        bars = columns - name_width - _NUMBER  # all the rest, or less to keep the notes beside their bars
+        notes = max((len(x.describe()) + 4 for x in health.layers if x.describe()), default=0)
+        width = max(MIN_BAR, min(width, bars - notes if bars - notes >= MIN_BAR else bars))
     out = Text(f"gradient norm per layer, in forward order (log scale, {len(health.layers)} layers)\n")
     for layer in health.layers:
-        out.append_text(_line(layer, lo, hi, width, name_width))
+        out.append_text(_line(layer, lo, hi, width, name_width, columns))
         out.append("\n")
     if bounds:
         left, right = f"1e{lo:+03d}", f"1e{hi:+03d}"
         out.append(" " * (name_width + 2) + left + " " * max(1, width - len(left) - len(right)) + right + "\n",
                    style="dim")
-    out.append_text(legend(health))
+    out.append_text(legend(health, columns))
     return out
 
 
-def _line(layer: LayerHealth, lo: int, hi: int, width: int, name_width: int) -> Text:
-    name = visible(layer.name)
-    name = name if len(name) <= name_width else "…" + name[-(name_width - 1):]
+MIN_BAR = 12
+WIDE_NAME = 42  # `…layers.0.self_attn.q_proj.lora_A.default` at 80 columns
+_NUMBER = 2 + 2 + 11  # the gaps around the bar and the number after it
+
+
+def _line(layer: LayerHealth, lo: int, hi: int, width: int, name_width: int, columns: int | None = None) -> Text:
+    name = fit_name(visible(layer.name), name_width)
     mark, style = MARK[layer.status]
     line = Text(name.ljust(name_width) + "  ")
     if layer.status in ("ok", "vanishing", "exploding") and layer.grad_norm:
@@ -72,7 +87,10 @@ def _line(layer: LayerHealth, lo: int, hi: int, width: int, name_width: int) -> 
     line.append("  " + value.rjust(11))
     note = layer.describe()
     if note:
-        line.append(f"  {mark if layer.flagged else ''}{note}", style=style)
+        note = f"{mark if layer.flagged else ''}{note}"
+        under = columns is not None and len(line) + 2 + len(note) > columns
+        indent = max(2, min(name_width + 2, (columns or 0) - len(note)))  # under the bar, or as far as it fits
+        line.append(("\n" + " " * indent if under else "  ") + note, style=style)
     return line
 
 
@@ -80,12 +98,16 @@ LEGEND = {"vanishing": "▼ > {f}x below its running median", "exploding": "▲ 
           "nonfinite": "! nan or inf", "zero": "0 exactly zero", "none": "— None (no gradient)"}
 
 
-def legend(health: HealthReport) -> Text:
+def legend(health: HealthReport, columns: int | None = None) -> Text:
+    """The marks used and the rule, on lines of at most `columns` (the chart is printed without wrapping)."""
     seen = {x.status for x in health.layers}
     parts = [text.format(f=f"{health.factor:g}") for status, text in LEGEND.items() if status in seen]
     rule = (f"running median: of the layer and up to {health.window} layers on each side "
             "(finite, non-zero norms only)")
-    return Text("  ".join(parts) + ("\n" if parts else "") + rule, style="dim")
+    if columns is None:
+        return Text("  ".join(parts) + ("\n" if parts else "") + rule, style="dim")
+    lines = textwrap.wrap("  ".join(parts), columns, break_on_hyphens=False) + textwrap.wrap(rule, columns)
+    return Text("\n".join(lines), style="dim")
 
 
 def picture(health: HealthReport, path: Path, title: str = "") -> bytes:

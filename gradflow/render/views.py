@@ -75,7 +75,7 @@ def _(result: Comparison, out: Console, err: Console) -> None:
 
 @print_result.register
 def _(result: HealthReport, out: Console, err: Console) -> None:
-    out.print(chart(result), soft_wrap=True)
+    out.print(chart(result, columns=out.width), soft_wrap=True)
 
 
 @print_result.register

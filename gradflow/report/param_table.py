@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 from rich import box
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from gradflow.display import visible
+from gradflow.display import fit_name, visible
 from gradflow.report.inspect_report import InspectReport, ParamReport
 from gradflow.values.text import format_number
 
@@ -61,15 +62,27 @@ def module_of(name: str, depth: int) -> str:
 
 
 def rows(report: InspectReport, depth: int = 2, expand: bool = False, only_problems: bool = False) -> list[Row]:
-    out: dict[tuple, Row] = {}
-    for p in report.params:
-        if only_problems and not p.problem:
-            continue
+    return _fold([p for p in report.params if p.problem or not only_problems], depth, expand)
+
+
+def _fold(params: list[ParamReport], depth: int, expand: bool) -> list[Row]:
+    """Parameters folded under their module at `depth`, in order of first appearance. A module whose parameters
+    differ in status or reason is folded one level deeper (down to one row per parameter): one name never
+    stands for rows of different status."""
+    groups: dict[tuple[bool, str], list[ParamReport]] = {}
+    for p in params:
         key = module_of(p.name, depth)
         single = expand or not key or len(p.routes) > 1
-        gk = (p.name,) if single else (key, p.status, p.why)
-        out.setdefault(gk, Row(p.name if single else key)).params.append(p)
-    return list(out.values())
+        groups.setdefault((single, p.name if single else key), []).append(p)
+    out: list[Row] = []
+    for (single, key), members in groups.items():
+        if single or len({(p.status, p.why) for p in members}) == 1:
+            out.append(Row(key, members))
+        elif all(module_of(p.name, depth + 1) == key for p in members):  # no deeper module: one row each
+            out.extend(Row(p.name, [p]) for p in members)
+        else:
+            out.extend(_fold(members, depth + 1, expand))
+    return out
 
 
 def _shape(row: Row) -> str:
@@ -92,22 +105,42 @@ def _pct(share: float | None) -> str:
 
 
 def param_table(report: InspectReport, depth: int = 2, expand: bool = False,
-                only_problems: bool = False) -> Table:
+                only_problems: bool = False, width: int | None = None) -> Table:
+    """The table. In `width` columns, a table whose names and reasons do not fit side by side puts each reason
+    on its own line under its row, and names that still do not fit lose their front (display.fit_name): a
+    name never breaks mid-word."""
     title = Text(f"loss = {format_number(float(report.loss.detach()))}  ·  " + summary(report.params)
                  + optimizer_summary(report))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    table.add_column("parameter", overflow="fold", min_width=14)
+    shown = rows(report, depth, expand, only_problems)
+    cells = [(_shape(row), f"{sum(p.numel for p in row.params):,}", row.grad_norm) for row in shown]
+    norms = ["None" if norm is None else format_number(norm) for _, _, norm in cells]
+    fixed = sum(max(len(head), *(len(c) for c in column)) for head, column in (
+        ("shape", [c[0] for c in cells]), ("numel", [c[1] for c in cells]), ("grad norm", norms)))
+    whys = [_why(row) for row in shown]
+    longest = max((len(row.label) for row in shown), default=0)
+    why = max(WHY_MIN, min(WHY_WIDTH, max(map(len, whys), default=0)))
+    beside = width is None or _EDGES + 2 + longest + fixed + why + _GAP * 4 <= width
+    names = 10 ** 6 if width is None else width - _EDGES - 2 - fixed - _GAP * 3 - (why + _GAP if beside else 0)
+    table.add_column("parameter", no_wrap=True, min_width=14, max_width=None if beside else max(NAME_MIN, names) + 2)
     table.add_column("shape", no_wrap=True)
     table.add_column("numel", justify="right", no_wrap=True)
     table.add_column("grad norm", justify="right", no_wrap=True)
-    table.add_column("why / routes", overflow="fold", min_width=20)
-    for row in rows(report, depth, expand, only_problems):
-        mark, style, _ = STATUS[row.first.status]
-        norm = row.grad_norm
-        table.add_row(Text.assemble((mark + " ", style), row.label), _shape(row),
-                      f"{sum(p.numel for p in row.params):,}",
-                      Text("None", style="yellow") if norm is None else format_number(norm), _why(row))
+    if beside:
+        table.add_column("why / routes", overflow="fold", min_width=WHY_MIN)
+    for row, (shape, numel, norm), norm_text, reason in zip(shown, cells, norms, whys):
+        mark, style = STATUS[row.first.status][:2]
+        table.add_row(Text.assemble((mark + " ", style), fit_name(row.label, max(NAME_MIN, names))), shape, numel,
+                      Text("None", style="yellow") if norm is None else norm_text, *([reason] if beside else []))
+        if reason and not beside:  # under its row, wrapped at spaces across the name's column
+            table.add_row(Padding(Text.assemble(reason, style="dim", no_wrap=False, overflow="fold"), (0, 0, 0, 2)))
     return table
+
+
+WHY_WIDTH = 30  # a reason beside its row needs this much (it folds beyond); else it goes under the row
+WHY_MIN = 20  # the reasons column is never narrower
+NAME_MIN = 16  # names are never shortened below this
+_EDGES, _GAP = 2, 3  # the table's blank first and last columns; between two columns, padding and the rule
 
 
 def summary(params: list[ParamReport], sep: str = " · ") -> str:
@@ -150,7 +183,7 @@ def print_report(report: InspectReport, out: Console, err: Console, depth: int =
         out.print(Text(f"loss = {format_number(float(report.loss.detach()))}  ·  every parameter gets a "
                        f"non-zero gradient ({len(report.params)} tensors)", style="green"))
     else:
-        out.print(Group(param_table(report, depth, expand, only_problems), legend(report)))
+        out.print(Group(param_table(report, depth, expand, only_problems, out.width), legend(report)))
     for w in report.warnings:
         err.print(Text(f"warning: {w}", style="yellow"))
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradflow.analysis.explanation import SCHEMA_VERSION
+from gradflow.display import fit_name
 from gradflow.script.program_writer import NoProgram, Program
 from gradflow.script.recorder import BackwardCall, Named
 from gradflow.values.jsonable import one_document, to_jsonable
@@ -34,11 +35,13 @@ def _grad_fn(n: Named) -> str:
     return type(n.tensor.grad_fn).__name__ if n.tensor.grad_fn is not None else DASH
 
 
-def _label(n: Named) -> Text:
+def _label(n: Named, width: int = 10 ** 6) -> Text:
+    """The status mark and the name, shortened at the front to fit `width` (never broken mid-word)."""
     mark, style, _ = STATUS[n.status]
-    text = Text.assemble((mark + " ", style), n.name)
-    if n.aliases:
-        text.append(f" (also {', '.join(n.aliases)})", style="dim")
+    also = f" (also {', '.join(n.aliases)})" if n.aliases else ""
+    text = Text.assemble((mark + " ", style), fit_name(n.name, max(8, width - 2 - len(also))))
+    if also:
+        text.append(also, style="dim")
     return text
 
 
@@ -59,29 +62,36 @@ def _cells(call: BackwardCall) -> Cells:
              format_tensor(shown_grad(n), "\n")) for n in call.named]
 
 
-def _fits(cells: Cells, width: int) -> bool:
-    """Does the table fit with the tensor column folded to 8 columns and every other column whole?"""
-    need = 2 * (len(_HEADERS) - 1) + 8
+def _others(cells: Cells) -> int:
+    """The width of every column but the tensor column, with the gaps between columns."""
+    need = 2 * (len(_HEADERS) - 1)
     for k, head in enumerate(_HEADERS[1:]):
         need += max(len(line) for c in [head, *(row[k] for row in cells)] for line in c.split("\n"))
-    return need <= width
+    return need
 
 
-def tensor_table(call: BackwardCall, cells: Cells) -> Table:
+def _fits(cells: Cells, width: int) -> bool:
+    """Does the table fit with the tensor column at 8 columns and every other column whole?"""
+    return _others(cells) + 8 <= width
+
+
+def tensor_table(call: BackwardCall, cells: Cells, width: int | None = None) -> Table:
+    """The table; in `width` columns, names lose their front rather than break (display.fit_name)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
-    table.add_column("tensor", overflow="fold", min_width=8)
+    table.add_column("tensor", no_wrap=True, min_width=8)
     for head in _HEADERS[1:]:
         table.add_column(head, no_wrap=True, justify="right" if head in ("value", "grad") else "left")
+    names = 10 ** 6 if width is None else width - _others(cells)
     for n, row in zip(call.named, cells):
-        table.add_row(_label(n), *(Text(c) for c in row))  # Text: a value like [nan, 1] is not markup
+        table.add_row(_label(n, names), *(Text(c) for c in row))  # Text: a value like [nan, 1] is not markup
     return table
 
 
-def tensor_blocks(call: BackwardCall, cells: Cells) -> Group:
+def tensor_blocks(call: BackwardCall, cells: Cells, width: int = 10 ** 6) -> Group:
     """The table's content as a block per tensor, for a console too narrow for the table."""
     parts: list = [Text()]
     for n, (value, rg, leaf, fn, grad) in zip(call.named, cells):
-        parts.append(Text.assemble(_label(n), (f"  requires_grad {rg} · is_leaf {leaf} · grad_fn {fn}", "dim")))
+        parts.append(Text.assemble(_label(n, width), (f"  requires_grad {rg} · is_leaf {leaf} · grad_fn {fn}", "dim")))
         parts.append(Padding(Text(f"value {' · '.join(value.split(chr(10)))}\ngrad {' · '.join(grad.split(chr(10)))}"),
                              (0, 0, 0, 2)))
     parts.append(Text())
@@ -123,7 +133,7 @@ def backward_view(call: BackwardCall, width: int) -> Group:
     leaves' grads."""
     if call.named:
         cells = _cells(call)
-        view = tensor_table(call, cells) if _fits(cells, width) else tensor_blocks(call, cells)
+        view = tensor_table(call, cells, width) if _fits(cells, width) else tensor_blocks(call, cells, width)
         parts = [title(call), view, legend(call), Text(GRAD_NOTE, style="dim")]
     else:
         parts = [title(call), Text("(no tensor has a name in the script yet)", style="dim")]

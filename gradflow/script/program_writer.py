@@ -4,7 +4,7 @@ Each op that computed the loss is written in gradflow's language: + - * / ^ @, u
 language/ops.py, detach(...) for detach()/.data, no_grad(...) / inference_mode(...) for ops run under those
 contexts. The tensors the script named become statements (`out1 = xvar*y1`) or variables given on the command
 line with the values the script used (`--xvar "[1]"`); the leaves that require grad are `--wrt`. An op with no
-spelling (linear, indexing, a reduction over one dim...) gives a `NoProgram` that says which op and where:
+spelling (one the op table lacks, an argument its row does not take) gives a `NoProgram` that says which op and where:
 never a program that computes something else. The program is compiled before it is offered.
 """
 from __future__ import annotations
@@ -250,8 +250,9 @@ class _Writer:
             raise NoSpelling(f"`{rec.name}`{where} changed a tensor that requires grad with gradients off: its "
                              "backward is the one it had before, with the new values")
         args = call.args
-        expr = None if len(rec.outs) != 1 else spell(
-            rec.name, args, call.kwargs, call.same_meta, lambda i: self._arg(args[i], own), lambda i: _is_ref(args[i]))
+        expr = None if len(rec.outs) != 1 else spell(  # an argument by position (int) or keyword (str)
+            rec.name, args, call.kwargs, call.same_meta, lambda i: self._arg(_at(call, i), own),
+            lambda i: _is_ref(_at(call, i)))
         if expr is None:
             raise NoSpelling(f"`{rec.name}`{where} has no spelling in gradflow's language")
         self.spelled.add(r.version)
@@ -268,6 +269,10 @@ class _Writer:
 # ---- helpers --------------------------------------------------------------------------------------
 def _is_ref(a) -> bool:
     return isinstance(a, Ref)
+
+
+def _at(call, where: int | str):
+    return call.args[where] if isinstance(where, int) else call.kwargs[where]
 
 
 def _refs(call) -> list:

@@ -2,8 +2,9 @@
 
 A `ScriptTrace` is the tracer (tracer/trace.py) with three additions:
 - each recorded op keeps its arguments as a template: a tensor as a `Ref` (its serial, the op that last wrote
-  it, whether it had a grad_fn), a Python number as it is, anything else as an `Opaque` marker. That is enough
-  to spell the op again in gradflow's language (program.py);
+  it, whether it had a grad_fn), a Python number, bool, string or None as it is, an index of ints and slices
+  (a tuple of dims, a shape) as it is, anything else as an `Opaque` marker. That is enough to spell the op
+  again in gradflow's language (program_writer.py, spelling.py);
 - the values of tensors without a grad_fn (leaves, constants) of at most VALUE_CAP elements are copied when an
   op uses them, once per distinct value, so the program gets the values the script used even if the script
   changed them afterwards (`w.data -= lr * w.grad.data` is invisible to autograd's version counters);
@@ -31,6 +32,7 @@ from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
+from gradflow.script.spelling import plain_index
 from gradflow.script.writes import Write, Writes, storage_of, written
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
@@ -122,7 +124,7 @@ class ScriptTrace(Trace):
         self.count = 0
         self.failed: BaseException | None = None  # the error a backward() raised, if one did
         self.failed_call: BackwardCall | None = None  # ... and its call
-        self._pending: tuple[tuple, dict] = ((), {})
+        self._pending: tuple[tuple, dict] | None = ((), {})  # the arguments of the call being recorded
         self.writes = Writes()  # every in-place write, by the memory it touched (script/writes.py)
         self._values = self._followed = _FreshValues()
         self.index = OpIndex()  # producers and consumers, kept as ops are recorded (named_reasons.py)
@@ -161,6 +163,9 @@ class ScriptTrace(Trace):
                 self.writes.add(storage, Write(position, self.serial(t), name, via, line))
 
     def run_leaf(self, module, args: tuple, kwargs: dict):
+        """torch's Linear (LayerNorm, GELU) run whole by the trace: no torch function call sets the arguments of
+        its one op, which are then its inputs (x, weight, bias: F.linear's), read by `_record`."""
+        self._pending = None
         return NOT_RUN if self.quiet else super().run_leaf(module, args, kwargs)
 
     def _uses(self, rec, used, outs, stop, given=None):
@@ -171,8 +176,8 @@ class ScriptTrace(Trace):
     def template(self, a):
         if isinstance(a, torch.Tensor):
             return self.ref(a)
-        if isinstance(a, (int, float)) and not isinstance(a, bool) or a is None or isinstance(a, str):
-            return a
+        if isinstance(a, (int, float, str)) or a is None or plain_index(a):  # bools too: keepdim=True
+            return a  # an index of ints and slices, a tuple of dims or a shape: as is (immutable, small)
         return Opaque(type(a).__name__)
 
     def ref(self, a: torch.Tensor) -> Ref:
@@ -208,7 +213,8 @@ class ScriptTrace(Trace):
         same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
         fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
         tensors = (*zip(rec.ins, map(storage_of, ins)), *zip(rec.outs, map(storage_of, outs)))
-        self.calls[rec.index] = Call(*self._pending, fn, same, tensors)
+        pending = self._pending if self._pending is not None else (tuple(map(self.template, ins)), {})
+        self.calls[rec.index] = Call(*pending, fn, same, tensors)
         for s in rec.outs:
             self.writer[s] = rec.index
 

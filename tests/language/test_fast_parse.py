@@ -33,6 +33,8 @@ TEXTS = [
     "with torch.no_grad():\n\ta = x\nwith torch.inference_mode():\n  with torch.no_grad():\n    c = a\nc*x",
     "  x + 1", "(x\r\n+ 1)", "z = x*y; z.requires_grad_(False); z", "y.detach_(); y*x",
     "c = (x*y).detach().requires_grad_(); c.retain_grad(); c*2", "where(x > 0, x, -x).sum()",
+    "sum(x, axis=0, keepdims=True) + x.var(ddof=0) + std(x, correction=0) + argmax(x, axis=1)",
+    "F.smooth_l1_loss(round(x), y, beta=0.5) + F.linear(x, w).sum() + torch.argmin(x, dim=0, keepdim=True)",
     # the end of input, as fastparse's own LALR loop meets it: after a new line, blank lines or a comment, at the
     # end of a `with` block (the postlexer's last _DEDENTs), a multi-line program, a trailing `;`
     "x\n", "x\n\n\n", "\n\nx", "x  # the end", "x\n# the end\n", "x;", "a = x; b = a\n\nb*a\n",

@@ -38,9 +38,14 @@ def test_every_op_has_a_torch_call():
                     "tensors" else 1)]
         params = {p.name: p.choices[0] if p.kind == "str" else _SAMPLE[p.kind] for p in op.params
                   if p.kind not in ("tensor", "tensors")}
-        target = {"cross_entropy": torch.tensor(1.0), "binary_cross_entropy_with_logits": torch.tensor([0.0, 1.0])}
+        target = {"cross_entropy": torch.tensor(1.0), "binary_cross_entropy_with_logits": torch.tensor([0.0, 1.0]),
+                  "nll_loss": torch.tensor(1), "linear": torch.ones(3, 2)}
         if op.name in target:
             operands[1] = target[op.name]
+        if op.name == "linear":  # weight 3×2 and its bias
+            operands[2] = torch.ones(3)
+        if op.name == "binary_cross_entropy":  # a probability and its target
+            operands = [torch.tensor([0.25, 0.5], requires_grad=True), torch.tensor([0.0, 1.0])]
         assert op.fn(*operands, **params) is not None, op.name
 
 

@@ -105,10 +105,15 @@ def test_health_json_and_chart_of_the_example():
 
 
 def test_health_keeps_the_report_s_warnings_and_exit_code():
-    res = CliRunner().invoke(app, ["inspect", f"{ROOT}/examples/frozen_encoder.py:main", "--health"])
+    res = CliRunner().invoke(app, ["inspect", f"{ROOT}/examples/frozen_encoder.py:main", "--health"],
+                             env={"COLUMNS": "80"})
     assert res.exit_code == 0 and "warning: encoder.norm is frozen (requires_grad=False)" in res.stderr
-    assert [ln.split()[:3] for ln in res.stdout.splitlines()[1:7]][4] == ["head", "████████████████████████▊",
-                                                                          "0.591848"]
+    lines = res.stdout.splitlines()
+    name, bar, norm = lines[5].split()[:3]
+    assert (name, norm) == ("head", "0.591848") and max(map(len, lines)) <= 80
+    width = len(lines[7].strip())  # the axis, 1e-01 ... 1e+00, spans the bars' width
+    eighths = 8 * bar.count("█") + (" ▏▎▍▌▋▊▉".index(bar[-1]) if bar[-1] != "█" else 0)
+    assert eighths == round((math.log10(0.591848) + 1) * width * 8)  # log scale from 1e-01 to 1e+00
 
 
 def test_chart_marks_none_and_nonfinite():
