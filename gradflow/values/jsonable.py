@@ -88,13 +88,20 @@ def _clean(x):
 SUMMARY_CHUNK = 1 << 20  # elements widened to float64 at a time
 
 
+def dense(t):
+    """A sparse tensor (an nn.Embedding(sparse=True)'s gradient) as the dense one it stands for: its numbers are
+    shown as those of any tensor of its shape. Others as they are."""
+    layout = getattr(t, "layout", None)
+    return t.to_dense() if layout is not None and str(layout) != "torch.strided" else t
+
+
 def summary(t) -> dict:
     """{"shape", "dtype", "mean", "min", "max", "norm"} of a non-empty tensor (statistics in float64).
 
     A large tensor is widened a chunk at a time: a float64 copy of all of it would be the largest allocation of
     the whole command (twice a float32 value), beyond what the `total` limit counts."""
     head = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
-    flat = t.detach().reshape(-1)
+    flat = dense(t.detach()).reshape(-1)
     if flat.numel() <= SUMMARY_CHUNK:
         f = flat.double()
         return {**head, "mean": f.mean().item(), "min": f.min().item(), "max": f.max().item(),
@@ -123,6 +130,7 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     the elements printed count against its limit (LimitError beyond it)."""
     if t is None:
         return None
+    t = dense(t)
     numel = getattr(t, "numel", None)  # one look-up, not hasattr then the call: this runs per value, grad, flow
     if numel is not None:
         doc, count = _DOCUMENT.get(), numel()
@@ -158,7 +166,7 @@ def plain(t):
     are read where needed, or summarised); None stays None."""
     if t is None:
         return None
-    return t.tolist() if t.numel() <= PLAIN_MAX else UNCONVERTED
+    return dense(t).tolist() if t.numel() <= PLAIN_MAX else UNCONVERTED
 
 
 def plain_json(x, count: int):
