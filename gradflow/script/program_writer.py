@@ -171,6 +171,12 @@ class _Writer:
     def _unwritten(self) -> None:
         """No write into the memory of a tensor the program's ops use, after the op, other than the versions the
         program follows (script/writes.py): the backward would use values the program does not compute."""
+        line = self.t.writes.through_numpy(st for i in self.spelled for _, st in self.t.calls[i].tensors)
+        if line is not None:
+            raise NoSpelling(f"the numpy array `.numpy()` gave at {line} shares the memory of a tensor the "
+                             "program uses, and its values changed since: writes through it are not torch ops, "
+                             "so the program would not compute what this backward used (take .numpy() of a "
+                             ".clone(), or write to the tensor with torch)")
         hit = self.t.writes.conflict((i, self.t.calls[i].tensors) for i in sorted(self.spelled))
         if hit is not None:
             rec = self.t.ops[hit[0]]

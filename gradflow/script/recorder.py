@@ -143,7 +143,10 @@ class ScriptTrace(Trace):
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
         targets = written(op_name(func), args, kwargs)
         if not targets:
-            return super().on_torch_function(func, args, kwargs)
+            out = super().on_torch_function(func, args, kwargs)
+            if op_name(func) == "numpy" and args and isinstance(args[0], torch.Tensor):
+                self.writes.escaped(args[0], lines()[0])  # writes through the array are not torch calls
+            return out
         position = len(self.state.ops)
         before = [(t, storage_of(t), self._made_by(t)) for t in targets]  # `p.data = t` changes p's memory
         out = super().on_torch_function(func, args, kwargs)

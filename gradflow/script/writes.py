@@ -12,6 +12,8 @@ program op's tensor, after that op, through another tensor than the one the prog
 """
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -59,11 +61,52 @@ class Write:
         return f"`{self.op}`{through} at {self.line or 'an unknown line'}"
 
 
+ESCAPES_KEPT = 256  # numpy views followed at a time (a loop logging with .numpy() makes one per step)
+ESCAPE_CAP = 1 << 16  # elements copied to see a write through a numpy view; a bigger one counts as written
+
+
+class Escape:
+    """A numpy array sharing a tensor's memory (`t.numpy()`): writes through it reach the tensor unseen by torch
+    and by this recorder. The tensor's values when the view was made are kept, so a later change is found."""
+
+    __slots__ = ("tensor", "values", "line")
+
+    def __init__(self, t: torch.Tensor, line: str | None):
+        self.tensor = weakref.ref(t)
+        self.values = t.detach().clone() if t.numel() <= ESCAPE_CAP else None
+        self.line = line
+
+    def changed(self) -> bool:
+        t = self.tensor()
+        if t is None:  # gone: its memory is no program tensor's
+            return False
+        return self.values is None or not torch.equal(t.detach(), self.values)
+
+
 class Writes:
-    """Every in-place write of the script, by memory."""
+    """Every in-place write of the script, by memory, and the numpy views that could write unseen."""
 
     def __init__(self) -> None:
         self.by_storage: dict[int, list[Write]] = {}
+        self.escapes: OrderedDict[int, Escape] = OrderedDict()  # storage -> its latest numpy view
+
+    def escaped(self, t: torch.Tensor, line: str | None) -> None:
+        """`t.numpy()` ran: its memory may now be written through the array."""
+        storage = storage_of(t)
+        if storage is None:
+            return
+        self.escapes.pop(storage, None)
+        self.escapes[storage] = Escape(t, line)
+        if len(self.escapes) > ESCAPES_KEPT:
+            self.escapes.popitem(last=False)
+
+    def through_numpy(self, storages: Iterable[int | None]) -> str | None:
+        """The line of a `.numpy()` whose array changed (or may have changed) one of these memories, else None."""
+        for storage in storages:
+            escape = self.escapes.get(storage) if storage is not None else None
+            if escape is not None and escape.changed():
+                return escape.line or "an unknown line"
+        return None
 
     def add(self, storage: int, write: Write) -> None:
         self.by_storage.setdefault(storage, []).append(write)
