@@ -82,8 +82,24 @@ def fix_for_write(write: Write, name: str | None) -> str:
         return (f"write into a copy: `{t} = {t}.clone()` before `{source_of(write.line)}`, or move the write "
                 "after backward()")
     if write.name.endswith("_") and not write.name.endswith("__"):
-        return f"use the out-of-place `{write.name[:-1]}` (`{t} = {t}.{write.name[:-1]}()`), or `{t}.clone()` first"
+        call = _out_of_place(stmt, write.name)
+        return (f"use the out-of-place `{write.name[:-1]}` (`{t} = {call or f'{t}.{write.name[:-1]}(...)'}`), or "
+                f"`{t}.clone()` first")
     return f"drop `out=` (assign the result: `{t} = ...`), or clone `{t}` before the write"
+
+
+def _out_of_place(stmt, name: str) -> str | None:
+    """The statement's call of the in-place `name` written out of place (`h.mul_(2)` -> `h.mul(2)`)."""
+    for node in ast.walk(stmt) if stmt is not None else ():
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            func = node.func
+            if (func.attr if isinstance(func, ast.Attribute) else func.id) == name:
+                if isinstance(func, ast.Attribute):
+                    func = ast.Attribute(func.value, name[:-1], ast.Load())
+                else:
+                    func = ast.Name(name[:-1], ast.Load())
+                return ast.unparse(ast.Call(func, node.args, node.keywords))
+    return None
 
 
 def tensor_names(frames: list) -> list[tuple[str, torch.Tensor]]:
