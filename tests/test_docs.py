@@ -20,7 +20,10 @@ ILLUSTRATIVE: dict[tuple[str, str], str] = {}
 README = ROOT / "README.md"
 PAGES = pages()
 # real ranks, real Trainers, torchrun (seconds each): checked with -m slow
-SLOW_PAGES = {"ddp.md", "fsdp.md", "integrations.md", "huggingface.md", "lightning.md"}
+# Pages whose examples start processes or run many scripts (ranks, trainers, a Jupyter kernel, every failure
+# class): run with -m slow.
+SLOW_PAGES = {"ddp.md", "fsdp.md", "integrations.md", "huggingface.md", "lightning.md", "failures.md",
+              "notebooks.md"}
 NEEDS = {"huggingface.md": "transformers", "lightning.md": "lightning", "integrations.md": "lightning"}  # extras
 
 

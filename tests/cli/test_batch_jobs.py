@@ -340,6 +340,7 @@ def test_a_bom_is_skipped_on_line_1_only():
     assert json.loads(later.stdout)["error"]["kind"] == "bad_json"
 
 
+@pytest.mark.slow
 def test_the_command_side_of_jobs_2_imports_no_torch():
     """torch is imported once per worker (in the fork server), never by the command that reads and writes."""
     code = ("import sys\nfrom gradflow.cli.app import app\n"
