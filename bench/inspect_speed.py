@@ -4,7 +4,7 @@
 
 In this process, N runs of each, in turn: a plain forward + backward (torch.autograd.grad) against a traced
 forward + explain, on a ~5M-parameter transformer block (target <= 1.15x), many small ops (200 x
-Linear+LayerNorm+GELU at width 64, target <= 1.5x), a tiny MLP and a tiny GPT-2 (both for reference). The ratio
+Linear+LayerNorm+GELU at width 64, target <= 1.7x), a tiny MLP and a tiny GPT-2 (both for reference). The ratio
 held against the target is the median, over the N back-to-back pairs, of traced / plain in CPU time of this
 thread: each pair runs in the same moment, so a shared machine's slow and fast minutes cancel out (the ratio of
 the two best times, printed too, moved by +-0.05 from run to run here; the paired median by +-0.01). Then, in fresh
@@ -111,7 +111,7 @@ def main():
                                                      torch.nn.GELU()) for _ in range(200)])
     x = torch.randn(8, 64)
     ratios.append(compare("many small ops (200 x Linear+LayerNorm+GELU, width 64)", deep, lambda: deep(x).sum(),
-                          1.5, opts.runs))
+                          1.7, opts.runs))
     mlp, xs = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)), torch.randn(8, 16)
     ratios.append(compare("a tiny MLP (16-32-1)", mlp, lambda: mlp(xs).sum(), None, opts.runs))
     if not opts.no_gpt2:
