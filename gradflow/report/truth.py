@@ -22,6 +22,7 @@ import torch
 from gradflow.errors import GradflowError, UntracedError, text_of
 from gradflow.tracer.failures import freed_elsewhere
 from gradflow.tracer.source_lines import raised_by_gradflow, user_failure
+from gradflow.values.jsonable import dense
 
 BACKWARD_HINT = ("the backward pass through your model failed (a hook that raises, a tensor changed in place "
                  "after it was saved...); fix it there, rerun with --debug for the full traceback")
@@ -97,12 +98,7 @@ def _grad(loss, flags: list[bool], wanted: list, retain_graph: bool, failures=No
         raise user_failure("backward", err, hint=BACKWARD_HINT) from err  # a hook, a tensor changed in place, ...
     given = iter(grads)
     each = grads if len(wanted) == len(flags) else [next(given) if f else None for f in flags]
-    return [g if g is None or not g.is_sparse else g.to_dense() for g in each]  # (dense() of each, inline)
-
-
-def dense(t):
-    """Sparse gradients (nn.Embedding(sparse=True)) as dense tensors for norms and shares."""
-    return t.to_dense() if t is not None and t.is_sparse else t
+    return [dense(g) for g in each]
 
 
 def grad_leaves(trace, tensors: list) -> list:

@@ -22,7 +22,7 @@ import torch
 
 from gradflow.display import Shown
 from gradflow.report.optimizer_coverage import group_of
-from gradflow.values.jsonable import dumps
+from gradflow.values.jsonable import dense, dumps
 
 STATUSES = ("live", "zero", "nonfinite", "none", "frozen", "untrained")
 _SHOWN_RANGES = 6  # step ranges written out per status in the summary; the rest are counted
@@ -208,8 +208,7 @@ def _named(model) -> list[Watched]:
 def _norms(grads: list) -> list[float]:
     if not grads:
         return []
-    dense = [g.to_dense() if g.is_sparse else g for g in grads]
-    norms = torch._foreach_norm(dense)
+    norms = torch._foreach_norm([dense(g) for g in grads])
     try:
         return torch.stack([x.float() for x in norms]).tolist()
     except RuntimeError:  # on several devices

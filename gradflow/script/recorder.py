@@ -136,21 +136,22 @@ class ScriptTrace(Trace):
         if self.quiet and getattr(func, "__name__", None) != "backward":  # grad switches too: torch.optim's
             return self.run(func, args, kwargs)  # step() switches without a `with`, so each step would add a
             #                                      region; the failure log still sees it (a bounded ring)
-        if op_name(func) == "backward":
+        name = op_name(func)
+        if name == "backward":
             return self.run_backward(func, args, kwargs)
         if self._followed:  # (templates give serials: a tensor first seen here is still new to from_numpy's check)
             self._followed.fresh = {id(a) for a in inputs(args, kwargs) if self.known(a) is None}
         self._pending = (tuple(self.template(a) for a in args), {k: self.template(v) for k, v in kwargs.items()})
-        targets = written(op_name(func), args, kwargs)
+        targets = written(name, args, kwargs)
         if not targets:
             out = super().on_torch_function(func, args, kwargs)
-            if op_name(func) == "numpy" and args and isinstance(args[0], torch.Tensor):
+            if name == "numpy" and args and isinstance(args[0], torch.Tensor):
                 self.writes.escaped(args[0], lines()[0])  # writes through the array are not torch calls
             return out
         position = len(self.state.ops)
         before = [(t, storage_of(t), self._made_by(t)) for t in targets]  # `p.data = t` changes p's memory
         out = super().on_torch_function(func, args, kwargs)
-        self._wrote(op_name(func), position, before)
+        self._wrote(name, position, before)
         return out
 
     def _made_by(self, t: torch.Tensor) -> str | None:

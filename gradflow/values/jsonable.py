@@ -89,8 +89,8 @@ SUMMARY_CHUNK = 1 << 20  # elements widened to float64 at a time
 
 
 def dense(t):
-    """A sparse tensor (an nn.Embedding(sparse=True)'s gradient) as the dense one it stands for: its numbers are
-    shown as those of any tensor of its shape. Others as they are."""
+    """A sparse tensor (an nn.Embedding(sparse=True)'s gradient) as the dense one it stands for, for its numbers,
+    norms and shares; others (and None) as they are."""
     layout = getattr(t, "layout", None)
     return t.to_dense() if layout is not None and str(layout) != "torch.strided" else t
 
@@ -130,7 +130,6 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
     the elements printed count against its limit (LimitError beyond it)."""
     if t is None:
         return None
-    t = dense(t)
     numel = getattr(t, "numel", None)  # one look-up, not hasattr then the call: this runs per value, grad, flow
     if numel is not None:
         doc, count = _DOCUMENT.get(), numel()
@@ -145,7 +144,7 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
         if t.dim() == 0:
             x = t.item()
             return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
-        t = t.tolist()  # no detach()/cpu(): tolist copies out as it is
+        t = dense(t).tolist()  # no detach()/cpu(): tolist copies out as it is
     return _clean(t) if strict else t
 
 
