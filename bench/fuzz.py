@@ -77,7 +77,8 @@ def run_user_code(opts) -> tuple[collections.Counter, list[int]]:
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.fuzz_user_code import check_user_code, gen_user_code, processes_left
+    from tests.fuzz_user_code import check_user_code, gen_user_code
+    from tests.processes import processes_left
 
     outcomes: collections.Counter[str] = collections.Counter()
     failures: list[int] = []

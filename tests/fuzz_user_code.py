@@ -4,7 +4,8 @@ ends its own process (os._exit, SIGKILL, a segfault), forks a copy of itself or 
 Used by bench/fuzz.py --user-code N (real processes: each imports torch) and, a few cases, by the suite.
 The property: the command ends within its deadline with a documented exit code (0, 2, 3, 4 or 5), never an
 internal error or a Python traceback without --debug, never an exit without a word on stdout or stderr, with
---json stdout is exactly one JSON document, and nothing the command started outlives it (processes_left).
+--json stdout is exactly one JSON document, and nothing the command started outlives it (tests/processes.py:
+processes_left).
 Not collected by pytest (no test_ prefix).
 """
 from __future__ import annotations
@@ -65,20 +66,3 @@ def check_user_code(stdout: str, stderr: str, returncode: int, as_json: bool) ->
         json.loads(stdout)  # exactly one document: nothing the user's code wrote got in
     return returncode
 
-
-def processes_left(marker: str) -> list[str]:
-    """The processes still running whose environment holds `marker` (set for the command: what it started
-    inherits it), as their command lines; Linux only (/proc), else nothing is found. multiprocessing's
-    resource tracker ends by itself once its pipe closes and is not counted."""
-    from pathlib import Path
-
-    left = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if marker.encode() in (proc / "environ").read_bytes():
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                if "resource_tracker" not in cmdline:
-                    left.append(cmdline)
-        except OSError:
-            continue
-    return left

@@ -221,3 +221,19 @@ def forked(jobs: list[dict], tmp: Path, *, preload=("torch",), warm=(), env: dic
                for name, stream, path in zip(("stdout", "stderr"), job["streams"], job["saved"])}
         results.append({"code": code, **got})
     return results
+
+
+def processes_left(marker: str) -> list[str]:
+    """The processes still running whose environment holds `marker` (set for the command: what it started
+    inherits it), as their command lines; Linux only (/proc), else nothing is found. multiprocessing's
+    resource tracker ends by itself once its pipe closes and is not counted."""
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if "resource_tracker" not in cmdline:
+                    left.append(cmdline)
+        except OSError:
+            continue
+    return left

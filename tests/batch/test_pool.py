@@ -118,22 +118,6 @@ def test_a_busy_worker_gets_a_chunk_more_only_if_it_fits_in_its_pipe(pool):
 
 
 
-def _fork_servers_with(marker: str) -> list[int]:
-    """multiprocessing's fork servers whose environment holds `marker` (Linux: read from /proc): what a command
-    started inherits it. (Its resource tracker is not counted: it holds no torch and ends as soon as the last
-    process holding its pipe has, so it never keeps a reader of the output waiting.)"""
-    from pathlib import Path
-
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if marker.encode() in (proc / "environ").read_bytes() and b"forkserver" in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/stat"), reason="finds the fork server through /proc")
 def test_the_command_ends_its_fork_server_when_it_is_done():
@@ -143,7 +127,7 @@ def test_the_command_ends_its_fork_server_when_it_is_done():
     import subprocess
     import uuid
 
-    from ..processes import GRADFLOW, child
+    from ..processes import GRADFLOW, child, processes_left
 
     marker = f"GRADFLOW_TEST_MARK={uuid.uuid4()}"
     key, value = marker.split("=")
@@ -152,7 +136,8 @@ def test_the_command_ends_its_fork_server_when_it_is_done():
         proc.stdin.write("x*2\nx^2\n")
         proc.stdin.close()
         assert proc.wait() == 0
-        left = _fork_servers_with(marker)  # as the command ends (a server that outlives it would still be here)
+        # as the command ends (a server that outlives it would still be here)
+        left = [c for c in processes_left(marker) if "forkserver" in c]
         out = proc.stdout.read()
     assert [json.loads(line)["grads"]["x"] for line in out.splitlines()] == [2.0, 6.0]
     assert left == []
