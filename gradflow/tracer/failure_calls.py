@@ -21,6 +21,7 @@ _NO_DERIVATIVE = r"the derivative for '(\w+)(?:: (\w+))?' is not implemented"
 _COUNT = r"unction (\w+)Backward returned an incorrect number of gradients \(expected (\d+), got (\d+)\)"
 _SHAPE = r"unction (\w+)Backward returned an invalid gradient at index (\d+) - got \[([\d, ]*)\] but expected " \
          r"shape compatible with \[([\d, ]*)\]"
+WORDS = (_NO_DERIVATIVE, _COUNT, _SHAPE)  # torch's words for the errors this module explains
 _ALIASES = {"igamma": {"gammainc"}, "igammac": {"gammaincc"}, "zeta": {"zeta"}}  # torch.special's names
 _POSITION = {"self": 0, "input": 0, "other": 1}  # torch's names of an op's first arguments
 

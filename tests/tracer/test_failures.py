@@ -51,10 +51,9 @@ def _write(tmp_path, name, body):
     return path
 
 
-def _run_explained(path):
+def _run_explained(path, explained):
     with pytest.raises(RuntimeError) as info:
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     return info.value
 
 
@@ -93,11 +92,11 @@ def _version_bumps(path, name) -> list[int]:
 
 
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
-def test_inplace_saved_names_the_lines_torch_used(tmp_path, case, monkeypatch):
+def test_inplace_saved_names_the_lines_torch_used(explained, tmp_path, case, monkeypatch):
     monkeypatch.chdir(tmp_path)
     name, body = SCRIPTS[case]
     path = _write(tmp_path, case, body)
-    err = _run_explained(path)
+    err = _run_explained(path, explained)
     f = err.gradflow
     assert f.kind == "inplace_saved" and f.tensor == name
     assert f.saved_by["line"] == f"{case}.py:{_anomaly_line(path)}"
@@ -106,7 +105,7 @@ def test_inplace_saved_names_the_lines_torch_used(tmp_path, case, monkeypatch):
     assert "why backward failed" in str(err)
 
 
-def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
+def test_optimizer_step_between_forward_and_backward(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, "opt", """
         import torch
@@ -119,7 +118,7 @@ def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
         opt.step()
         loss2.backward()
     """)
-    f = _run_explained(path).gradflow
+    f = _run_explained(path, explained).gradflow
     assert f.tensor == "model.2.weight" and f.modified_at == ["opt.py:8"]
     assert f.saved_by["line"] == f"opt.py:{_anomaly_line(path)}" == "opt.py:6"
     assert "optimizer.step() after backward()" in f.fix
@@ -130,7 +129,7 @@ def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
     ("gan", "fake", 6, "fake.detach()"),
     ("shared", "feats", 6, "(loss_a + loss_b).backward()"),
 ])
-def test_graph_freed_names_the_earlier_backward_and_the_carrier(tmp_path, monkeypatch, case, carrier, freed, fix):
+def test_graph_freed_names_the_earlier_backward_and_the_carrier(explained, tmp_path, monkeypatch, case, carrier, freed, fix):
     monkeypatch.chdir(tmp_path)
     bodies = {
         "rnn": """
@@ -164,24 +163,24 @@ def test_graph_freed_names_the_earlier_backward_and_the_carrier(tmp_path, monkey
         """,
     }
     path = _write(tmp_path, case, bodies[case])
-    f = _run_explained(path).gradflow
+    f = _run_explained(path, explained).gradflow
     assert (f.kind, f.tensor, f.freed_by) == ("graph_freed", carrier, f"{case}.py:{freed}")
     assert fix in f.fix
 
 
-def test_leaf_inplace_names_the_line(tmp_path, monkeypatch):
+def test_leaf_inplace_names_the_line(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, "leaf", """
         import torch
         w = torch.randn(3, requires_grad=True)
         w[0] = 1.0
     """)
-    f = _run_explained(path).gradflow
+    f = _run_explained(path, explained).gradflow
     assert (f.kind, f.tensor, f.modified_at) == ("leaf_inplace", "w", ["leaf.py:3"])
     assert "torch.no_grad()" in f.fix
 
 
-def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(tmp_path, monkeypatch):
+def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, "nonleaf", """
         import torch
@@ -191,8 +190,7 @@ def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(tmp_path, monkeypatch):
     """)
     with pytest.raises(AttributeError) as info, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     f = info.value.gradflow
     assert (f.kind, f.tensor, f.made_by) == ("nonleaf_grad", "w", {"op": "double", "line": "nonleaf.py:2"})
 

@@ -60,7 +60,7 @@ def _line_of(path, needle) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
 
 
-def test_plain_checkpoint_names_the_call_and_the_fix(tmp_path, monkeypatch):
+def test_plain_checkpoint_names_the_call_and_the_fix(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = _write(tmp_path, "plain", PLAIN, REENTRANT="True")
     with warnings.catch_warnings(record=True) as said, pytest.raises(RuntimeError) as plain:
@@ -69,8 +69,7 @@ def test_plain_checkpoint_names_the_call_and_the_fix(tmp_path, monkeypatch):
     assert any("None of the inputs have requires_grad=True" in str(w.message) for w in said)  # torch's warning
     with warnings.catch_warnings(), pytest.raises(RuntimeError) as info:
         warnings.simplefilter("ignore")
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     assert str(info.value).startswith(str(plain.value))  # torch's own error, the explanation after it
     f = info.value.gradflow
     assert f.kind == "checkpoint_no_grad"
