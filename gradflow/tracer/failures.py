@@ -16,6 +16,7 @@ tracer/explain_errors.py, attaches it to torch's error as `err.gradflow`, a Back
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
 from types import TracebackType
@@ -24,7 +25,7 @@ import torch
 
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
 from gradflow.tracer.failure_calls import WORDS as CALL_WORDS
-from gradflow.tracer.failure_calls import function_grads, no_derivative
+from gradflow.tracer.failure_calls import call_on, function_grads, no_derivative
 from gradflow.tracer.failure_log import BackwardSeen, FailureLog, NonLeafGrad, OpSeen, Write, seen
 from gradflow.tracer.failure_words import (
     BackwardFailure,
@@ -34,7 +35,7 @@ from gradflow.tracer.failure_words import (
     recurrent_name,
     tensor_names,
 )
-from gradflow.tracer.source_lines import short_path, their_code
+from gradflow.tracer.source_lines import short_path, their_code, user_frames
 
 # torch's words (re caches the compiled pattern)
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
@@ -173,7 +174,16 @@ def _checkpoint(log: FailureLog, message: str) -> BackwardFailure | None:
         return None
     dead = log.checkpoints[-1]
     call = {"op": "torch.utils.checkpoint(use_reentrant=True)", "line": dead.line, "library_line": dead.library_line}
-    return BackwardFailure("checkpoint_no_grad", None, dead.fix, call=call, message=message)
+    return BackwardFailure("checkpoint_no_grad", None, dead.fix(_first_input(dead.line)), call=call, message=message)
+
+
+def _first_input(line: str | None) -> str | None:
+    """The first tensor given to the checkpoint call on the user's line, as written (`h` in `checkpoint(block, h)`),
+    when it is a name (or an attribute, an item) the fix can call requires_grad_() on."""
+    call = call_on(line, lambda name: "checkpoint" in name)
+    if call is None or len(call.args) < 2 or not isinstance(call.args[1], (ast.Name, ast.Attribute, ast.Subscript)):
+        return None
+    return ast.unparse(call.args[1])
 
 
 # ---- classes 3 and 5 ---------------------------------------------------------------------------------------------
@@ -266,6 +276,12 @@ def attach(err: BaseException, failure: BackwardFailure) -> None:
         err.add_note(failure.describe())
 
 
+def _raised_at(err: BaseException) -> str | None:
+    """The user's line the error came out of (the innermost frame of their code in its traceback)."""
+    frames = user_frames(err.__traceback__)
+    return f"{short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
+
+
 def explained(error: GradflowError, log: FailureLog | None, err: BaseException | None) -> GradflowError:
     """The commands' report of the user's failure `error` (torch's `err`): when gradflow explains it, the
     explanation first (what, the tensor, the lines, the fix), then torch's own message; the same as fields in
@@ -275,7 +291,7 @@ def explained(error: GradflowError, log: FailureLog | None, err: BaseException |
     failure = explain_failure(log, err)
     if failure is None:
         return error
-    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else None
+    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else _raised_at(err)
     error.message = f"backward failed: {failure.what}" + (f" (at {where})" if where else "")
     said = f"{type(err).__name__}: {text_of(err)}"
     error.detail = "\n".join([*failure.details(), f"torch says: {said}"])
