@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import gradflow
+from gradflow.tracer.failures import GradflowWarning
 
 SCRIPTS = {
     "augassign": ("y", """
@@ -203,3 +204,22 @@ def test_nothing_failing_changes_nothing():
     with gradflow.explain_errors():
         seen = torch.autograd.grad(model(x).sum(), list(model.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(plain, seen))
+
+
+def test_nonleaf_grad_read_that_fails_nothing_warns_in_the_with_form(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, "reads", """
+        import torch
+        w = torch.randn(3, requires_grad=True).double()
+        (w * 2).sum().backward()
+        g = w.grad
+    """)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gradflow.explain_errors():
+            runpy.run_path(str(path))
+    assert any("non-leaf Tensor" in str(w.message) for w in caught)  # torch's own warning: the oracle
+    ours = [w for w in caught if w.category is GradflowWarning]
+    assert len(ours) == 1 and ours[0].filename == __file__  # said at the `with`, in the caller's code
+    assert "made by:     double at reads.py:2" in str(ours[0].message)
+    assert "tensor:      w" in str(ours[0].message)
