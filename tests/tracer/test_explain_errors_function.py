@@ -7,7 +7,6 @@ scripts' own text for the lines, and side effects counted in the scripts themsel
 from __future__ import annotations
 
 import runpy
-import textwrap
 import traceback
 
 import pytest
@@ -15,16 +14,7 @@ import torch
 
 import gradflow
 
-
-def _write(tmp_path, name, body):
-    path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(body).lstrip())
-    return path
-
-
-def _line_of(path, needle) -> str:
-    number = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if needle in text)
-    return f"{path.name}:{number}"
+from .scripts import line_of, write_script
 
 
 def _raised_at(err, path) -> int:
@@ -51,7 +41,7 @@ COUNTED = """
 
 
 def test_a_step_that_succeeds_runs_once_and_returns_its_value(tmp_path):
-    ns = runpy.run_path(str(_write(tmp_path, "counted", COUNTED)))
+    ns = runpy.run_path(str(write_script(tmp_path, "counted", COUNTED)))
     x = torch.randn(4, 3)
     loss = ns["step"](x)
     assert len(ns["calls"]) == 1
@@ -77,19 +67,19 @@ def test_each_decorator_spelling_and_the_call_form_rerun_once(tmp_path, monkeypa
         y += 2
         y.sum().backward()
     """
-    path = _write(tmp_path, "spelled", body)
+    path = write_script(tmp_path, "spelled", body)
     ns = runpy.run_path(str(path))
     for fn, write in ((ns["parens"], "y += 1"), (gradflow.explain_errors(ns["bare"]), "y += 2")):
         ns["calls"].clear()
         with pytest.raises(RuntimeError) as info:
             fn(torch.randn(4, 3))
         assert len(ns["calls"]) == 2  # the call, then once again to explain it
-        assert info.value.gradflow.modified_at == [_line_of(path, write)]
+        assert info.value.gradflow.modified_at == [line_of(path, write)]
 
 
 def test_nested_and_inside_the_with_form_nothing_runs_a_third_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "nested", COUNTED + """
+    path = write_script(tmp_path, "nested", COUNTED + """
     @gradflow.explain_errors
     def outer(x):
         calls.append("outer")
@@ -102,12 +92,12 @@ def test_nested_and_inside_the_with_form_nothing_runs_a_third_time(tmp_path, mon
     with pytest.raises(RuntimeError) as info:
         gradflow.explain_errors(outer)(torch.randn(4, 3))  # decorated twice: the inner one explains
     assert calls == ["outer", "outer"]
-    assert info.value.gradflow.modified_at == [_line_of(path, "h[:, 0] = 0")]
+    assert info.value.gradflow.modified_at == [line_of(path, "h[:, 0] = 0")]
     calls.clear()
     with pytest.raises(RuntimeError) as info, gradflow.explain_errors():
         outer(torch.randn(4, 3))  # the with-form records it: no second run
     assert calls == ["outer"]
-    assert info.value.gradflow.modified_at == [_line_of(path, "h[:, 0] = 0")]
+    assert info.value.gradflow.modified_at == [line_of(path, "h[:, 0] = 0")]
 
 
 DROPOUT = """
@@ -130,7 +120,7 @@ def test_the_second_run_draws_the_same_dropout_mask(tmp_path, monkeypatch):
     """A step that fails only when dropout drops h[0, 0]. Plain torch finds a seed whose first call fails and
     whose next call (the RNG moved on) does not: a second run that did not put torch's RNG back would not fail."""
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "dropout", DROPOUT)
+    path = write_script(tmp_path, "dropout", DROPOUT)
     ns = runpy.run_path(str(path))
     step, x = ns["step"], torch.ones(2, 3)
 
@@ -146,12 +136,12 @@ def test_the_second_run_draws_the_same_dropout_mask(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError) as info:
         gradflow.explain_errors(step)(x)
     f = info.value.gradflow
-    assert f.kind == "inplace_saved" and f.modified_at == [_line_of(path, "y += 1")]
-    assert f.saved_by["line"] == _line_of(path, "torch.sigmoid(")
+    assert f.kind == "inplace_saved" and f.modified_at == [line_of(path, "y += 1")]
+    assert f.saved_by["line"] == line_of(path, "torch.sigmoid(")
 
 
 def test_a_failure_the_second_run_does_not_repeat_keeps_torchs_error_with_a_note(tmp_path):
-    path = _write(tmp_path, "once", COUNTED + """
+    path = write_script(tmp_path, "once", COUNTED + """
     @gradflow.explain_errors
     def first_time_only(x):
         calls.append(x)
@@ -211,7 +201,7 @@ def test_a_graph_an_earlier_call_freed_names_the_argument_that_carries_it(tmp_pa
     monkeypatch.chdir(tmp_path)
 
     def rnn(name, decorator="@gradflow.explain_errors", arg="hidden"):
-        return _write(tmp_path, name, RNN.replace("DECORATOR", decorator).replace("ARG", arg))
+        return write_script(tmp_path, name, RNN.replace("DECORATOR", decorator).replace("ARG", arg))
 
     with pytest.raises(RuntimeError, match="backward through the graph a second time") as plain:
         runpy.run_path(str(rnn("rnn_plain", decorator="")))
@@ -221,7 +211,7 @@ def test_a_graph_an_earlier_call_freed_names_the_argument_that_carries_it(tmp_pa
     assert str(info.value).startswith(str(plain.value))
     f = info.value.gradflow
     assert (f.kind, f.tensor, f.freed_by) == ("graph_freed", "hidden", None)
-    assert f.call == {"op": "step()", "line": _line_of(path, "hidden = step("), "argument": "hidden"}
+    assert f.call == {"op": "step()", "line": line_of(path, "hidden = step("), "argument": "hidden"}
     assert "`hidden = hidden.detach()`" in f.fix
     runpy.run_path(str(rnn("rnn_fixed", decorator="", arg="hidden.detach()")))  # the fix, in plain torch: no error
 
@@ -236,7 +226,7 @@ def test_what_happened_before_the_call_is_said_to_be_outside_it(tmp_path, monkey
     error, and a second run that either finds the graph freed by the first, or fails the same way with nothing in
     its record to name."""
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "before", """
+    path = write_script(tmp_path, "before", """
         import torch
         import gradflow
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import runpy
 import sys
-import textwrap
 import warnings
 
 import pytest
@@ -16,6 +15,8 @@ import torch
 
 import gradflow
 from gradflow.tracer.failures import GradflowWarning
+
+from .scripts import write_script
 
 SCRIPTS = {
     "augassign": ("y", """
@@ -44,12 +45,6 @@ SCRIPTS = {
         h.sum().backward()
     """),
 }
-
-
-def _write(tmp_path, name, body):
-    path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(body).lstrip())
-    return path
 
 
 def _run_explained(path, explained):
@@ -96,7 +91,7 @@ def _version_bumps(path, name) -> list[int]:
 def test_inplace_saved_names_the_lines_torch_used(explained, tmp_path, case, monkeypatch):
     monkeypatch.chdir(tmp_path)
     name, body = SCRIPTS[case]
-    path = _write(tmp_path, case, body)
+    path = write_script(tmp_path, case, body)
     err = _run_explained(path, explained)
     f = err.gradflow
     assert f.kind == "inplace_saved" and f.tensor == name
@@ -108,7 +103,7 @@ def test_inplace_saved_names_the_lines_torch_used(explained, tmp_path, case, mon
 
 def test_optimizer_step_between_forward_and_backward(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "opt", """
+    path = write_script(tmp_path, "opt", """
         import torch
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -163,7 +158,7 @@ def test_graph_freed_names_the_earlier_backward_and_the_carrier(explained, tmp_p
             loss_b.backward()
         """,
     }
-    path = _write(tmp_path, case, bodies[case])
+    path = write_script(tmp_path, case, bodies[case])
     f = _run_explained(path, explained).gradflow
     assert (f.kind, f.tensor, f.freed_by) == ("graph_freed", carrier, f"{case}.py:{freed}")
     assert fix in f.fix
@@ -171,7 +166,7 @@ def test_graph_freed_names_the_earlier_backward_and_the_carrier(explained, tmp_p
 
 def test_leaf_inplace_names_the_line(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "leaf", """
+    path = write_script(tmp_path, "leaf", """
         import torch
         w = torch.randn(3, requires_grad=True)
         w[0] = 1.0
@@ -183,7 +178,7 @@ def test_leaf_inplace_names_the_line(explained, tmp_path, monkeypatch):
 
 def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "nonleaf", """
+    path = write_script(tmp_path, "nonleaf", """
         import torch
         w = torch.randn(3, requires_grad=True).double()
         (w * 2).sum().backward()
@@ -208,7 +203,7 @@ def test_nothing_failing_changes_nothing():
 
 def test_nonleaf_grad_read_that_fails_nothing_warns_in_the_with_form(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "reads", """
+    path = write_script(tmp_path, "reads", """
         import torch
         w = torch.randn(3, requires_grad=True).double()
         (w * 2).sum().backward()
