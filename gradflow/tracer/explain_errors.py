@@ -119,32 +119,38 @@ def _rng_state() -> tuple:
 
 def _explain_by_rerun(err: BaseException, step, args: tuple, kwargs: dict, rng: tuple) -> None:
     """Run the call again under the with-form, as it first ran, and give `err` the explanation of the same error."""
+    name = getattr(step, "__qualname__", None) or type(step).__name__
+    again, log = _rerun(step, args, kwargs, rng)
+    if again is None:
+        _note(err, f"gradflow ran `{name}` again to explain this, and it did not fail; {_WITH_FORM}")
+    elif second_time(again) and not second_time(err):
+        _note(err, f"gradflow ran `{name}` again to explain this, but the graph it goes back through was made "
+                   f"before the call, and the first run's backward() freed it: explain a function that runs the "
+                   f"forward too, or {_WITH_FORM}")
+    elif not _same(err, again):
+        _note(err, f"gradflow ran `{name}` again to explain this, and it raised {type(again).__name__}: "
+                   f"{_first_line(again)}; {_WITH_FORM}")
+    else:
+        failure = getattr(again, "gradflow", None) or _freed_before(log, err, again, step, (args, kwargs), name)
+        if failure is not None:
+            attach(err, failure)
+        elif isinstance(err, RuntimeError):
+            _note(err, f"gradflow ran `{name}` again: what caused this happened before the call; {_WITH_FORM}")
+
+
+def _rerun(step, args: tuple, kwargs: dict, rng: tuple) -> tuple[Exception | None, FailureLog]:
+    """The call once more, recorded, with torch's RNG as it was before the first run: what it raised, if anything."""
     torch.set_rng_state(rng[0])
     if rng[1] is not None:
         torch.cuda.set_rng_state_all(rng[1])
-    name = getattr(step, "__qualname__", None) or type(step).__name__
     recording = ExplainErrors()
     try:
         with warnings.catch_warnings(), recording as log:
             warnings.simplefilter("ignore")  # torch's warnings were given by the first run
             step(*args, **kwargs)
     except Exception as again:  # noqa: BLE001 - whatever the second run raised is compared with the first
-        if second_time(again) and not second_time(err):
-            _note(err, f"gradflow ran `{name}` again to explain this, but the graph it goes back through was made "
-                       f"before the call, and the first run's backward() freed it: explain a function that runs "
-                       f"the forward too, or {_WITH_FORM}")
-            return
-        if not _same(err, again):
-            _note(err, f"gradflow ran `{name}` again to explain this, and it raised {type(again).__name__}: "
-                       f"{_first_line(again)}; {_WITH_FORM}")
-            return
-        failure = getattr(again, "gradflow", None) or _freed_before(log, err, again, step, (args, kwargs), name)
-        if failure is not None:
-            attach(err, failure)
-        elif isinstance(err, RuntimeError):
-            _note(err, f"gradflow ran `{name}` again: what caused this happened before the call; {_WITH_FORM}")
-        return
-    _note(err, f"gradflow ran `{name}` again to explain this, and it did not fail; {_WITH_FORM}")
+        return again, recording.log
+    return None, log
 
 
 _WITH_FORM = "put the code in `with gradflow.explain_errors():` to record it as it first runs"
