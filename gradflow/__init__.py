@@ -28,7 +28,7 @@ _LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_progr
          "autograd_graph": "report.op_graph",
          "watch": "report.watch",
          "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
-         "run_batch": "batch.run", "explain_errors": "tracer.failures"}
+         "run_batch": "batch.run", "explain_errors": "tracer.explain_errors"}
 
 
 def _version() -> str:

@@ -33,11 +33,11 @@ from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.spelling import plain_index
-from gradflow.script.writes import Write, Writes, storage_of, written
+from gradflow.script.writes import Write, Writes
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
-from gradflow.tracer.records import inputs
+from gradflow.tracer.records import inputs, storage_of, written
 from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 

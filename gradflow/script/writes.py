@@ -19,33 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gradflow.tracer.records import tensors_in
+from gradflow.tracer.records import storage_of
 
-_IN_PLACE = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
-             "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__setitem__", "data="}
-_NOT_WRITES = {"requires_grad_", "detach_", "share_memory_", "retain_grad_", "_fix_weakref"}  # flags, not values
 _SPELLED = {"data": ".data", "detach": "detach()", "__getitem__": "indexing"}  # how the written tensor was made
-
-
-def written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors this call writes into: `out=`, the target of an in-place method or operator (`add_`,
-    `+=`, `x[i] = v`, `p.data = t`), the list of a `_foreach_*_` op."""
-    if kwargs.get("out") is not None:
-        return tensors_in(kwargs["out"], [])
-    if not args or not (name in _IN_PLACE or name.endswith("_") and not name.startswith("__")
-                        and name not in _NOT_WRITES):
-        return []
-    return tensors_in(args[0], []) if name.startswith("_foreach_") else \
-        [args[0]] if isinstance(args[0], torch.Tensor) else []
-
-
-def storage_of(t: torch.Tensor) -> int | None:
-    """The address of the memory a tensor's elements live in (shared by its views, `.data` and `detach()`);
-    None for a tensor without one (sparse, meta, a subclass that has none)."""
-    try:
-        return t.untyped_storage().data_ptr() or None
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None
 
 
 @dataclass(frozen=True, slots=True)

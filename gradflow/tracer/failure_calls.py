@@ -21,6 +21,7 @@ _NO_DERIVATIVE = r"the derivative for '(\w+)(?:: (\w+))?' is not implemented"
 _COUNT = r"unction (\w+)Backward returned an incorrect number of gradients \(expected (\d+), got (\d+)\)"
 _SHAPE = r"unction (\w+)Backward returned an invalid gradient at index (\d+) - got \[([\d, ]*)\] but expected " \
          r"shape compatible with \[([\d, ]*)\]"
+WORDS = (_NO_DERIVATIVE, _COUNT, _SHAPE)  # torch's words for the errors this module explains
 _ALIASES = {"igamma": {"gammainc"}, "igammac": {"gammaincc"}, "zeta": {"zeta"}}  # torch.special's names
 _POSITION = {"self": 0, "input": 0, "other": 1}  # torch's names of an op's first arguments
 
@@ -45,13 +46,14 @@ def no_derivative(log: FailureLog, message: str) -> BackwardFailure | None:
 
 def _argument_at(line: str | None, names: set[str], index: int) -> str | None:
     """The text of the call's argument at `index` on that line (`a` in `torch.igamma(a, x)`)."""
-    call = _call_on(line, lambda f: f in names or f.removeprefix("special_") in names)
+    call = call_on(line, lambda f: f in names or f.removeprefix("special_") in names)
     if call is None or not 0 <= index < len(call.args):
         return None
     return ast.unparse(call.args[index])
 
 
-def _call_on(line: str | None, wanted) -> ast.Call | None:
+def call_on(line: str | None, wanted) -> ast.Call | None:
+    """The first call on that line whose function's name `wanted` accepts."""
     try:
         tree = ast.parse(source_of(line))
     except SyntaxError:

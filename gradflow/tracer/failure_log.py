@@ -1,8 +1,9 @@
 """Record, while the user's code runs, what explains a failing backward: in-place writes, ops with their lines, and
 the backward() calls, so that when torch raises, the lines that caused it can be named (tracer/failures.py).
 
-It records while running, not by re-running after torch raised: `gradflow.explain_errors()` wraps a block of the
-user's code (a notebook cell, a test), and a block cannot be run twice. What it keeps is small and bounded:
+The commands and `with gradflow.explain_errors():` record while the code runs (a block cannot be run twice);
+the function form of explain_errors runs plain and records only a second run of a call that failed
+(tracer/explain_errors.py). What it keeps is small and bounded:
 - every in-place write (`x += 1`, `h[:, 0] = 0`, `relu_()`, `out=`, an optimizer's step): the tensor's storage, its
   version after the write, the op and the user's line. A view shares its base's storage and version counter, so
   a write through a view is found for the base (CopySlices) too;
@@ -31,6 +32,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.overrides import TorchFunctionMode
 
 from gradflow.tracer.grad_regions import DeadCheckpoint
+from gradflow.tracer.records import storage_of
+from gradflow.tracer.records import written as written_by
 from gradflow.tracer.source_lines import grad_switch, lines, lines_from
 from gradflow.tracer.trace import step_aside, step_back
 
@@ -97,11 +100,8 @@ class NonLeafGrad:
 
 
 def seen(t: torch.Tensor) -> Seen:
-    try:
-        storage = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, a functional wrapper)
-        storage = id(t)
-    return Seen(storage, t._version, t.shape)  # (torch.Size is a tuple)
+    storage = storage_of(t)  # none: a tensor without storage (sparse, a functional wrapper) stands for itself
+    return Seen(id(t) if storage is None else storage, t._version, t.shape)  # (torch.Size is a tuple)
 
 
 def user_line() -> str | None:
@@ -114,15 +114,6 @@ def _tensors(value) -> list[torch.Tensor]:
         return [value]
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
-    return []
-
-
-def _written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors an op writes in place: `out=`, the first argument of `add_`/`__setitem__`/`_foreach_mul_`."""
-    if "out" in kwargs:
-        return _tensors(kwargs["out"])
-    if name == "__setitem__" or (name.endswith("_") and not name.endswith("__")):
-        return _tensors(args[0]) if args else []
     return []
 
 
@@ -191,7 +182,7 @@ class FailureLog:
             return func(*args, **kwargs)
         if name == "_set_grad_enabled" and args and not args[0]:
             self._grad_off()
-        written = _written(name, args, kwargs)
+        written = written_by(name, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as err:

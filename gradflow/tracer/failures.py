@@ -1,11 +1,6 @@
 """Why backward failed, in the user's words: the failure classes gradflow explains, from a FailureLog and torch's
-own error (tracer/failure_log.py records; this module reads the record once torch has raised).
-
-    with gradflow.explain_errors():
-        train()
-
-re-raises torch's own exception (the same object, its type and traceback unchanged) with the explanation added
-to its message and, structured, as `err.gradflow` (a BackwardFailure). Kinds:
+own error (tracer/failure_log.py records; this module reads the record once torch has raised; `explain_errors`,
+tracer/explain_errors.py, attaches it to torch's error as `err.gradflow`, a BackwardFailure). Kinds:
 - inplace_saved: a tensor saved for backward was written in place afterwards (torch: "modified by an inplace
   operation"): the op that saved it, the lines that wrote it (through a view too), the fix;
 - graph_freed: backward through a graph an earlier backward() freed (torch: "backward through the graph a second
@@ -21,17 +16,17 @@ to its message and, structured, as `err.gradflow` (a BackwardFailure). Kinds:
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
-import warnings
-from contextlib import contextmanager
 from types import TracebackType
 
 import torch
 
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
-from gradflow.tracer.failure_calls import function_grads, no_derivative
-from gradflow.tracer.failure_log import BackwardSeen, FailureLog, FailureMode, NonLeafGrad, OpSeen, Write, seen
+from gradflow.tracer.failure_calls import WORDS as CALL_WORDS
+from gradflow.tracer.failure_calls import call_on, function_grads, no_derivative
+from gradflow.tracer.failure_log import BackwardSeen, FailureLog, NonLeafGrad, OpSeen, Write, seen
 from gradflow.tracer.failure_words import (
     BackwardFailure,
     fix_for_write,
@@ -40,7 +35,7 @@ from gradflow.tracer.failure_words import (
     recurrent_name,
     tensor_names,
 )
-from gradflow.tracer.source_lines import short_path, their_code
+from gradflow.tracer.source_lines import short_path, their_code, user_frames
 
 # torch's words (re caches the compiled pattern)
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
@@ -48,6 +43,7 @@ _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which 
 _SECOND_TIME = "backward through the graph a second time"
 _NO_GRAD = "does not require grad and does not have a grad_fn"
 _LEAF = "leaf Variable that requires grad is being used in an in-place operation"
+_EXPLAINED = (_VERSION, _SECOND_TIME, _NO_GRAD, _LEAF, *CALL_WORDS)
 _NOT_SAVING = {"add", "sub", "__add__", "__sub__", "__radd__", "__rsub__", "__iadd__", "neg", "sum", "mean",
                "view", "reshape", "clone", "__getitem__", "expand", "t", "transpose", "permute", "contiguous",
                "detach", "to", "float", "double", "flatten", "squeeze", "unsqueeze", "cat", "stack", "zeros_like"}
@@ -105,7 +101,7 @@ def _saver(log: FailureLog, storage: int, version: int, shape: tuple, before: in
 
 
 # ---- class 2: a graph an earlier backward freed --------------------------------------------------------------
-def _nodes(roots: list) -> dict:
+def graph_nodes(roots: list) -> dict:
     """Every autograd node reachable from these (AccumulateGrad, a leaf's, is shared by every graph: left out)."""
     found: dict = {}
     todo = list(roots)
@@ -121,9 +117,9 @@ def _nodes(roots: list) -> dict:
 def _graph_freed(log: FailureLog, message: str, tb: TracebackType | None) -> BackwardFailure | None:
     if _SECOND_TIME not in message or log.failed_in is None:
         return None
-    failing = _nodes(log.failed_in.roots)
+    failing = graph_nodes(log.failed_in.roots)
     for earlier in reversed(log.backwards):
-        freed = _nodes(earlier.roots).keys() & failing.keys()
+        freed = graph_nodes(earlier.roots).keys() & failing.keys()
         if earlier.roots and freed:
             name, old = _carrier(tb, failing, freed)
             if name is None:  # no frame of the user's names it any more (inspect: their function returned)
@@ -178,7 +174,16 @@ def _checkpoint(log: FailureLog, message: str) -> BackwardFailure | None:
         return None
     dead = log.checkpoints[-1]
     call = {"op": "torch.utils.checkpoint(use_reentrant=True)", "line": dead.line, "library_line": dead.library_line}
-    return BackwardFailure("checkpoint_no_grad", None, dead.fix, call=call, message=message)
+    return BackwardFailure("checkpoint_no_grad", None, dead.fix(_first_input(dead.line)), call=call, message=message)
+
+
+def _first_input(line: str | None) -> str | None:
+    """The first tensor given to the checkpoint call on the user's line, as written (`h` in `checkpoint(block, h)`),
+    when it is a name (or an attribute, an item) the fix can call requires_grad_() on."""
+    call = call_on(line, lambda name: "checkpoint" in name)
+    if call is None or len(call.args) < 2 or not isinstance(call.args[1], (ast.Name, ast.Attribute, ast.Subscript)):
+        return None
+    return ast.unparse(call.args[1])
 
 
 # ---- classes 3 and 5 ---------------------------------------------------------------------------------------------
@@ -236,6 +241,19 @@ def _user_files(log: FailureLog, tb: TracebackType | None) -> list[str]:
     return ran + [short_path(f.f_code.co_filename) for f in reversed(_user_frames(tb))]
 
 
+def explains(err: BaseException) -> bool:
+    """Whether torch's error is one gradflow may explain, by its words alone (before any record is read)."""
+    message = text_of(err)
+    if isinstance(err, RuntimeError):
+        return any(re.search(words, message) for words in _EXPLAINED)
+    return isinstance(err, (AttributeError, TypeError)) and "NoneType" in message  # a .grad read that gave None
+
+
+def second_time(err: BaseException) -> bool:
+    """torch's "backward through the graph a second time"."""
+    return isinstance(err, RuntimeError) and _SECOND_TIME in text_of(err)
+
+
 def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | None:
     """The explanation of torch's error `err`, if it is one of the classes gradflow explains."""
     message = text_of(err)
@@ -258,6 +276,12 @@ def attach(err: BaseException, failure: BackwardFailure) -> None:
         err.add_note(failure.describe())
 
 
+def _raised_at(err: BaseException) -> str | None:
+    """The user's line the error came out of (the innermost frame of their code in its traceback)."""
+    frames = user_frames(err.__traceback__)
+    return f"{short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
+
+
 def explained(error: GradflowError, log: FailureLog | None, err: BaseException | None) -> GradflowError:
     """The commands' report of the user's failure `error` (torch's `err`): when gradflow explains it, the
     explanation first (what, the tensor, the lines, the fix), then torch's own message; the same as fields in
@@ -267,7 +291,7 @@ def explained(error: GradflowError, log: FailureLog | None, err: BaseException |
     failure = explain_failure(log, err)
     if failure is None:
         return error
-    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else None
+    where = error.message.rpartition(" (at ")[2].rstrip(")") if " (at " in error.message else _raised_at(err)
     error.message = f"backward failed: {failure.what}" + (f" (at {where})" if where else "")
     said = f"{type(err).__name__}: {text_of(err)}"
     error.detail = "\n".join([*failure.details(), f"torch says: {said}"])
@@ -286,23 +310,3 @@ def freed_elsewhere(log: FailureLog | None, loss: torch.Tensor, err: BaseExcepti
     failure = _graph_freed(log, text_of(err), err.__traceback__)
     freeing = next((b for b in reversed(log.backwards) if b.line == failure.freed_by), None) if failure else None
     return freeing is not None and not any(r is loss.grad_fn for r in freeing.roots)
-
-
-@contextmanager
-def explain_errors():
-    """Explain a failing backward inside the block: torch's own exception comes out with the explanation added
-    to its message and as `err.gradflow`; `.grad` read on a non-leaf warns with the leaf to read instead."""
-    log = FailureLog()
-    try:
-        with FailureMode(log):
-            yield log
-    except (RuntimeError, AttributeError, TypeError) as err:
-        failure = explain_failure(log, err)
-        if failure is not None:
-            attach(err, failure)
-            if failure.kind == "nonleaf_grad":
-                log.nonleaf_grads.clear()  # told in the error: not again as a warning
-        raise
-    finally:
-        for read in log.nonleaf_grads:
-            warnings.warn(GradflowWarning(nonleaf_grad(log, read).describe()), stacklevel=3)

@@ -53,14 +53,14 @@ class DeadCheckpoint:
         where = self.library_line or self.line
         return (f"torch.utils.checkpoint called at {where}; " if where else "") + f"fix: {CHECKPOINT_FIX}"
 
-    @property
-    def fix(self) -> str:
+    def fix(self, given: str | None = None) -> str:
+        """The fix; `given`: the checkpoint's first input as the user's call spells it (`h`), when known."""
         if self.library_line and "transformers" in self.library_line:
             return ("call `model.enable_input_require_grads()` after `gradient_checkpointing_enable()` (LoRA and "
                     "other frozen-base fine-tuning), or enable it with "
                     "`gradient_checkpointing_kwargs={\"use_reentrant\": False}`")
-        return ("pass `use_reentrant=False` to torch.utils.checkpoint, or make its input require grad "
-                "(`x.requires_grad_()`)")
+        made = f"`{given}.requires_grad_()` before the call" if given else "`x.requires_grad_()`"
+        return f"pass `use_reentrant=False` to torch.utils.checkpoint, or make its input require grad ({made})"
 
 
 @dataclass

@@ -17,6 +17,11 @@ LOW = (torch.float16, torch.bfloat16)  # half precision: its ops' autograd nodes
 METADATA_ONLY = {"new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "new",
                  "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
 
+IN_PLACE_NAMES = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                  "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__setitem__",
+                  "data="}
+NOT_WRITES = {"requires_grad_", "detach_", "share_memory_", "retain_grad_", "_fix_weakref"}  # flags, not values
+
 # A value leaves torch as a Python number, list or numpy array: its gradient stops there (a cut when it required
 # grad); the object is followed by identity into the ops it is given to (torch.tensor(...), x * number).
 ESCAPES = {"item": ".item()", "tolist": ".tolist()", "__float__": "float()", "__int__": "int()",
@@ -28,6 +33,27 @@ REWRAP = {"tensor": "torch.tensor(...)", "as_tensor": "torch.as_tensor(...)", "a
 def tensors_in(obj, out: list) -> list:
     """Every tensor in args / kwargs / results (nested tuples, lists, dicts), in order."""
     return _into((obj,), out)
+
+
+def written(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors this call writes into: `out=`, the target of an in-place method or operator (`add_`,
+    `+=`, `x[i] = v`, `p.data = t`), the list of a `_foreach_*_` op."""
+    if kwargs.get("out") is not None:
+        return tensors_in(kwargs["out"], [])
+    if not args or not (name in IN_PLACE_NAMES or name.endswith("_") and not name.startswith("__")
+                        and name not in NOT_WRITES):
+        return []
+    return tensors_in(args[0], []) if name.startswith("_foreach_") else \
+        [args[0]] if isinstance(args[0], torch.Tensor) else []
+
+
+def storage_of(t: torch.Tensor) -> int | None:
+    """The address of the memory a tensor's elements live in (shared by its views, `.data` and `detach()`);
+    None for a tensor without one (sparse, meta, a subclass that has none)."""
+    try:
+        return t.untyped_storage().data_ptr() or None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def op_name(func) -> str:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 import runpy
 import sys
-import textwrap
 import warnings
 
 import pytest
 import torch
 
 import gradflow
+from gradflow.tracer.failures import GradflowWarning
+
+from .scripts import write_script
 
 SCRIPTS = {
     "augassign": ("y", """
@@ -45,16 +47,9 @@ SCRIPTS = {
 }
 
 
-def _write(tmp_path, name, body):
-    path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(body).lstrip())
-    return path
-
-
-def _run_explained(path):
+def _run_explained(path, explained):
     with pytest.raises(RuntimeError) as info:
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     return info.value
 
 
@@ -93,11 +88,11 @@ def _version_bumps(path, name) -> list[int]:
 
 
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
-def test_inplace_saved_names_the_lines_torch_used(tmp_path, case, monkeypatch):
+def test_inplace_saved_names_the_lines_torch_used(explained, tmp_path, case, monkeypatch):
     monkeypatch.chdir(tmp_path)
     name, body = SCRIPTS[case]
-    path = _write(tmp_path, case, body)
-    err = _run_explained(path)
+    path = write_script(tmp_path, case, body)
+    err = _run_explained(path, explained)
     f = err.gradflow
     assert f.kind == "inplace_saved" and f.tensor == name
     assert f.saved_by["line"] == f"{case}.py:{_anomaly_line(path)}"
@@ -106,9 +101,9 @@ def test_inplace_saved_names_the_lines_torch_used(tmp_path, case, monkeypatch):
     assert "why backward failed" in str(err)
 
 
-def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
+def test_optimizer_step_between_forward_and_backward(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "opt", """
+    path = write_script(tmp_path, "opt", """
         import torch
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -119,7 +114,7 @@ def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
         opt.step()
         loss2.backward()
     """)
-    f = _run_explained(path).gradflow
+    f = _run_explained(path, explained).gradflow
     assert f.tensor == "model.2.weight" and f.modified_at == ["opt.py:8"]
     assert f.saved_by["line"] == f"opt.py:{_anomaly_line(path)}" == "opt.py:6"
     assert "optimizer.step() after backward()" in f.fix
@@ -130,7 +125,7 @@ def test_optimizer_step_between_forward_and_backward(tmp_path, monkeypatch):
     ("gan", "fake", 6, "fake.detach()"),
     ("shared", "feats", 6, "(loss_a + loss_b).backward()"),
 ])
-def test_graph_freed_names_the_earlier_backward_and_the_carrier(tmp_path, monkeypatch, case, carrier, freed, fix):
+def test_graph_freed_names_the_earlier_backward_and_the_carrier(explained, tmp_path, monkeypatch, case, carrier, freed, fix):
     monkeypatch.chdir(tmp_path)
     bodies = {
         "rnn": """
@@ -163,27 +158,27 @@ def test_graph_freed_names_the_earlier_backward_and_the_carrier(tmp_path, monkey
             loss_b.backward()
         """,
     }
-    path = _write(tmp_path, case, bodies[case])
-    f = _run_explained(path).gradflow
+    path = write_script(tmp_path, case, bodies[case])
+    f = _run_explained(path, explained).gradflow
     assert (f.kind, f.tensor, f.freed_by) == ("graph_freed", carrier, f"{case}.py:{freed}")
     assert fix in f.fix
 
 
-def test_leaf_inplace_names_the_line(tmp_path, monkeypatch):
+def test_leaf_inplace_names_the_line(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "leaf", """
+    path = write_script(tmp_path, "leaf", """
         import torch
         w = torch.randn(3, requires_grad=True)
         w[0] = 1.0
     """)
-    f = _run_explained(path).gradflow
+    f = _run_explained(path, explained).gradflow
     assert (f.kind, f.tensor, f.modified_at) == ("leaf_inplace", "w", ["leaf.py:3"])
     assert "torch.no_grad()" in f.fix
 
 
-def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(tmp_path, monkeypatch):
+def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "nonleaf", """
+    path = write_script(tmp_path, "nonleaf", """
         import torch
         w = torch.randn(3, requires_grad=True).double()
         (w * 2).sum().backward()
@@ -191,8 +186,7 @@ def test_nonleaf_grad_names_the_op_and_the_hidden_leaf(tmp_path, monkeypatch):
     """)
     with pytest.raises(AttributeError) as info, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     f = info.value.gradflow
     assert (f.kind, f.tensor, f.made_by) == ("nonleaf_grad", "w", {"op": "double", "line": "nonleaf.py:2"})
 
@@ -205,3 +199,22 @@ def test_nothing_failing_changes_nothing():
     with gradflow.explain_errors():
         seen = torch.autograd.grad(model(x).sum(), list(model.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(plain, seen))
+
+
+def test_nonleaf_grad_read_that_fails_nothing_warns_in_the_with_form(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_script(tmp_path, "reads", """
+        import torch
+        w = torch.randn(3, requires_grad=True).double()
+        (w * 2).sum().backward()
+        g = w.grad
+    """)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gradflow.explain_errors():
+            runpy.run_path(str(path))
+    assert any("non-leaf Tensor" in str(w.message) for w in caught)  # torch's own warning: the oracle
+    ours = [w for w in caught if w.category is GradflowWarning]
+    assert len(ours) == 1 and ours[0].filename == __file__  # said at the `with`, in the caller's code
+    assert "made by:     double at reads.py:2" in str(ours[0].message)
+    assert "tensor:      w" in str(ours[0].message)

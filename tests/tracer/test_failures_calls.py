@@ -5,51 +5,40 @@ from __future__ import annotations
 
 import json
 import runpy
-import textwrap
 
 import pytest
 
 import gradflow
 
 from ..processes import ROOT
+from .scripts import line_of, write_script
 
 
-def _write(tmp_path, name, body):
-    path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(body).lstrip())
-    return path
-
-
-def _line_of(path, needle) -> str:
-    number = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if needle in text)
-    return f"{path.name}:{number}"
-
-
-def _both(path):
+def _both(path, explained):
     """torch's error in a plain run, and the same run's error under explain_errors()."""
     with pytest.raises(RuntimeError) as plain:
         runpy.run_path(str(path))
-    with pytest.raises(RuntimeError) as info, gradflow.explain_errors():
-        runpy.run_path(str(path))
+    with pytest.raises(RuntimeError) as info:
+        explained(runpy.run_path, str(path))
     assert type(info.value) is type(plain.value) and str(info.value).startswith(str(plain.value))
     return str(plain.value), info.value.gradflow
 
 
 @pytest.mark.parametrize("call,op", [("torch.special.gammainc(a, x)", "special.gammainc"),
                                      ("torch.igamma(a, x)", "igamma")])
-def test_no_derivative_names_the_op_line_and_argument(tmp_path, monkeypatch, call, op):
+def test_no_derivative_names_the_op_line_and_argument(explained, tmp_path, monkeypatch, call, op):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "gamma", f"""
+    path = write_script(tmp_path, "gamma", f"""
         import torch
         a = torch.full((3,), 2.0, requires_grad=True)
         x = torch.rand(3) * 4
         cdf = {call}
         cdf.sum().backward()
     """)
-    said, f = _both(path)
+    said, f = _both(path, explained)
     assert "the derivative for 'igamma: input' is not implemented" in said
     assert (f.kind, f.tensor) == ("no_derivative", "a")
-    assert f.call == {"op": op, "line": _line_of(path, call), "argument": "a"}
+    assert f.call == {"op": op, "line": line_of(path, call), "argument": "a"}
     assert "a.detach()" in f.fix
 
 
@@ -76,22 +65,22 @@ FUNCTION = """
 """
 
 
-def test_function_returning_too_few_gradients(tmp_path, monkeypatch):
+def test_function_returning_too_few_gradients(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "few", FUNCTION.replace("RETURNS", "grad * s"))
-    said, f = _both(path)
+    path = write_script(tmp_path, "few", FUNCTION.replace("RETURNS", "grad * s"))
+    said, f = _both(path, explained)
     assert "returned an incorrect number of gradients (expected 2, got 1)" in said
-    assert f.kind == "function_grads" and f.call["line"] == _line_of(path, "Scale.apply(")
+    assert f.kind == "function_grads" and f.call["line"] == line_of(path, "Scale.apply(")
     assert "must return 2 gradients" in f.fix and "(x, s)" in f.fix
 
 
-def test_function_returning_a_gradient_of_the_wrong_shape(tmp_path, monkeypatch):
+def test_function_returning_a_gradient_of_the_wrong_shape(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "shape", FUNCTION.replace("RETURNS", "(grad * s).sum(0), None"))
-    said, f = _both(path)
+    path = write_script(tmp_path, "shape", FUNCTION.replace("RETURNS", "(grad * s).sum(0), None"))
+    said, f = _both(path, explained)
     assert "invalid gradient at index 0 - got [3] but expected shape compatible with [2, 3]" in said
     assert (f.kind, f.tensor) == ("function_grads", "x")
-    assert f.call == {"op": "Scale.apply", "line": _line_of(path, "Scale.apply("), "argument": "x"}
+    assert f.call == {"op": "Scale.apply", "line": line_of(path, "Scale.apply("), "argument": "x"}
     assert "[2, 3]" in f.fix
 
 

@@ -7,13 +7,17 @@ its gradient.
 from __future__ import annotations
 
 import json
+import re
 import runpy
 import textwrap
+import traceback
 import warnings
 
 import pytest
 
 import gradflow
+
+from ..processes import ROOT
 
 PLAIN = """
     import torch
@@ -21,8 +25,9 @@ PLAIN = """
     torch.manual_seed(0)
     frozen = torch.nn.Linear(4, 4).requires_grad_(False)
     adapter = torch.nn.Linear(4, 4)
-    x = torch.randn(2, 4)
-    out = checkpoint(lambda h: frozen(h) + adapter(h), x, use_reentrant=REENTRANT)
+    feats = torch.randn(2, 4)
+    FIX
+    out = checkpoint(lambda h: frozen(h) + adapter(h), feats, use_reentrant=REENTRANT)
     out.sum().backward()
 """
 
@@ -60,24 +65,45 @@ def _line_of(path, needle) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
 
 
-def test_plain_checkpoint_names_the_call_and_the_fix(tmp_path, monkeypatch):
+def test_plain_checkpoint_names_the_call_and_the_fix(explained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = _write(tmp_path, "plain", PLAIN, REENTRANT="True")
+    path = _write(tmp_path, "plain", PLAIN, REENTRANT="True", FIX="")
     with warnings.catch_warnings(record=True) as said, pytest.raises(RuntimeError) as plain:
         warnings.simplefilter("always")
         runpy.run_path(str(path))
     assert any("None of the inputs have requires_grad=True" in str(w.message) for w in said)  # torch's warning
     with warnings.catch_warnings(), pytest.raises(RuntimeError) as info:
         warnings.simplefilter("ignore")
-        with gradflow.explain_errors():
-            runpy.run_path(str(path))
+        explained(runpy.run_path, str(path))
     assert str(info.value).startswith(str(plain.value))  # torch's own error, the explanation after it
     f = info.value.gradflow
     assert f.kind == "checkpoint_no_grad"
     assert f.call["line"] == f"plain.py:{_line_of(path, 'checkpoint(lambda')}"
-    assert "use_reentrant=False" in f.fix
-    fixed = _write(tmp_path, "fixed", PLAIN, REENTRANT="False")
-    runpy.run_path(str(fixed))  # the fix, in plain torch: no error
+    assert "use_reentrant=False" in f.fix and "`feats.requires_grad_()` before the call" in f.fix
+    for n, fix in enumerate((dict(REENTRANT="False", FIX=""), dict(REENTRANT="True", FIX="feats.requires_grad_()"))):
+        adapter = runpy.run_path(str(_write(tmp_path, f"fixed{n}", PLAIN, **fix)))["adapter"]  # either fix, plain torch
+        assert adapter.weight.grad is not None
+
+
+def test_script_names_the_line_that_failed_and_the_input_to_fix(cli, monkeypatch):
+    """examples/fail_checkpoint.py under `gradflow script`: the line torch raised at (a plain run's traceback), and
+    a fix that names the checkpoint's real input: put where it says, it gives the adapter its gradient."""
+    monkeypatch.chdir(ROOT)
+    example = ROOT / "examples" / "fail_checkpoint.py"
+    with pytest.raises(RuntimeError) as plain:
+        runpy.run_path(str(example))
+    raised = [f.lineno for f in traceback.extract_tb(plain.value.__traceback__) if f.filename == str(example)][-1]
+    res = cli("script", "examples/fail_checkpoint.py", "--json")
+    assert res.exit_code == 3
+    error = json.loads(res.stdout.strip().splitlines()[-1])["error"]
+    assert error["message"].endswith(f"(at examples/fail_checkpoint.py:{raised})")
+    fix = error["backward_failure"]["fix"]
+    call = re.search(r"`(\w+\.requires_grad_\(\))` before the call", fix).group(1)
+    lines = example.read_text().splitlines()
+    at = _line_of(example, "out = checkpoint(") - 1
+    ns = {"__name__": "fixed"}
+    exec(compile("\n".join([*lines[:at], call, *lines[at:]]), str(example), "exec"), ns)  # the fix, plain torch
+    assert ns["adapter"].weight.grad is not None
 
 
 @pytest.mark.slow
