@@ -73,7 +73,7 @@ class ExplainErrors:
                 if failure.kind == "nonleaf_grad":
                     log.nonleaf_grads.clear()  # told in the error: not again as a warning
         for read in log.nonleaf_grads:
-            warnings.warn(GradflowWarning(nonleaf_grad(log, read).describe()), stacklevel=2)
+            _warn_at_read(nonleaf_grad(log, read), read.line)
 
     def __call__(self, step: F) -> F:
         return explain_errors(step)
@@ -214,3 +214,14 @@ def _tensors_in(name: str, value) -> list[tuple[str, torch.Tensor]]:
     if isinstance(value, (list, tuple)):
         return [f for i, v in enumerate(value) for f in _tensors_in(f"{name}[{i}]", v)]
     return []
+
+
+def _warn_at_read(failure, line: str | None) -> None:
+    """Warn at the user's line that read the `.grad`, where torch's own warning points too (not at the `with`):
+    nothing failed there, so the text is the finding and its fix, not "why backward failed"."""
+    text = "\n".join([failure.what, *failure.details()])
+    path, _, number = (line or "").rpartition(":")
+    if path and number.isdigit():
+        warnings.warn_explicit(GradflowWarning(text), GradflowWarning, path, int(number))
+    else:
+        warnings.warn(GradflowWarning(text), stacklevel=3)
