@@ -73,6 +73,7 @@ class OpNode:
     fold: int | None = None  # index into OpGraph.folds
     ops: int = 0  # a module drawn whole: how many of torch's nodes it stands for, and how many parameters
     params: int = 0
+    how: str | None = None  # a cut: its kind (detach, no_grad, inference_mode, item, rewrap)
 
 
 @dataclass
@@ -229,7 +230,7 @@ class _Outside:
                 key = f"cut{rec.index}"
                 nodes[key] = OpNode(key, rec.name, "cut", self.report.module_names.get(rec.module, "") if
                                     rec.module is not None else "", rec.line, variable_at(rec.line) if rec.line
-                                    else None, order=(rec.index, 0))
+                                    else None, order=(rec.index, 0), how=rec.cut)
                 self._join(key, rec.outs, "cut")
                 self._from(key, rec)
         fed = {b for a, b in self.graph.edges if b.startswith("cut") and a.startswith("n")}

@@ -58,10 +58,11 @@ class BackwardOps:
         """The leaves, each with its status in this backward."""
         root = getattr(self.loss, "grad_fn", None)
         reached = {id(n.variable) for n in torch_graph(root)[0] if hasattr(n, "variable")} if root else set()
-        behind_cuts = self.graph.cuts_by_leaf() if self.graph.loss is not None else {}
-        for leaf in self._leaves:
-            leaf.status = "frozen" if leaf.frozen else "live" if id(leaf.tensor) in reached else \
-                "cut" if leaf.serial in behind_cuts else "unused"
+        flow = self.graph
+        behind_cuts, feeds = (flow.cuts_by_leaf(), flow.to_loss) if flow.loss is not None else ({}, set())
+        for leaf in self._leaves:  # (a frozen parameter of a model this loss does not use is not drawn)
+            leaf.status = ("frozen" if leaf.serial in feeds else "unused") if leaf.frozen else \
+                "live" if id(leaf.tensor) in reached else "cut" if leaf.serial in behind_cuts else "unused"
         return self._leaves
 
     def draw(self, depth: int | None = None, fold: bool = True) -> OpGraph:
