@@ -148,3 +148,22 @@ def test_inspect_autograd_page_click_the_cut_shows_its_line(browser, tmp_path):
     shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
     assert shown["grad_fn"] == "AccumulateGrad" and shown["status"] == "live"
     assert requests == [out.as_uri()]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_script_autograd_page_click_the_cut_shows_its_line(browser, tmp_path):
+    out = tmp_path / "script-ops.html"
+    _gradflow("script", "examples/classic_2018.py", "--autograd", "--html", str(out), cwd=ROOT)
+    source = (ROOT / "examples" / "classic_2018.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text == "out1 = out1.detach()")
+    page, requests = _open(browser, out)
+    assert page.locator("section.run").count() == 6  # each backward's table, then torch's graph of it
+    ops = page.locator("section.run").nth(3)  # backward 2's graph: out1 detached
+    ops.locator("g.node", has_text="✂ detach").click()
+    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    assert shown["grad_fn"] == "detach" and shown["line"].endswith(f"classic_2018.py:{line}")
+    assert shown["variable"] == "out1"
+    ops.locator("g.node", has_text="xvar").click()
+    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    assert shown["grad_fn"] == "AccumulateGrad" and shown["status"] == "live"
+    assert requests == [out.as_uri()]
