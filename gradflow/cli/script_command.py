@@ -236,12 +236,11 @@ class Graphs:
 
     @staticmethod
     def line(graph, path: Path | None) -> str:
-        """`autograd graph of L: backward 1 at x.py:17: 5 nodes (4 of torch's), 5 edges, 1 cut → ops-1.svg`"""
-        torch_nodes = sum(n.key.startswith("n") for n in graph.nodes.values())
+        """`autograd graph of L: backward 1 at x.py:17: 5 nodes for torch's 4, 5 edges, 1 cut → ops-1.svg`"""
         cuts = sum(n.kind == "cut" for n in graph.nodes.values())
         folds = "".join(f", {f.label} folded" for f in graph.folds)
         where = f" → {path}" if path is not None else " (-o FILE.svg draws it)"
-        return (f"{graph.title}: {len(graph.nodes)} nodes ({torch_nodes} of torch's), {len(graph.edges)} edges"
+        return (f"{graph.title}: {len(graph.nodes)} nodes for torch's {graph.recorded}, {len(graph.edges)} edges"
                 f"{f', {cuts} cut' + 's' * (cuts != 1) if cuts else ''}{folds}{where}\n")
 
 

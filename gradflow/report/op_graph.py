@@ -96,6 +96,7 @@ class OpGraph(Drawn):
     root: str | None
     folds: list[Fold] = field(default_factory=list)
     title: str = ""
+    recorded: int = 0  # how many nodes torch's graph has (before modules are drawn whole and blocks folded)
 
     def shown_name(self, node: OpNode) -> str:
         """The node's name, inside a folded block relative to the block (`attn.c_attn`; the block's own ops:
@@ -140,7 +141,7 @@ def autograd_graph(report: GraphSource, trace: Trace, depth: int | None = None, 
         return graph
     order, edges = torch_graph(root)
     keys = {node: f"n{i}" for i, node in enumerate(order)}
-    graph.root = keys[root]
+    graph.root, graph.recorded = keys[root], len(order)
     _Namer(report, trace, graph).name(order, keys)
     graph.edges = {(keys[a], keys[b]): "flow" for a, b in edges}
     _Outside(report, trace, graph, keys).add()

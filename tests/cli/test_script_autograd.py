@@ -27,7 +27,7 @@ def test_each_backward_writes_its_graph_and_says_where(cli, tmp_path):
     detach = next(i for i, line in enumerate(CLASSIC.read_text().splitlines(), 1) if line == "out2 = out2.detach()")
     assert f"✂ detach\\nout2 = …  " in (tmp_path / "ops-3.dot").read_text()
     assert f"classic_2018.py:{detach}\"" in (tmp_path / "ops-3.dot").read_text()
-    assert "5 nodes (4 of torch's), 5 edges, 1 cut →" in r.stdout
+    assert "5 nodes for torch's 4, 5 edges, 1 cut →" in r.stdout
 
 
 def test_without_o_the_line_says_how_to_draw_it(cli):
