@@ -225,7 +225,7 @@ class Graphs:
                 graphviz.graphviz("", fmt, asked=f"-o {output.name}")  # raises its own "install Graphviz"
 
     def write(self, graph, index: int) -> Path | None:
-        if self.output is None:
+        if self.output is None or graph.root is None:
             return None
         from gradflow.cli.files import write_file
         from gradflow.render.views import picture
@@ -237,6 +237,8 @@ class Graphs:
     @staticmethod
     def line(graph, path: Path | None) -> str:
         """`autograd graph of L: backward 1 at x.py:17: 5 nodes for torch's 4, 5 edges, 1 cut → ops-1.svg`"""
+        if graph.root is None:  # backward failed on it, or will
+            return f"{graph.title}: none (what backward() ran from has no grad_fn: torch recorded no graph)\n"
         cuts = sum(n.kind == "cut" for n in graph.nodes.values())
         folds = "".join(f", {f.label} folded" for f in graph.folds)
         where = f" → {path}" if path is not None else " (-o FILE.svg draws it)"

@@ -1,4 +1,7 @@
-"""The autograd graph torch recorded for a traced forward, named by the user's code (`inspect --autograd`).
+"""The autograd graph torch recorded for a traced forward, named by the user's code (`inspect --autograd`,
+`script --autograd`). What it is drawn from besides the trace is a GraphSource: inspect's report, or a script's
+backward() (script/autograd.py), each giving the loss, its leaves with their names and statuses, the modules'
+names and the flow graph of the recorded ops.
 
 torch's own graph, found as torchviz finds it: from the loss's grad_fn through `next_functions`, one
 AccumulateGrad per parameter (so a tied weight, one tensor under two names, is one node). A trace made with

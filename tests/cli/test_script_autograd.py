@@ -66,3 +66,9 @@ def test_the_html_page_shows_each_graph_after_its_backward(cli, tmp_path):
     assert all(t in html for t in titles)
     assert html.index("backward 2 at ") < html.index(titles[1]) < html.index("backward 3 at ")
     assert html.count("<svg") == 6  # each backward's program graph, then torch's
+
+
+def test_a_backward_from_a_tensor_without_grad_fn_draws_nothing(cli, tmp_path):
+    r = cli("script", str(ROOT / "examples" / "fail_no_grad_path.py"), "--autograd", "-o", str(tmp_path / "o.dot"))
+    assert r.exit_code == 3, r.stderr  # no gradient: .item() cut every path
+    assert "has no grad_fn: torch recorded no graph" in r.stdout and not list(tmp_path.iterdir())

@@ -11,19 +11,7 @@ from collections import Counter
 
 import torch
 
-
-def walk(root) -> tuple[list, list[tuple]]:
-    """Every node reachable from `root`, and each (input node, consumer node) pair."""
-    seen, todo, edges = {root}, [root], []
-    while todo:
-        node = todo.pop()
-        for nxt, _ in node.next_functions:
-            if nxt is not None:
-                edges.append((nxt, node))
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-    return list(seen), edges
+from ..render.plain_op_graphs import walk  # (plain torch too)
 
 
 def names_in(frame) -> dict[int, str]:
@@ -46,7 +34,7 @@ def frozen_in(frame) -> set[str]:
 
 
 def graph_of(loss, frame) -> dict:
-    nodes, edges = walk(loss.grad_fn)
+    nodes, edges = walk(loss)
     names = names_in(frame)
     leaves = {names.get(id(n.variable), "?") for n in nodes if type(n).__name__ == "AccumulateGrad"}
     return {"kinds": Counter(type(n).__name__ for n in nodes),
