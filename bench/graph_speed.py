@@ -9,11 +9,17 @@ cuts and frozen parameters added, the 12 blocks folded into one). The forward an
 outside the timing. Target: gradflow within 2x of torchviz (the median of N back-to-back pairs, CPU time of this
 thread). Then, once each, Graphviz's layout of both texts (`dot -Tsvg`): what a person waits for, and how many
 nodes each picture has. torchviz and graphviz (the Python package) come from the `bench` extra; not a test.
+
+`--script` times `gradflow script examples/gpt2_script.py --autograd` the same way: the script is run once under
+`run_script(..., autograd=True)` (outside the timing), then each pair draws its backward's graph:
+`make_dot(loss, params).source` against what `script --autograd` does at that backward (the script's leaves and
+modules named, their statuses read, the flow graph taken, `autograd_graph` + `to_dot`).
 """
 import argparse
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 import torch
 from torchviz import make_dot
@@ -48,22 +54,43 @@ def layout(text: str) -> float:
     return time.perf_counter() - start
 
 
+def script_pairs():
+    """examples/gpt2_script.py's backward: (torchviz, gradflow script --autograd, the same unfolded)."""
+    from gradflow.script.autograd import BackwardOps
+    from gradflow.script.run import run_script
+
+    calls = []
+    run_script(Path(__file__).resolve().parents[1] / "examples" / "gpt2_script.py", [], calls.append, autograd=True)
+    (call,) = calls
+    trace = call.autograd_ops.trace
+    params = {leaf.name: leaf.tensor for leaf in call.autograd_ops.params}
+    return (lambda: make_dot(call.roots[0], params=params).source,
+            lambda: to_dot(BackwardOps(trace, call).draw()),
+            lambda: to_dot(BackwardOps(trace, call).draw(fold=False)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--script", action="store_true", help="time `gradflow script --autograd` (12 layers)")
     opts = ap.parse_args()
-    model, loss, report, t = model_and_loss(opts.layers)
-    params = dict(model.named_parameters())
-    theirs = lambda: make_dot(loss, params=params).source
-    ours = lambda: to_dot(autograd_graph(report, t))
-    whole = lambda: to_dot(autograd_graph(report, t, fold=False))
+    if opts.script:
+        theirs, ours, whole = script_pairs()
+        opts.layers = 12
+    else:
+        model, loss, report, t = model_and_loss(opts.layers)
+        params = dict(model.named_parameters())
+        theirs = lambda: make_dot(loss, params=params).source
+        ours = lambda: to_dot(autograd_graph(report, t))
+        whole = lambda: to_dot(autograd_graph(report, t, fold=False))
     ratios, pairs = [], []
     for _ in range(opts.runs):
         (a, dot_theirs), (b, dot_ours), (c, dot_whole) = cpu(theirs), cpu(ours), cpu(whole)
         pairs.append((a, b, c))
         ratios.append(b / a)
-    print(f"tiny GPT-2, {opts.layers} layers, {opts.runs} pairs (CPU time of this thread, median):")
+    what = "gradflow script --autograd, " if opts.script else ""
+    print(f"{what}tiny GPT-2, {opts.layers} layers, {opts.runs} pairs (CPU time of this thread, median):")
     for name, i, text in (("torchviz make_dot(...).source   ", 0, dot_theirs),
                           ("gradflow autograd_graph + to_dot", 1, dot_ours),
                           ("  the same, fold=False           ", 2, dot_whole)):

@@ -41,6 +41,9 @@ def main() -> int:
     _gradflow("inspect", "examples/frozen_encoder.py:main", "--graph", "png", "-o", str(IMG / "inspect-modules.png"))
     _gradflow("inspect", "examples/gpt2_layers.py:main", "--graph", "png", "--autograd", "-o",
               str(IMG / "autograd-gpt2.png"))
+    with tempfile.TemporaryDirectory() as tmp:  # backward K's graph goes to ops-K.png: the second is the picture
+        _gradflow("script", "examples/classic_2018.py", "--autograd", "-o", str(Path(tmp) / "ops.png"))
+        shutil.copyfile(Path(tmp) / "ops-2.png", IMG / "autograd-script.png")
     if shutil.which("chromium"):
         with tempfile.TemporaryDirectory() as tmp:
             page = Path(tmp) / "report.html"

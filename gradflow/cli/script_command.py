@@ -37,10 +37,23 @@ LoopFullOpt = Annotated[bool, typer.Option(
 LoopBriefOpt = Annotated[bool, typer.Option(
     "--brief", help="With --json: a small record per backward() call (loss, how many got gradient, largest and "
                     "smallest grad norm, changes), then a summary record. Nothing is recorded per op: fast.")]
+AutogradOpt = Annotated[bool, typer.Option(
+    "--autograd", help="Also draw the autograd graph torch recorded for each backward() shown in full (in a loop "
+                       "the first; --steps picks others): a node per op, named by your lines and variables, cuts "
+                       "red at their line, frozen parameters grey, repeated blocks folded. -o writes it; --html "
+                       "shows it.")]
+GraphOutOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="PATH", help="With --autograd: write backward K's graph to PATH with -K before its "
+                                          "suffix (ops.svg: ops-1.svg), in the format the suffix names: .svg .png "
+                                          ".pdf (Graphviz), .dot, .mmd.")]
+GraphDepthOpt = Annotated[int | None, typer.Option(
+    "--depth", min=1, metavar="INTEGER", show_default=False,
+    help="With --autograd: draw each module at this depth as one node (default: every op).")]
 HELP_END = help_end([
     "gradflow script examples/classic_2018.py",
     "gradflow script examples/classic_2018.py --json",
     "gradflow script examples/train_loop.py --steps 40:41",
+    "gradflow script examples/classic_2018.py --autograd -o ops.svg",
     "gradflow script train.py --json -- --epochs 1  # exit 2: no train.py here",
 ], [ExitCode.OK, ExitCode.INTERNAL, ExitCode.INPUT, ExitCode.NO_GRADIENT, ExitCode.USER_CODE,
     ExitCode.INTERRUPTED],
@@ -55,13 +68,14 @@ class _Emitter:
     """Called at each backward(): prints to the real stdout while the script's own prints go to stderr."""
 
     def __init__(self, json_: bool, stdout, options: set[str], summary: bool = False, html: bool = False,
-                 plan: LoopPlan | None = None):
+                 plan: LoopPlan | None = None, graphs: Graphs | None = None):
         from gradflow.script.loop import LoopWatch
         from gradflow.script.optimizer import OptimizerWatch
 
         self.json, self.stdout, self.options, self.gone = json_, stdout, options, False
         self.summary = summary
         self.plan = plan or LoopPlan(full=html)
+        self.graphs = graphs  # --autograd
         self.sections: list | None = [] if html else None  # --html: each call's part of the page, drawn as it
                                                             # happens (the script goes on changing its tensors)
         self.pid = os.getpid()
@@ -87,10 +101,13 @@ class _Emitter:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
             with contextlib.redirect_stdout(self.stdout):
                 self._print(call)
+                graph = self._graph(call)
             if self.sections is not None:
-                from gradflow.render.html_report import backward_section
+                from gradflow.render.html_report import autograd_section, backward_section
 
                 self.sections.append(backward_section(call))
+                if graph is not None:
+                    self.sections.append(autograd_section(graph, f"backward {call.index}"))
         except (BrokenPipeError, SystemExit):  # the reader went away (| head; rich exits on it): stop the
             self.gone = True                     # script there, quietly
             _discard(self.stdout)
@@ -118,6 +135,21 @@ class _Emitter:
         if findings:
             out.print(finding_lines(findings), soft_wrap=True)
         sys.stdout.flush()
+
+    def _graph(self, call):
+        """--autograd: the graph of a backward() shown in full whose ops were recorded, written and summed up."""
+        g = self.graphs
+        if g is None or call.autograd_ops is None or not (g.every or not self.repeated or
+                                                          self.plan.in_steps(call.index)):
+            return None
+        graph = call.autograd_graph(g.depth)
+        path = g.write(graph, call.index)
+        if not self.json:
+            from rich.text import Text
+
+            self._console().print(Text(g.line(graph, path)), soft_wrap=True)
+            sys.stdout.flush()
+        return graph
 
     def _console(self):
         """stdout's console, made once: a loop prints through it at every backward()."""
@@ -178,6 +210,42 @@ class LoopPlan:
         return a <= index and (b is None or index <= b)
 
 
+class Graphs:
+    """What --autograd asks: each graph's depth, where it is written (-o), and whether every backward() is drawn
+    (--full; else those shown in full: the first at each line, --steps)."""
+
+    def __init__(self, output: Path | None, depth: int | None, every: bool):
+        self.output, self.depth, self.every = output, depth, every
+        if output is not None:  # before the script runs: a bad name or a missing Graphviz fails at once
+            from gradflow.render import graphviz
+            from gradflow.render.views import picture_format
+
+            fmt = picture_format(output)
+            if fmt not in ("dot", "mermaid") and not graphviz.available():
+                graphviz.graphviz("", fmt, asked=f"-o {output.name}")  # raises its own "install Graphviz"
+
+    def write(self, graph, index: int) -> Path | None:
+        if self.output is None or graph.root is None:
+            return None
+        from gradflow.cli.files import write_file
+        from gradflow.render.views import picture
+
+        path = self.output.with_name(f"{self.output.stem}-{index}{self.output.suffix}")
+        write_file(path, picture(graph, path, f"-o {path.name}"))
+        return path
+
+    @staticmethod
+    def line(graph, path: Path | None) -> str:
+        """`autograd graph of L: backward 1 at x.py:17: 5 nodes for torch's 4, 5 edges, 1 cut → ops-1.svg`"""
+        if graph.root is None:  # backward failed on it, or will
+            return f"{graph.title}: none (what backward() ran from has no grad_fn: torch recorded no graph)\n"
+        cuts = sum(n.kind == "cut" for n in graph.nodes.values())
+        folds = "".join(f", {f.label} folded" for f in graph.folds)
+        where = f" → {path}" if path is not None else " (-o FILE.svg draws it)"
+        return (f"{graph.title}: {len(graph.nodes)} nodes for torch's {graph.recorded}, {len(graph.edges)} edges"
+                f"{f', {cuts} cut' + 's' * (cuts != 1) if cuts else ''}{folds}{where}\n")
+
+
 def _steps(text: str) -> tuple[int, int | None]:
     a, sep, b = text.partition(":")
     try:
@@ -202,7 +270,8 @@ def _eval_options(ctx: typer.Context) -> set[str]:
 
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
                debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None,
-               every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False, brief: LoopBriefOpt = False):
+               every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False, brief: LoopBriefOpt = False,
+               autograd: AutogradOpt = False, output: GraphOutOpt = None, depth: GraphDepthOpt = None):
     """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad.
 
     In a loop, the first backward() at each line is shown in full, then a line per call (folded in long loops),
@@ -216,8 +285,9 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
                 raise ValueInputError("bad_option", "--brief shapes the JSON records: it goes with --json",
                                       hint="add --json, or leave --brief out (the text output is brief in a loop)")
             plan = LoopPlan(full or html is not None, every, steps, brief)
+            graphs = _graphs(autograd, output, depth, full)
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
-                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan)
+                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan, graphs)
         except GradflowError as err:
             if not json_ or debug:
                 raise
@@ -226,18 +296,28 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
     guarded(debug, json_, body)
 
 
+def _graphs(autograd: bool, output: Path | None, depth: int | None, full: bool) -> Graphs | None:
+    if not autograd:
+        if output is not None or depth is not None:
+            raise ValueInputError("bad_option", f"{'-o' if output is not None else '--depth'} draws the autograd "
+                                  "graph: it goes with --autograd",
+                                  hint="gradflow script FILE.py --autograd -o ops.svg")
+        return None
+    return Graphs(output, depth, full)
+
+
 def _script(file: Path, args: list[str], json_: bool, options: set[str], summary: bool = False,
-            html: Path | None = None, plan: LoopPlan | None = None) -> int:
+            html: Path | None = None, plan: LoopPlan | None = None, graphs: Graphs | None = None) -> int:
     from gradflow.cli.streams import stdout_gone
     from gradflow.cli.user_code import stdout_to_stderr
     from gradflow.script.run import run_script
 
-    emit = _Emitter(json_, sys.stdout, options, summary, html is not None, plan)
+    emit = _Emitter(json_, sys.stdout, options, summary, html is not None, plan, graphs)
     try:
         with stdout_to_stderr() as real:  # the script's output, fd 1 included, must not mix into the tables or JSON
             emit.stdout = _stream_on(real, emit.stdout)
             try:
-                run_script(file, args, emit, emit.records, emit.optimizers)
+                run_script(file, args, emit, emit.records, emit.optimizers, graphs is not None)
             finally:
                 emit.end()
     finally:  # the page shows the calls made before a failure too

@@ -20,7 +20,7 @@ def label(graph: OpGraph, node: OpNode) -> str:
     name = graph.shown_name(node)
     where = f"{node.variable} = …  {node.line}" if node.variable else node.line
     if node.kind == "cut":
-        return "\n".join(x for x in (f"✂ {node.fn}", name, where) if x)
+        return "\n".join(x for x in (f"✂ {node.fn}{_under(node)}", name, where) if x)
     if node.kind in ("param", "frozen"):
         tied = "".join(f"\n= {a} (tied)" for a in node.aliases)
         return f"{name}{tied}\n{node.status}"
@@ -29,6 +29,13 @@ def label(graph: OpGraph, node: OpNode) -> str:
         return f"{name}\n" + ", ".join(counts + ([node.status] if node.status else []))
     text = "\n".join(x for x in (node.fn, name, where) if x)
     return "loss\n" + text if node.key == graph.root else text
+
+
+def _under(node: OpNode) -> str:
+    """What cut an op that is no cut itself: `✂ linear under no_grad`, `✂ tensor (rewrap)`."""
+    if node.how in ("no_grad", "inference_mode"):
+        return f" under {node.how}"
+    return f" ({node.how})" if node.how and node.how != node.fn else ""
 
 
 def _fill(graph: OpGraph, node: OpNode) -> str:

@@ -236,17 +236,30 @@ _FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "
             ".mermaid": "mermaid"}
 
 
-def draw(result, path) -> Path:
-    """Write the graph to `path` in the format its suffix names (see display.Drawn.draw)."""
+def picture_format(path) -> str:
+    """The format a file name's suffix names (svg, png, pdf, dot, mermaid); a ValueInputError (exit 2) if none."""
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ValueInputError("usage", f"cannot tell a picture format from {path.name!r}",
                               hint="end the file name with " + ", ".join(_FORMATS))
-    if fmt == "mermaid":
-        path.write_text(mermaid(result), encoding="utf-8")
-    elif fmt == "dot":
-        path.write_text(dot(result), encoding="utf-8")
+    return fmt
+
+
+def picture(result, path, asked: str) -> str | bytes:
+    """The graph in the format `path`'s suffix names: DOT or Mermaid text, or Graphviz's svg/png/pdf bytes."""
+    fmt = picture_format(path)
+    if fmt in ("mermaid", "dot"):
+        return mermaid(result) if fmt == "mermaid" else dot(result)
+    return graphviz.graphviz(dot(result), fmt, asked=asked)
+
+
+def draw(result, path) -> Path:
+    """Write the graph to `path` in the format its suffix names (see display.Drawn.draw)."""
+    path = Path(path)
+    data = picture(result, path, f"draw({path.name!r})")
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
     else:
-        path.write_bytes(graphviz.graphviz(dot(result), fmt, asked=f"draw({path.name!r})"))
+        path.write_bytes(data)
     return path

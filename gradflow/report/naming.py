@@ -12,26 +12,35 @@ if TYPE_CHECKING:  # the tracer imports the report, which imports this module: t
     from gradflow.tracer.trace import Trace
 
 
-def _module_names(roots: list) -> dict[int, str]:
+def _module_names(roots: list, bases: list[str] | None = None) -> dict[int, str]:
+    """id(module) -> its dotted name; `bases`: each root's own name (a script's variable), else its class's when
+    there are several roots."""
     names: dict[int, str] = {}
-    prefix = len(roots) > 1
-    for root in roots:
-        base = type(root).__name__ if prefix else ""
+    bases = bases or _bases(roots)
+    for root, base in zip(roots, bases):
         for name, m in root.named_modules():
             full = ".".join(x for x in (base, name) if x)
             names.setdefault(id(m), full or type(root).__name__)
     return names
 
 
-def _named_from_modules(roots: list) -> dict[str, list]:
+def _bases(roots: list) -> list[str]:
+    return [type(root).__name__ if len(roots) > 1 else "" for root in roots]
+
+
+def _named_from_modules(roots: list, bases: list[str] | None = None) -> dict[str, list]:
     """{first name: [tensor, alias, alias…]} — tied weights appear once, with their other names."""
     by_id: dict[int, list] = {}
-    prefix = len(roots) > 1
-    for root in roots:
-        base = type(root).__name__ + "." if prefix else ""
+    for root, base in zip(roots, bases or _bases(roots)):
         for name, p in root.named_parameters(remove_duplicate=False):
-            by_id.setdefault(id(p), [p]).append(base + name)
+            by_id.setdefault(id(p), [p]).append(f"{base}.{name}" if base else name)
     return {v[1]: [v[0], *v[2:]] for v in by_id.values()}
+
+
+def name_modules(roots: list, bases: list[str]) -> tuple[dict[str, list], dict[int, str]]:
+    """The parameters ({first name: [tensor, alias…]}) and modules (id -> name) of `roots`, each root named by its
+    base (`model`: `model.fc1.weight`; '': named inside the root, as inspect names a model's)."""
+    return _named_from_modules(roots, bases), _module_names(roots, bases)
 
 
 def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str]]:

@@ -1,4 +1,7 @@
-"""The autograd graph torch recorded for a traced forward, named by the user's code (`inspect --autograd`).
+"""The autograd graph torch recorded for a traced forward, named by the user's code (`inspect --autograd`,
+`script --autograd`). What it is drawn from besides the trace is a GraphSource: inspect's report, or a script's
+backward() (script/autograd.py), each giving the loss, its leaves with their names and statuses, the modules'
+names and the flow graph of the recorded ops.
 
 torch's own graph, found as torchviz finds it: from the loss's grad_fn through `next_functions`, one
 AccumulateGrad per parameter (so a tied weight, one tensor under two names, is one node). A trace made with
@@ -15,19 +18,48 @@ import functools
 import linecache
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gradflow.display import Drawn
-from gradflow.report.inspect_report import InspectReport
 from gradflow.report.module_picture import WORST
 
 if TYPE_CHECKING:  # types only
+    from gradflow.report.reasons import FlowGraph
     from gradflow.tracer.trace import Trace
 
 SHOWN_CUTS = ("detach", "no_grad", "inference_mode", "item", "rewrap")  # (nondiff: an integer result, no cut)
 # `h = ...`, `a, b = ...`, `h += ...`: the names a line assigns (patterns as strings: re caches them)
 _ASSIGNED = r"\s*([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*(?:[-+*/@]?=)(?!=)"
+
+
+class Leaf(Protocol):
+    """A named leaf of the graph: inspect's ParamReport, a script's parameter (script/autograd.py)."""
+
+    @property
+    def serial(self) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...  # live, frozen, cut, unused, ... (module_picture.STATUS_FILL's colours)
+    @property
+    def aliases(self) -> list[str]: ...
+
+
+class GraphSource(Protocol):
+    """What the graph is drawn from, besides the trace: the loss, its leaves named, the modules named and the
+    trace's flow graph (the cuts on the paths to the loss). inspect's InspectReport is one; a script's backward()
+    gives another (script/autograd.py)."""
+
+    @property
+    def loss(self) -> Any: ...
+    @property
+    def params(self) -> Sequence[Leaf]: ...
+    @property
+    def module_names(self) -> dict[int, str]: ...
+    @property
+    def graph(self) -> FlowGraph | None: ...
 
 
 @dataclass
@@ -44,6 +76,7 @@ class OpNode:
     fold: int | None = None  # index into OpGraph.folds
     ops: int = 0  # a module drawn whole: how many of torch's nodes it stands for, and how many parameters
     params: int = 0
+    how: str | None = None  # a cut: its kind (detach, no_grad, inference_mode, item, rewrap)
 
 
 @dataclass
@@ -66,6 +99,7 @@ class OpGraph(Drawn):
     root: str | None
     folds: list[Fold] = field(default_factory=list)
     title: str = ""
+    recorded: int = 0  # how many nodes torch's graph has (before modules are drawn whole and blocks folded)
 
     def shown_name(self, node: OpNode) -> str:
         """The node's name, inside a folded block relative to the block (`attn.c_attn`; the block's own ops:
@@ -100,15 +134,17 @@ def torch_graph(root) -> tuple[list, list[tuple]]:
     return order, edges
 
 
-def autograd_graph(report: InspectReport, trace: Trace, depth: int | None = None, fold: bool = True) -> OpGraph:
-    """torch's autograd graph of `report.loss`, named from `trace` (made with `trace(autograd=True)`)."""
+def autograd_graph(report: GraphSource, trace: Trace, depth: int | None = None, fold: bool = True,
+                   title: str = "autograd graph of the loss") -> OpGraph:
+    """torch's autograd graph of `report.loss`, named from `trace` (made with `trace(autograd=True)`); `report`:
+    inspect's report, or any GraphSource."""
     root = getattr(report.loss, "grad_fn", None)
-    graph = OpGraph({}, {}, None, title="autograd graph of the loss")
+    graph = OpGraph({}, {}, None, title=title)
     if root is None:
         return graph
     order, edges = torch_graph(root)
     keys = {node: f"n{i}" for i, node in enumerate(order)}
-    graph.root = keys[root]
+    graph.root, graph.recorded = keys[root], len(order)
     _Namer(report, trace, graph).name(order, keys)
     graph.edges = {(keys[a], keys[b]): "flow" for a, b in edges}
     _Outside(report, trace, graph, keys).add()
@@ -122,7 +158,7 @@ def autograd_graph(report: InspectReport, trace: Trace, depth: int | None = None
 class _Namer:
     """Names each node: its op's module, line and variable; a parameter's names and status."""
 
-    def __init__(self, report: InspectReport, trace: Trace, graph: OpGraph):
+    def __init__(self, report: GraphSource, trace: Trace, graph: OpGraph):
         self.report, self.trace, self.graph = report, trace, graph
         self.made = trace.state.nodes
         self.by_serial = {p.serial: p for p in report.params if p.serial is not None}
@@ -162,7 +198,7 @@ class _Namer:
                       order=(_first_use(self.report, serial), -1))
 
 
-def _first_use(report: InspectReport, serial: int | None) -> int:
+def _first_use(report: GraphSource, serial: int | None) -> int:
     g = report.graph
     if g is None or serial is None:
         return 0
@@ -182,7 +218,7 @@ class _Outside:
     """What torch's graph has no node for: the cuts on paths to the loss and the frozen parameters, each joined
     to the drawn nodes its values flow into."""
 
-    def __init__(self, report: InspectReport, trace: Trace, graph: OpGraph, keys: dict):
+    def __init__(self, report: GraphSource, trace: Trace, graph: OpGraph, keys: dict):
         self.report, self.graph, self.flow = report, graph, report.graph
         self.op_key: dict[int, str] = {}
         for node, index in trace.state.nodes.values():
@@ -198,7 +234,7 @@ class _Outside:
                 key = f"cut{rec.index}"
                 nodes[key] = OpNode(key, rec.name, "cut", self.report.module_names.get(rec.module, "") if
                                     rec.module is not None else "", rec.line, variable_at(rec.line) if rec.line
-                                    else None, order=(rec.index, 0))
+                                    else None, order=(rec.index, 0), how=rec.cut)
                 self._join(key, rec.outs, "cut")
                 self._from(key, rec)
         fed = {b for a, b in self.graph.edges if b.startswith("cut") and a.startswith("n")}
@@ -224,7 +260,12 @@ class _Outside:
     def _leaf(self, serial: int, into: list[str]) -> str | None:
         """A node for a parameter torch's graph does not reach (frozen, or behind a cut)."""
         p = next((p for p in self.report.params if p.serial == serial), None)
-        if p is None or any(n.kind == "param" and n.name == p.name for n in self.graph.nodes.values()):
+        if p is None:
+            return None
+        drawn = next((k for k, n in self.graph.nodes.items() if n.kind == "param" and n.name == p.name), None)
+        if drawn is not None:  # reached on another path too: its edge into the cut, grey
+            for cut in into:
+                self.graph.edges[(drawn, cut)] = "off"
             return None
         key = f"p{serial}"
         kind = "frozen" if p.status == "frozen" else "param"

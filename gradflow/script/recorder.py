@@ -30,6 +30,7 @@ from torch.nn.parameter import is_lazy
 from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
+from gradflow.script.autograd import BackwardOps
 from gradflow.script.named_reasons import failed_backward, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.spelling import plain_index
@@ -90,6 +91,14 @@ class BackwardCall(Drawn):
     program: Any  # program.Program | program.NoProgram
     error: str | None = None  # torch's message when backward raised
     no_grad: tuple[str, str] | None = None  # (why, fix) when it raised because its output does not require grad
+    autograd_ops: Any = field(default=None, repr=False)  # script/autograd.py's BackwardOps, recorded with autograd
+
+    def autograd_graph(self, depth: int | None = None, fold: bool = True):
+        """The autograd graph torch recorded for this backward, named by the script's lines and variables
+        (report/op_graph.py's OpGraph: to_dot(), to_mermaid(), draw(path)). Needs a run with autograd=True."""
+        from gradflow.script.autograd import graph_of
+
+        return graph_of(self, depth, fold)
 
 
 class InternalFailure(BaseException):
@@ -109,8 +118,9 @@ class ScriptTrace(Trace):
     follows_numbers = True
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None],
-                 records: Callable[[int], bool] | None = None):
+                 records: Callable[[int], bool] | None = None, autograd: bool = False):
         super().__init__(failures=FailureLog())  # why a backward failed (tracer/failures.py)
+        self.keeps_nodes = autograd  # torch's nodes named by their ops, for each recorded backward's graph
         # records(k): are the ops before backward k recorded (its cuts named, its program written)? A loop's
         # other steps run their ops unrecorded: the per-op record is what made a long loop slow and its memory grow
         self.records = records
@@ -252,6 +262,8 @@ class ScriptTrace(Trace):
             try:
                 if not self.quiet:  # (reasons are read from the recorded ops)
                     give_reasons(self, call)
+                    if self.keeps_nodes:
+                        call.autograd_ops = BackwardOps(self, call)
                 if call.error is not None and NO_GRAD_MESSAGE in call.error:
                     call.no_grad = failed_backward(self, call)
                 self.on_backward(call)

@@ -30,17 +30,19 @@ class StopScript(BaseException):
 
 
 def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall], None],
-               records: Callable[[int], bool] | None = None, optimizers: OptimizerWatch | None = None) -> int:
+               records: Callable[[int], bool] | None = None, optimizers: OptimizerWatch | None = None,
+               autograd: bool = False) -> int:
     """Run the script; return how many backward() calls it made (at least one, or NoGradientError).
 
     `records(k)`: are backward k's ops recorded (a loop's other steps run unrecorded: see ScriptTrace); None:
-    every one. `optimizers`: watches the optimizers the script creates while it runs."""
+    every one. `optimizers`: watches the optimizers the script creates while it runs. `autograd`: each recorded
+    backward can draw the graph torch recorded (BackwardCall.autograd_graph())."""
     if not path.is_file():
         raise ValueInputError("file_not_found", f"no such file: {path}", hint="give the path of a Python script")
     saved = sys.argv, list(sys.path)
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))  # as python does for a script: its folder first
-    trace = ScriptTrace(str(path), on_backward, records)
+    trace = ScriptTrace(str(path), on_backward, records, autograd)
     pid = os.getpid()
     try:
         with trace, optimizers or contextlib.nullcontext():

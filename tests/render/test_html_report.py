@@ -65,6 +65,12 @@ def _detail(page) -> dict[str, str]:
             for i in range(rows.count())}
 
 
+def _clicked(section, text: str) -> dict[str, str]:
+    """Click the graph's node that shows `text`; the details the section shows then."""
+    section.locator("g.node", has_text=text).click()
+    return {k: v for k, v in (r.split("\t") for r in section.locator(".detail tr").all_inner_texts())}
+
+
 def _sane_screenshot(page, tmp_path: Path) -> None:
     from PIL import Image
 
@@ -140,11 +146,26 @@ def test_inspect_autograd_page_click_the_cut_shows_its_line(browser, tmp_path):
     line = next(i for i, text in enumerate(source, 1) if ".detach()" in text)
     page, requests = _open(browser, out)
     ops = page.locator("section.run").nth(1)  # the modules' section first, then torch's graph
-    ops.locator("g.node", has_text="✂ detach").click()
-    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    shown = _clicked(ops, "✂ detach")
     assert shown["grad_fn"] == "detach" and shown["line"].endswith(f"frozen_encoder.py:{line}")
     assert shown["variable"] == "h"
-    ops.locator("g.node", has_text="head.weight").click()
-    shown = {k: v for k, v in (r.split("\t") for r in ops.locator(".detail tr").all_inner_texts())}
+    shown = _clicked(ops, "head.weight")
+    assert shown["grad_fn"] == "AccumulateGrad" and shown["status"] == "live"
+    assert requests == [out.as_uri()]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_script_autograd_page_click_the_cut_shows_its_line(browser, tmp_path):
+    out = tmp_path / "script-ops.html"
+    _gradflow("script", "examples/classic_2018.py", "--autograd", "--html", str(out), cwd=ROOT)
+    source = (ROOT / "examples" / "classic_2018.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text == "out1 = out1.detach()")
+    page, requests = _open(browser, out)
+    assert page.locator("section.run").count() == 6  # each backward's table, then torch's graph of it
+    ops = page.locator("section.run").nth(3)  # backward 2's graph: out1 detached
+    shown = _clicked(ops, "✂ detach")
+    assert shown["grad_fn"] == "detach" and shown["line"].endswith(f"classic_2018.py:{line}")
+    assert shown["variable"] == "out1"
+    shown = _clicked(ops, "xvar")
     assert shown["grad_fn"] == "AccumulateGrad" and shown["status"] == "live"
     assert requests == [out.as_uri()]
