@@ -26,9 +26,16 @@ def _named_leaves(path: str, frame) -> dict:
                 list(v.named_parameters(prefix=name)) if isinstance(v, torch.nn.Module) else \
                 [(f"{name}[{i}]", t) for i, t in enumerate(v)] if isinstance(v, (list, tuple)) else []
             for key, t in pairs:
-                if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and id(t) not in found:
+                if isinstance(t, torch.Tensor) and _leaf(t) and t.requires_grad and id(t) not in found:
                     found[id(t)] = (key, t)
     return dict(found.values())
+
+
+def _leaf(t) -> bool:
+    try:
+        return t.is_leaf
+    except RuntimeError:  # a view made under no_grad, then written in place: torch will not say; not a leaf
+        return False
 
 
 def grads_per_backward(path: str) -> list[dict]:

@@ -121,6 +121,13 @@ def truth_of(path) -> dict:
     return runpy.run_path(str(path), run_name="__main__")["truth"]
 
 
+def line_of(path, code: str) -> int:
+    """The number of the script's one line that holds `code`."""
+    found = [k for k, line in enumerate(path.read_text().splitlines(), 1) if code in line]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def step_lines(text: str) -> dict[int, str]:
     """The per-call lines: `   12  loss 0.4231  grad 2/2  max ...`, by call number."""
     return {int(m.group(1)): m.group(0) for m in re.finditer(r"^ +(\d+)  \S+ \S+  grad \d+/\d+.*$", text, re.M)}
@@ -205,7 +212,13 @@ def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them
     assert [r["got_grad"] for r in steps] == [len(t) for t in truth]
     text = cli("script", str(path)).stdout
     assert full_reports(text) == [1, 9, 21]
-    assert "changed at backward 9:\n  model.0.weight: gradient reached it → requires_grad=False\n" in text
+    # the freeze ran in step 8, whose ops are not recorded: the change still names its line, read from the script
+    freeze = f"{path}:{line_of(path, 'model[0].requires_grad_(False)')}"
+    assert f"changed at backward 9:\n  model.0.weight: gradient reached it → requires_grad=False (frozen: " \
+           f"requires_grad_(False) at {freeze})\n" in text
+    assert f"backward 9: model.0.bias: gradient reached it → requires_grad=False (frozen: requires_grad_(False) " \
+           f"at {freeze})" in text  # the summary's list too
+    assert all(f"at {freeze})" in c for r in steps for c in r["changes"] if "→ requires_grad=False" in c)
 
 
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
