@@ -17,6 +17,8 @@ import torch
 from gradflow.script.loop import LoopWatch, Trend, shows_line
 from gradflow.script.recorder import BackwardCall, Named
 
+from .plain_training import watch_training
+
 PLAIN_LOOP = """
 import torch
 torch.manual_seed(0)
@@ -107,6 +109,27 @@ for step in range(40):
     truth["loss"].append(loss.item())
     if step % 5 == 4:
         truth["eval"].append(evaluate())
+"""
+
+
+FREEZE_IN_A_HELPER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+def freeze(layer):
+    for p in layer.parameters():
+        p.requires_grad = False
+
+for step in range(12):
+    if step == 4:
+        freeze(model[0])
+    loss = ((model(torch.randn(16, 4)) - 1) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 """
 
 
@@ -219,6 +242,25 @@ def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them
     assert f"backward 9: model.0.bias: gradient reached it → requires_grad=False (frozen: requires_grad_(False) " \
            f"at {freeze})" in text  # the summary's list too
     assert all(f"at {freeze})" in c for r in steps for c in r["changes"] if "→ requires_grad=False" in c)
+
+
+def test_a_freeze_in_a_step_that_is_not_recorded_is_named_with_the_line_that_made_it(tmp_path, cli):
+    path = write(tmp_path, FREEZE_IN_A_HELPER)
+    truth = watch_training(path)  # plain torch, with the line after which each flag changed
+    frozen = {n: truth.frozen_at(n) for n in ("model.0.weight", "model.0.bias")}
+    assert set(frozen.values()) == {line_of(path, "p.requires_grad = False")}
+    changed = [k for k, b in enumerate(truth.backwards, 1) if not b.requires_grad["model.0.weight"]]
+    assert changed[0] == 5  # the fifth backward() is the first without it
+    said = {f"{name}: gradient reached it → requires_grad=False (frozen: `.requires_grad = False` at {path}:{line})"
+            for name, line in frozen.items()}
+    res = cli("script", str(path))
+    assert res.exit_code == 0, res.output
+    assert full_reports(res.stdout) == [1, changed[0]]
+    for text in said:  # at the call, and in the summary
+        assert f"changed at backward 5:" in res.stdout and res.stdout.count(text) == 2, res.stdout
+    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
+    assert {(r["call"], c) for r in steps for c in r["changes"]} == {(changed[0], text) for text in said}
+    assert {(c["call"], c["change"]) for c in last["summary"]["changes"]} == {(changed[0], text) for text in said}
 
 
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
