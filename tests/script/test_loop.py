@@ -331,3 +331,29 @@ def test_loop_watch_holds_as_much_after_ten_thousand_calls_as_after_a_thousand()
             held[k] = _held(watch)
     assert held[10_000] <= held[1_000] + 40  # only the kept changes may grow, up to their cap
     assert [c.step for c in watch.changes] == [k for k in range(997, 10_001, 997)]
+
+
+@pytest.mark.parametrize("width", [80, 60, 120])
+def test_trend_rows_keep_peft_names_whole_and_apart_at_any_width(width):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gradflow.script.loop_view import _trends
+
+    names = [f"model.base_model.model.model.layers.{i}.self_attn.{p}_proj.lora_{ab}.default.weight"
+             for i in (0, 1) for p in "qv" for ab in "AB"]
+    watch = LoopWatch()
+    for name in names:
+        trend = watch.trends[name] = Trend()
+        for v in (1.0, 0.5, 0.25):
+            trend.add(v)
+    out = StringIO()
+    Console(file=out, width=width, color_system=None).print(*_trends(watch))
+    lines = out.getvalue().splitlines()[1:]
+    assert all(len(line) <= width for line in lines)
+    shown = [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("      ")]
+    assert len(shown) == len(names)
+    for name, text in zip(names, shown):  # the last dotted parts, whole, and enough of them to tell layers apart
+        assert text == name or text.startswith("…") and name.endswith("." + text[1:])
+    assert len(set(shown)) == len(names)
