@@ -12,6 +12,7 @@ zeroes it through a view made under no_grad while the model is built. Two classi
     gradflow script examples/lora_finetune.py -- --checkpointing --fix
 """
 import sys
+import warnings
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -28,6 +29,8 @@ def tiny_llama(checkpointing: bool):
     model = LlamaForCausalLM(config)
     if checkpointing:  # to save memory; reentrant, as older transformers releases did by default
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        # torch does warn about the trap, once, among the rest of a training log (silenced for the docs)
+        warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
     return model
 
 
