@@ -173,8 +173,10 @@ class ScriptTrace(Trace):
         """A freeze (or unfreeze) in a step whose ops are not recorded still keeps its line, so that the loop's
         change report names it; only a real change is kept, so a script that freezes at every step holds one."""
         name = op_name(func)
+        if name not in FLAGS:  # (`p.grad = None` in zero_grad() is a __set__ too)
+            return
         ins = inputs(args, kwargs)
-        if name not in FLAGS or not ins:
+        if not ins:
             return
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
         if ins[0].requires_grad != bool(value):
