@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from .plain_grads import _leaf
+from .plain_grads import leaf, scopes
 
 
 @dataclass
@@ -53,27 +53,16 @@ class Training:
         return changes[-1][0] if changes and not changes[-1][1] else None
 
 
-def _scopes(path: str, frame) -> list[dict]:
-    scopes = []
-    while frame is not None:
-        if frame.f_code.co_filename == path:
-            scopes.append(frame.f_locals)
-            if frame.f_code.co_name == "<module>":
-                break
-        frame = frame.f_back
-    return scopes
-
-
 def named_params(path: str, frame) -> dict[str, torch.Tensor]:
     """name -> leaf tensor (frozen ones too), named as gradflow names them: the first name found, innermost frame
     first; a module's parameters as `model.weight`."""
     found: dict[int, tuple[str, torch.Tensor]] = {}
-    for scope in _scopes(path, frame):
+    for scope in scopes(path, frame):
         for name, v in list(scope.items()):
             pairs = [(name, v)] if isinstance(v, torch.Tensor) else \
                 list(v.named_parameters(prefix=name)) if isinstance(v, torch.nn.Module) else []
             for key, t in pairs:
-                if isinstance(t, torch.Tensor) and _leaf(t) and id(t) not in found:
+                if isinstance(t, torch.Tensor) and leaf(t) and id(t) not in found:
                     found[id(t)] = (key, t)
     return dict(found.values())
 
@@ -106,7 +95,7 @@ class _Watch:
     def _look(self, frame) -> None:
         """Every parameter the script's frames name now: one whose requires_grad changed since the last look
         changed in the line that was running."""
-        for scope in _scopes(self.path, frame):
+        for scope in scopes(self.path, frame):
             for v in list(scope.values()):
                 if isinstance(v, torch.nn.Module):
                     for p in v.parameters():
