@@ -168,7 +168,8 @@ class LoopWatch:
         self.sites[site] = now
         if before is None:
             return []
-        out = [f"{name}: {WORDS[before[name]]} → {WORDS[s]}" for name, s in now.items()
+        why = {n.name: f" ({n.reason})" for n in named if n.reason and now[n.name] == "off"}  # the freeze's line
+        out = [f"{name}: {WORDS[before[name]]} → {WORDS[s]}{why.get(name, '')}" for name, s in now.items()
                if name in before and before[name] != s]
         for text in out:
             self._keep(index, text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from gradflow.display import fit_name
 from gradflow.script.loop import LoopWatch, Step
 from gradflow.script.optimizer import Finding, OptimizerWatch
 from gradflow.values.jsonable import fresh
@@ -69,15 +70,34 @@ def _trends(loop: LoopWatch) -> list:
     trends = [(name, t) for name, t in loop.trends.items() if t.buckets]
     if not trends:
         return []
-    width = min(max(len(name) for name, _ in trends), 40)
-    out: list = [Text("gradient norm per parameter (log scale, each row its own range; first → last):", style="bold")]
-    for name, t in trends[:TREND_ROWS]:
-        shown = name if len(name) <= width else "…" + name[-width + 1:]
-        out.append(Text.assemble(f"  {shown:<{width}}  ", (t.chart(), "cyan"),
-                                 f"  {t.first:.2e} → {t.last:.2e}"))
+    out: list = [Text("gradient norm per parameter (log scale, each row its own range; first → last):", style="bold"),
+                 _TrendRows(trends[:TREND_ROWS])]
     if len(trends) > TREND_ROWS:
         out.append(Text(f"  … and {len(trends) - TREND_ROWS} more parameters", style="dim"))
     return out
+
+
+class _TrendRows:
+    """A row per parameter, laid out for the console's width when printed: a name that does not fit loses its
+    front (display.fit_name); where that leaves two rows with one name (peft's `…lora_A.default.weight` of two
+    layers), each name gets a line of its own above its chart."""
+
+    def __init__(self, trends: list):
+        self.trends = trends
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        rest = [Text.assemble((t.chart(), "cyan"), f"  {t.first:.2e} → {t.last:.2e}") for _, t in self.trends]
+        room = width - 4 - max(len(r) for r in rest)
+        shown = [fit_name(name, max(room, 8)) for name, _ in self.trends]
+        if len(set(shown)) == len(shown) and room >= 8:
+            pad = max(map(len, shown))
+            for name, r in zip(shown, rest):
+                yield Text.assemble(f"  {name:<{pad}}  ", r)
+            return
+        for (name, _), r in zip(self.trends, rest):
+            yield Text(f"  {fit_name(name, width - 2)}")
+            yield Text.assemble("      ", r)
 
 
 def summary_record(loop: LoopWatch, optimizers: OptimizerWatch) -> dict:

@@ -50,6 +50,14 @@ def give_reasons(trace: ScriptTrace, call: BackwardCall) -> None:
             n.reason = describe_cuts(n.cuts) if n.cuts else None
 
 
+def frozen_lines(trace: ScriptTrace, call: BackwardCall) -> None:
+    """In a backward whose ops were not recorded (a loop's later steps): the frozen tensors' reasons only, from the
+    flag changes the recorder keeps in every step."""
+    for n in call.named:
+        if n.serial is not None and not n.tensor.requires_grad and was_frozen(trace, n.serial):
+            n.reason = frozen_reason(trace, n.serial)
+
+
 def failed_backward(trace: ScriptTrace, call: BackwardCall) -> tuple[str, str] | None:
     """(why, fix) for a backward whose output does not require grad: the cuts every path to it met, or the
     frozen leaves it is computed from; None when gradflow saw neither."""

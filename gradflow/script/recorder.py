@@ -31,14 +31,14 @@ from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.autograd import BackwardOps
-from gradflow.script.named_reasons import failed_backward, give_reasons
+from gradflow.script.named_reasons import failed_backward, frozen_lines, give_reasons
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.spelling import plain_index
 from gradflow.script.writes import Write, Writes
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
-from gradflow.tracer.records import inputs, storage_of, written
+from gradflow.tracer.records import FLAGS, grad_fn, inputs, storage_of, written
 from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
@@ -47,6 +47,7 @@ UNRECORDED = "its ops were not recorded (in a loop, only the first backward() at
              "--steps {k}:{k} to record this one"
 MAX_NAMED = 64  # tensors named through one container (a module's parameters, a list)
 NO_GRAD_MESSAGE = "does not require grad"  # torch's words when backward has nothing to differentiate
+_FLAG_CALLS = {"requires_grad_", "__set__"}  # the __name__ of the calls that may set requires_grad (FLAGS)
 
 
 @dataclass
@@ -143,9 +144,13 @@ class ScriptTrace(Trace):
     def on_torch_function(self, func, args, kwargs: dict):
         """backward() runs with hooks on the named tensors (run_backward); every other call keeps its arguments
         as a template for the program (`_record`), then is recorded as the trace records it."""
-        if self.quiet and getattr(func, "__name__", None) != "backward":  # grad switches too: torch.optim's
-            return self.run(func, args, kwargs)  # step() switches without a `with`, so each step would add a
-            #                                      region; the failure log still sees it (a bounded ring)
+        # An unrecorded step runs its calls as they are, grad switches too (torch.optim's step() switches without
+        # a `with`, so each step would add a region); the failure log still sees them (a bounded ring). Only a
+        # change of requires_grad is kept, for the line a freeze schedule's change report names.
+        if self.quiet and (called := getattr(func, "__name__", None)) != "backward":
+            if called in _FLAG_CALLS:
+                self._quiet_flag(func, args, kwargs)
+            return self.run(func, args, kwargs)
         name = op_name(func)
         if name == "backward":
             return self.run_backward(func, args, kwargs)
@@ -163,6 +168,19 @@ class ScriptTrace(Trace):
         out = super().on_torch_function(func, args, kwargs)
         self._wrote(name, position, before)
         return out
+
+    def _quiet_flag(self, func, args, kwargs: dict) -> None:
+        """A freeze (or unfreeze) in a step whose ops are not recorded still keeps its line, so that the loop's
+        change report names it; only a real change is kept, so a script that freezes at every step holds one."""
+        name = op_name(func)
+        if name not in FLAGS:  # (`p.grad = None` in zero_grad() is a __set__ too)
+            return
+        ins = inputs(args, kwargs)
+        if not ins:
+            return
+        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+        if ins[0].requires_grad != bool(value):
+            self._flag(name, ins[0], args, kwargs)
 
     def _made_by(self, t: torch.Tensor) -> str | None:
         s = self.known(t)
@@ -196,7 +214,7 @@ class ScriptTrace(Trace):
 
     def ref(self, a: torch.Tensor) -> Ref:
         s = self.serial(a)
-        leaf = a.grad_fn is None
+        leaf = grad_fn(a) is None
         return Ref(s, self.writer.get(s, -1), leaf, a.requires_grad, self._copy(s, a) if leaf else None)
 
     def _copy(self, serial: int, a: torch.Tensor) -> int | None:
@@ -225,7 +243,8 @@ class ScriptTrace(Trace):
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
         first = outs[0]
         same = bool(ins) and first.dtype == ins[0].dtype and first.shape == ins[0].shape
-        fn = type(first.grad_fn).__name__ if first.grad_fn is not None else None
+        node = grad_fn(first)
+        fn = type(node).__name__ if node is not None else None
         tensors = (*zip(rec.ins, map(storage_of, ins)), *zip(rec.outs, map(storage_of, outs)))
         pending = self._pending if self._pending is not None else (tuple(map(self.template, ins)), {})
         self.calls[rec.index] = Call(*pending, fn, same, tensors)
@@ -264,6 +283,8 @@ class ScriptTrace(Trace):
                     give_reasons(self, call)
                     if self.keeps_nodes:
                         call.autograd_ops = BackwardOps(self, call)
+                else:  # a freeze's line is kept even in an unrecorded step
+                    frozen_lines(self, call)
                 if call.error is not None and NO_GRAD_MESSAGE in call.error:
                     call.no_grad = failed_backward(self, call)
                 self.on_backward(call)
@@ -365,6 +386,15 @@ def _plain(t) -> bool:
             and not is_lazy(t) and not t.is_quantized and not t.is_complex())
 
 
+def _answers(t: torch.Tensor) -> bool:
+    """Does torch say what `t` is? Not for a view made under no_grad whose base then changed in place (the padding
+    row nn.Embedding zeroes): its grad_fn and is_leaf raise, so the table leaves it out rather than fail there."""
+    try:
+        return t.grad_fn is not None or t.is_leaf
+    except RuntimeError:
+        return False
+
+
 def _tensors(scope: dict):
     """(name, tensor) for the tensors a scope names: directly, as a module's parameters, in a list/tuple."""
     for name, v in list(scope.items()):
@@ -378,7 +408,7 @@ def _tensors(scope: dict):
             found = [(f"{name}[{i}]", x) for i, x in enumerate(v)]
         else:
             continue
-        yield from ((k, t) for k, t in found if _plain(t))
+        yield from ((k, t) for k, t in found if _plain(t) and _answers(t))
 
 
 def _user_frame() -> FrameType | None:

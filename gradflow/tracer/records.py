@@ -106,6 +106,15 @@ def grad_fn(a: torch.Tensor):
         return None
 
 
+def is_leaf(a: torch.Tensor) -> bool:
+    """`a.is_leaf`; False for a view made under no_grad whose base changed in place (nn.Embedding's padding row):
+    torch refuses to say, and the user's code may still use that view under no_grad, so the recorder must not ask."""
+    try:
+        return a.is_leaf
+    except RuntimeError:
+        return False
+
+
 @dataclass(slots=True)
 class OpRecord:
     index: int

@@ -48,6 +48,7 @@ from gradflow.tracer.records import (
     cut_kind,
     grad_fn,
     inputs,
+    is_leaf,
     op_name,
     requires_grad,
     tensors_in,
@@ -174,7 +175,7 @@ class Trace:
             name, tensors = leaf
             ins = [args[0], *tensors(module)]
             in_rg = list(map(requires_grad, ins))
-            in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]
+            in_leaf = [rg and is_leaf(a) for a, rg in zip(ins, in_rg)]
             stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
             self._see_module(module)  # (not pushed on the module stack: nothing inside its forward reads it)
             try:
@@ -231,7 +232,7 @@ class Trace:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
         used = set(self.state.use_columns()[0])
         live = [(self._refs[s](), s) for s in list(self._ids.values()) if s in used]
-        return [(t, s) for t, s in live if t is not None and t.is_leaf and t.requires_grad]
+        return [(t, s) for t, s in live if t is not None and is_leaf(t) and t.requires_grad]
 
     @property
     def ops(self) -> list[OpRecord]:
@@ -257,7 +258,7 @@ class Trace:
         if name in FLAGS and ins and self._replay is None:
             self._flag(name, ins[0], args, kwargs)
         in_rg = list(map(requires_grad, ins))
-        in_leaf = [rg and a.is_leaf for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
+        in_leaf = [rg and is_leaf(a) for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
         # Only ops that consume a leaf get hooks; their search stops at the nodes made before the op. Other ops
         # never touch grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md).
         stop = None

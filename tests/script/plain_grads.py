@@ -12,23 +12,36 @@ import sys
 import torch
 
 
-def _named_leaves(path: str, frame) -> dict:
-    found, scopes = {}, []
+def scopes(path: str, frame) -> list[dict]:
+    """The locals of the script's frames from `frame` out, the module's (its globals) last."""
+    out = []
     while frame is not None:
         if frame.f_code.co_filename == path:
-            scopes.append(frame.f_locals)
+            out.append(frame.f_locals)
             if frame.f_code.co_name == "<module>":
                 break
         frame = frame.f_back
-    for scope in scopes:
+    return out
+
+
+def _named_leaves(path: str, frame) -> dict:
+    found = {}
+    for scope in scopes(path, frame):
         for name, v in list(scope.items()):
             pairs = [(name, v)] if isinstance(v, torch.Tensor) else \
                 list(v.named_parameters(prefix=name)) if isinstance(v, torch.nn.Module) else \
                 [(f"{name}[{i}]", t) for i, t in enumerate(v)] if isinstance(v, (list, tuple)) else []
             for key, t in pairs:
-                if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and id(t) not in found:
+                if isinstance(t, torch.Tensor) and leaf(t) and t.requires_grad and id(t) not in found:
                     found[id(t)] = (key, t)
     return dict(found.values())
+
+
+def leaf(t) -> bool:
+    try:
+        return t.is_leaf
+    except RuntimeError:  # a view made under no_grad, then written in place: torch will not say; not a leaf
+        return False
 
 
 def grads_per_backward(path: str) -> list[dict]:

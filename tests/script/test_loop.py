@@ -17,6 +17,8 @@ import torch
 from gradflow.script.loop import LoopWatch, Trend, shows_line
 from gradflow.script.recorder import BackwardCall, Named
 
+from .plain_training import watch_training
+
 PLAIN_LOOP = """
 import torch
 torch.manual_seed(0)
@@ -110,6 +112,27 @@ for step in range(40):
 """
 
 
+FREEZE_IN_A_HELPER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+def freeze(layer):
+    for p in layer.parameters():
+        p.requires_grad = False
+
+for step in range(12):
+    if step == 4:
+        freeze(model[0])
+    loss = ((model(torch.randn(16, 4)) - 1) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
 def write(tmp_path, source: str, name: str = "train.py"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
@@ -119,6 +142,13 @@ def write(tmp_path, source: str, name: str = "train.py"):
 def truth_of(path) -> dict:
     """The script run plainly: its own record of what torch did."""
     return runpy.run_path(str(path), run_name="__main__")["truth"]
+
+
+def line_of(path, code: str) -> int:
+    """The number of the script's one line that holds `code`."""
+    found = [k for k, line in enumerate(path.read_text().splitlines(), 1) if code in line]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def step_lines(text: str) -> dict[int, str]:
@@ -188,7 +218,8 @@ def test_bad_loop_options_are_input_errors(tmp_path, cli, args, said):
     assert said in res.stderr and "hint:" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them(tmp_path, cli):
+def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # gradflow names train.py:N, as short as the text around it is written here
     path = write(tmp_path, FREEZE)
     truth = truth_of(path)["with_grad"]
     # from plain torch: the calls at which a parameter started or stopped having a .grad after backward()
@@ -205,7 +236,35 @@ def test_a_freeze_schedule_reports_its_changes_at_the_steps_the_script_made_them
     assert [r["got_grad"] for r in steps] == [len(t) for t in truth]
     text = cli("script", str(path)).stdout
     assert full_reports(text) == [1, 9, 21]
-    assert "changed at backward 9:\n  model.0.weight: gradient reached it → requires_grad=False\n" in text
+    # the freeze ran in step 8, whose ops are not recorded: the change still names its line, read from the script
+    freeze = f"train.py:{line_of(path, 'model[0].requires_grad_(False)')}"
+    flat = " ".join(text.split())  # (a change longer than the console is wrapped between words)
+    assert f"changed at backward 9: model.0.weight: gradient reached it → requires_grad=False (frozen: " \
+           f"requires_grad_(False) at {freeze}) model.0.bias:" in flat
+    assert f"backward 9: model.0.bias: gradient reached it → requires_grad=False (frozen: requires_grad_(False) " \
+           f"at {freeze})" in flat  # the summary's list too
+    assert all(f"at {freeze})" in c for r in steps for c in r["changes"] if "→ requires_grad=False" in c)
+
+
+def test_a_freeze_in_a_step_that_is_not_recorded_is_named_with_the_line_that_made_it(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, FREEZE_IN_A_HELPER)
+    truth = watch_training(path)  # plain torch, with the line after which each flag changed
+    frozen = {n: truth.frozen_at(n) for n in ("model.0.weight", "model.0.bias")}
+    assert set(frozen.values()) == {line_of(path, "p.requires_grad = False")}
+    changed = [k for k, b in enumerate(truth.backwards, 1) if not b.requires_grad["model.0.weight"]]
+    assert changed[0] == 5  # the fifth backward() is the first without it
+    said = {f"{name}: gradient reached it → requires_grad=False (frozen: `.requires_grad = False` at train.py:{line})"
+            for name, line in frozen.items()}
+    res = cli("script", str(path))
+    assert res.exit_code == 0, res.output
+    assert full_reports(res.stdout) == [1, changed[0]]
+    flat = " ".join(res.stdout.split())  # (a change longer than the console is wrapped between words)
+    for text in said:  # at the call, and in the summary
+        assert "changed at backward 5:" in flat and flat.count(text) == 2, res.stdout
+    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
+    assert {(r["call"], c) for r in steps for c in r["changes"]} == {(changed[0], text) for text in said}
+    assert {(c["call"], c["change"]) for c in last["summary"]["changes"]} == {(changed[0], text) for text in said}
 
 
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
@@ -276,3 +335,29 @@ def test_loop_watch_holds_as_much_after_ten_thousand_calls_as_after_a_thousand()
             held[k] = _held(watch)
     assert held[10_000] <= held[1_000] + 40  # only the kept changes may grow, up to their cap
     assert [c.step for c in watch.changes] == [k for k in range(997, 10_001, 997)]
+
+
+@pytest.mark.parametrize("width", [80, 60, 120])
+def test_trend_rows_keep_peft_names_whole_and_apart_at_any_width(width):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gradflow.script.loop_view import _trends
+
+    names = [f"model.base_model.model.model.layers.{i}.self_attn.{p}_proj.lora_{ab}.default.weight"
+             for i in (0, 1) for p in "qv" for ab in "AB"]
+    watch = LoopWatch()
+    for name in names:
+        trend = watch.trends[name] = Trend()
+        for v in (1.0, 0.5, 0.25):
+            trend.add(v)
+    out = StringIO()
+    Console(file=out, width=width, color_system=None).print(*_trends(watch))
+    lines = out.getvalue().splitlines()[1:]
+    assert all(len(line) <= width for line in lines)
+    shown = [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("      ")]
+    assert len(shown) == len(names)
+    for name, text in zip(names, shown):  # the last dotted parts, whole, and enough of them to tell layers apart
+        assert text == name or text.startswith("…") and name.endswith("." + text[1:])
+    assert len(set(shown)) == len(names)

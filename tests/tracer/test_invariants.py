@@ -529,3 +529,23 @@ def test_the_ops_that_used_a_reported_parameter_are_found_for_all_and_for_some_p
     whole, part = t.explain(loss, params=model), t.explain(loss, params=model[2])
     linears = [r.index for r in t.ops if r.name == "linear"]
     assert len(linears) == 2 and whole.use_ops == set(linears) and part.use_ops == {linears[1]}
+
+
+def test_a_view_made_under_no_grad_and_written_twice_runs_as_without_the_trace():
+    """torch refuses to say the grad_fn or is_leaf of such a view (it raises), yet allows more writes under no_grad:
+    the trace must not ask (nn.Embedding's padding row, a LLaMA built with a pad_token_id)."""
+    def step():
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(5, 2, padding_idx=0)
+        with torch.no_grad():
+            row = emb.weight[0]
+            row.fill_(1.0)
+            row.mul_(3.0)
+        (emb(torch.tensor([0, 2])) ** 2).sum().backward()
+        return emb.weight.detach().clone(), emb.weight.grad
+
+    plain = step()
+    with gradflow.trace():
+        traced = step()
+    assert plain[0][0].tolist() == [3.0, 3.0]  # the writes happened
+    assert torch.equal(traced[0], plain[0]) and torch.equal(traced[1], plain[1])
