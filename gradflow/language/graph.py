@@ -128,10 +128,7 @@ class _Lowering:
     def new(self, op, args, span, value=0.0, regions: tuple = (), call: Call | None = None) -> int:
         """A node; `regions`: the enclosing (region call or `with` block, op) pairs, outermost first."""
         nid = len(self.nodes)
-        if span.end - span.start <= NAME_WIDTH or call is None:
-            text, short = self.source[span.start:span.end], False
-        else:
-            text, short = self.text(span, call, args)
+        text, short = self.text(span, call, args)
         block = None
         if regions:
             innermost = regions[-1][0]
@@ -142,11 +139,8 @@ class _Lowering:
             modes = tuple(mode for _, mode in regions)
         else:
             modes = ()
-        if call is None:
-            node = _node(nid, op, tuple(args), text, span, value, modes, (), None, block, short)
-        else:
-            node = _node(nid, op, tuple(args), text, span, value, modes, call.params, call.inner, block, short)
-        self.nodes.append(node)
+        params, inner = ((), None) if call is None else (call.params, call.inner)
+        self.nodes.append(_node(nid, op, tuple(args), text, span, value, modes, params, inner, block, short))
         self.steps.append(nid)
         return nid
 
@@ -302,7 +296,7 @@ class _Lowering:
                     self.last = nid  # `y.detach_()`, `x.requires_grad_(False)` on their own are steps, not L
 
     def _fix_regions(self):
-        # regions were recorded as the enclosing Call expression; map them to its node id
+        """Regions were recorded as the enclosing Call expression: map each to its node id."""
         if not self.regions:
             return  # most programs: no index of every node to build
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}
