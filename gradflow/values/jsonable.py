@@ -8,10 +8,12 @@ silent summary. Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import json
 import math
+from collections.abc import Iterator
 
 from gradflow.errors import LimitError
 from gradflow.limits import JSON_FULL_MAX, current
@@ -38,25 +40,18 @@ class _Document:
 _DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gradflow_json_document", default=None)
 
 
-class document:  # noqa: N801 - used as a function: `with document(summary):`
+@contextlib.contextmanager
+def document(summary: bool = False) -> Iterator[None]:
     """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
-    (limits.using). Nested: the outermost document counts and decides. A class, not a generator: every record
-    of a batch enters one (a generator-based context manager costs several times more)."""
-
-    __slots__ = ("summary", "token")
-
-    def __init__(self, summary: bool = False):
-        self.summary = summary
-        self.token: contextvars.Token[_Document | None] | None = None
-
-    def __enter__(self) -> None:
-        if _DOCUMENT.get() is None:
-            self.token = _DOCUMENT.set(_Document(self.summary, current().json))
-
-    def __exit__(self, *exc) -> None:
-        if self.token is not None:
-            _DOCUMENT.reset(self.token)
-            self.token = None
+    (limits.using). Nested: the outermost document counts and decides."""
+    if _DOCUMENT.get() is not None:
+        yield
+        return
+    token = _DOCUMENT.set(_Document(summary, current().json))
+    try:
+        yield
+    finally:
+        _DOCUMENT.reset(token)
 
 
 def spend(count: int) -> None:
@@ -137,9 +132,6 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
             return {k: _clean(v) if strict else v for k, v in summary(t).items()}
         if doc is not None:
             doc.spend(count)
-        if count == 1 and t.dim() == 0:  # the common case first: one number (a node of a long program)
-            x = t.item()
-            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
     if hasattr(t, "tolist"):
         if t.dim() == 0:
             x = t.item()
