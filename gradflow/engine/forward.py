@@ -24,7 +24,6 @@ from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS
-from gradflow.limits import current
 from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
 
@@ -245,29 +244,20 @@ class Run:
             raise TypeError(f"not a step: {step!r}")
 
     def _steps(self) -> None:
-        tensors, frozen, measure, watched, keys, source = (self.t, self.frozen, self.measure, self.watched, self.keys,
-                                                           self.g.source)
-        limits = current()  # run() is inside the evaluation's limits
-        elements, most, compute = limits.elements, limits.total, self.compute
+        tensors, frozen, measure = self.t, self.frozen, self.measure
         for step in self.g.steps:
-            if type(step) is not Node:  # not isinstance(): asked per node, it adds up
+            if not isinstance(step, Node):
                 self._flag_step(step)
                 continue
             nid = step.id
-            t = tensors[nid] = frozen[nid] if frozen and nid in frozen else compute(step)
+            t = tensors[nid] = frozen[nid] if nid in frozen else self.compute(step)
+            held = False  # the value's grad will be held too: the grads evaluate() collects
             if t.requires_grad:
                 if measure and step.op not in REGIONS:
-                    watched.append(t)
-                    keys.append(nid)
-                held = measure or t.is_leaf  # the grads evaluate() collects
-            else:
-                held = False
-            n = t.numel()
-            total = self.total + (2 * n if held else n)
-            if n <= elements and total <= most:  # budget.account's common case, inline
-                self.total = total
-            else:
-                self.total = account(self.total, step, t, source, grad=held)
+                    self.watched.append(t)
+                    self.keys.append(nid)
+                held = measure or t.is_leaf
+            self.total = account(self.total, step, t, self.g.source, grad=held)
 
 
 def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.device,
