@@ -162,7 +162,9 @@ def plain(t):
 
 def plain_json(x, count: int):
     """`plain(t)`'s numbers as to_jsonable(t) gives them (strict: non-finite numbers as strings; lists are new
-    lists), its `count` elements counted against the document being built."""
+    lists), its `count` elements counted against the document being built; None (no tensor) counts nothing."""
+    if x is None:
+        return None
     doc = _DOCUMENT.get()
     if doc is not None:
         doc.spend(count)
@@ -176,30 +178,6 @@ def fresh(x):
     if x.__class__ is list:
         return x[:] if _finite_flat(x) else [fresh(v) for v in x]
     return _clean(x)
-
-
-class Spending:
-    """Elements counted in bulk (many small tensors: one check, not one per tensor) where the whole count fits in
-    the document's limit; `fits()` False means: build again tensor by tensor, so that the error comes where and
-    as it always did (`rewind()` first)."""
-
-    __slots__ = ("doc", "start")
-
-    def __init__(self):
-        self.doc = _DOCUMENT.get()
-        self.start = 0 if self.doc is None else self.doc.spent
-
-    def fits(self, count: int) -> bool:
-        if self.doc is None:
-            return True
-        if self.doc.spent + count > self.doc.limit:
-            return False
-        self.doc.spent += count
-        return True
-
-    def rewind(self) -> None:
-        if self.doc is not None:
-            self.doc.spent = self.start
 
 
 def plain_finite(x) -> bool | None:
