@@ -20,7 +20,7 @@ from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Nu
 # operands by id, `%17 + x*6400` (`%` is not in the language, so it never reads as program text), and if it
 # is still too long keeps its two ends around a `…`. So every name is short, and a program's names grow with
 # its size, not with its size squared (a chain `a+b+c+...` would repeat its whole prefix at every step).
-# The full text is `graph.full_text(node)`, the source between the node's span.
+# The full text is the source between the node's span.
 NAME_WIDTH = 60
 _new = object.__new__
 _REGIONS = frozenset(REGION_OPS)  # asked per call: a set look-up, not a function call
@@ -76,10 +76,6 @@ class Graph:
     steps: tuple[Step, ...]  # evaluation order, flags interleaved
     inputs: Mapping[str, int]  # input variable name -> leaf node id (read-only)
     output: int
-
-    def full_text(self, node: Node) -> str:
-        """The node's expression exactly as written (its `text` may be abbreviated: see NAME_WIDTH)."""
-        return self.source[node.span.start:node.span.end] if node.abbreviated else node.text
 
     def consumers(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
