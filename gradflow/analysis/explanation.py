@@ -147,9 +147,9 @@ class Explanation(Drawn):
         """Strict-JSON-ready dict, every tensor in full (`full=False`: those over JSON_FULL_MAX elements as
         summary objects); LimitError over the `json` limit (values/jsonable.py)."""
         out = {"schema": SCHEMA_VERSION, "source": self.source,
-               "output": {"name": self.output.name, "value": _numbers(self.output, self.output.value, True),
+               "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
                           "requires_grad": self.output.requires_grad},
-               "grads": {k: _numbers(self._leaf(k), v, full) for k, v in self.grads.items()}}
+               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}}
         if self.brief:  # the same keys, less "nodes", "edges" and "contributions"
             return {**out, "why": dict(self.why), **self._closing()}
         return {**out,
@@ -166,20 +166,6 @@ class Explanation(Drawn):
 
     def to_json(self, full: bool = True, **kw) -> str:
         return dumps(self.to_dict(full), **kw)
-
-    def _leaf(self, name: str) -> NodeResult | None:
-        i = self.graph.inputs.get(name) if self.graph is not None else None
-        return None if i is None or i >= len(self.nodes) else self.nodes[i]
-
-
-def _numbers(node: NodeResult | None, t, full: bool):
-    """to_jsonable(t, full=full), from the numbers the engine read when `t` is that node's value or grad."""
-    if node is not None and node.dims is not None:
-        if t is node.value and node.value_py is not UNCONVERTED:
-            return plain_json(node.value_py, math.prod(node.dims))
-        if t is not None and t is node.grad and node.grad_py is not UNCONVERTED:
-            return plain_json(node.grad_py, math.prod(node.dims))
-    return to_jsonable(t, full=full)
 
 
 BRIEF_LEAVES_OUT = ("nodes", "edges", "contributions")  # the keys of a full document that a brief one has not
