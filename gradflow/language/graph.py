@@ -22,7 +22,6 @@ from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Nu
 # its size, not with its size squared (a chain `a+b+c+...` would repeat its whole prefix at every step).
 # The full text is the source between the node's span.
 NAME_WIDTH = 60
-_new = object.__new__
 _REGIONS = frozenset(REGION_OPS)  # asked per call: a set look-up, not a function call
 # ---- the lowered graph --------------------------------------------------------------
 
@@ -89,28 +88,6 @@ def _longest_first(operand: tuple[int, int, int]) -> int:
     return operand[0] - operand[1]
 
 
-def _node(nid, op, args, text, span, value, modes, params, inner, block, abbreviated) -> Node:
-    """Node(...) for the lowering, at a third of the cost: a frozen dataclass's __init__ sets each field through
-    object.__setattr__; here they go straight into the instance's dict, in the fields' order (so it stays a
-    key-sharing dict: ~256 bytes a node against ~190)."""
-    node = _new(Node)
-    d = vars(node)
-    d["id"] = nid
-    d["op"] = op
-    d["args"] = args
-    d["text"] = text
-    d["span"] = span
-    d["names"] = ()
-    d["value"] = value
-    d["region"] = None
-    d["modes"] = modes
-    d["params"] = params
-    d["inner"] = inner
-    d["block"] = block
-    d["abbreviated"] = abbreviated
-    return node
-
-
 class _Lowering:
     def __init__(self, source: str):
         self.source = source
@@ -136,7 +113,8 @@ class _Lowering:
         else:
             modes = ()
         params, inner = ((), None) if call is None else (call.params, call.inner)
-        self.nodes.append(_node(nid, op, tuple(args), text, span, value, modes, params, inner, block, short))
+        self.nodes.append(Node(nid, op, tuple(args), text, span, value=value, modes=modes, params=params,
+                               inner=inner, block=block, abbreviated=short))
         self.steps.append(nid)
         return nid
 
