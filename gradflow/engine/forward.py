@@ -143,10 +143,8 @@ class Run:
         if op == "var":
             return self.leaf(node)
         if op == "const":
-            if node.modes and (modes := self.modes(node)):
-                with _context(modes):
-                    return scalar(node.value, self.dtype, self.device)
-            return scalar(node.value, self.dtype, self.device)
+            with _context(self.modes(node)):
+                return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         if op == "pow":
             exponent = self.g.nodes[node.args[-1]]
@@ -164,11 +162,8 @@ class Run:
         before = len(said)
         fn = OPS[op].fn
         try:
-            if node.modes and (modes := self.modes(node)):
-                with _context(modes):
-                    out = fn(*args, **dict(node.params))
-            else:  # most ops: no context manager to enter, often no keyword to pass
-                out = fn(*args, **dict(node.params)) if node.params else fn(*args)
+            with _context(self.modes(node)):
+                out = fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
         if len(said) > before:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
