@@ -56,8 +56,6 @@ def _single_use(graph: Graph) -> list[bool]:
     for n in graph.nodes:
         for a in n.args:
             uses[a] += 1
-    if len(graph.steps) == len(graph.nodes):  # the steps are the nodes: no flag (most programs)
-        return [u == 1 and n.op not in REGIONS for n, u in zip(graph.nodes, uses)]
     flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
     return [u == 1 and n.op not in REGIONS and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 

@@ -189,11 +189,6 @@ def plain_finite(x) -> bool | None:
     return None if x is UNCONVERTED else True  # int, bool (and None: no tensor)
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False, check_circular=False)  # gradflow's documents hold no cycles
-
-
 def dumps(obj, **kw) -> str:
     """Strict RFC 8259 JSON: a stray NaN raises instead of producing invalid output."""
-    if not kw:
-        return _ENCODER.encode(obj)  # one encoder, without the cycle check's bookkeeping
     return json.dumps(obj, allow_nan=False, **kw)
