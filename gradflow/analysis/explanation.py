@@ -13,12 +13,9 @@ from gradflow.display import Drawn
 from gradflow.errors import GradflowError
 from gradflow.values.jsonable import (
     UNCONVERTED,
-    Spending,
     dumps,
-    fresh,
     one_document,
     plain_json,
-    spend,
     to_jsonable,
 )
 
@@ -81,19 +78,12 @@ class EdgeResult:
     cut: bool = False  # src required grad but dst cut the path (detach / no_grad region)
     flow_py: Any = field(default=UNCONVERTED, repr=False, compare=False)  # `flow` as Python numbers, if small
 
-    def to_dict(self, nodes: list[NodeResult], full: bool = True, grads: list | None = None) -> dict:
-        """`grads`: each node's grad as its dict has it; a number there is reused when the flow is that very
-        tensor (a node used once: most edges of a long program), its element still counted in the document."""
-        flow = self.flow
+    def to_dict(self, nodes: list[NodeResult], full: bool = True) -> dict:
         src = nodes[self.src]
-        if grads is not None and flow is not None and flow is src.grad \
-                and grads[self.src].__class__ in (int, float, str):
-            spend(1)
-            shown = grads[self.src]
-        elif self.flow_py is not UNCONVERTED and src.dims is not None:
-            shown = None if self.flow_py is None else plain_json(self.flow_py, math.prod(src.dims))
+        if self.flow_py is not UNCONVERTED and src.dims is not None:
+            shown = plain_json(self.flow_py, math.prod(src.dims))
         else:
-            shown = to_jsonable(flow, full=full)
+            shown = to_jsonable(self.flow, full=full)
         return {"from": src.name, "to": nodes[self.dst].name, "from_id": self.src,
                 "to_id": self.dst, "pos": self.pos, "flow": shown, "cut": self.cut}
 
@@ -157,17 +147,15 @@ class Explanation(Drawn):
         """Strict-JSON-ready dict, every tensor in full (`full=False`: those over JSON_FULL_MAX elements as
         summary objects); LimitError over the `json` limit (values/jsonable.py)."""
         out = {"schema": SCHEMA_VERSION, "source": self.source,
-               "output": {"name": self.output.name, "value": _numbers(self.output, self.output.value, True),
+               "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
                           "requires_grad": self.output.requires_grad},
-               "grads": {k: _numbers(self._leaf(k), v, full) for k, v in self.grads.items()}}
+               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}}
         if self.brief:  # the same keys, less "nodes", "edges" and "contributions"
             return {**out, "why": dict(self.why), **self._closing()}
-        nodes = _node_dicts(self.nodes, full)
-        grads = [d["grad"] for d in nodes]
         return {**out,
             "why": dict(self.why),
-            "nodes": nodes,
-            "edges": _edge_dicts(self.edges, self.nodes, full, grads),
+            "nodes": [n.to_dict(full) for n in self.nodes],
+            "edges": [e.to_dict(self.nodes, full) for e in self.edges],
             "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
             **self._closing(),
         }
@@ -178,75 +166,6 @@ class Explanation(Drawn):
 
     def to_json(self, full: bool = True, **kw) -> str:
         return dumps(self.to_dict(full), **kw)
-
-    def _leaf(self, name: str) -> NodeResult | None:
-        i = self.graph.inputs.get(name) if self.graph is not None else None
-        return None if i is None or i >= len(self.nodes) else self.nodes[i]
-
-
-def _numbers(node: NodeResult | None, t, full: bool):
-    """to_jsonable(t, full=full), from the numbers the engine read when `t` is that node's value or grad."""
-    if node is not None and node.dims is not None:
-        if t is node.value and node.value_py is not UNCONVERTED:
-            return plain_json(node.value_py, math.prod(node.dims))
-        if t is not None and t is node.grad and node.grad_py is not UNCONVERTED:
-            return plain_json(node.grad_py, math.prod(node.dims))
-    return to_jsonable(t, full=full)
-
-
-def _node_dicts(nodes: list[NodeResult], full: bool) -> list[dict]:
-    """`[n.to_dict(full) for n in nodes]`, from the numbers the engine read (NodeResult.value_py, grad_py) in one
-    pass, counted against the document at once (or, where that would pass its limit, node by node)."""
-    spending, out, count, prod, isfinite = Spending(), [], 0, math.prod, math.isfinite
-    for n in nodes:
-        value, grad, dims = n.value_py, n.grad_py, n.dims
-        if value is UNCONVERTED or grad is UNCONVERTED or dims is None:
-            if not spending.fits(count):
-                spending.rewind()
-                return [n.to_dict(full) for n in nodes]
-            count = 0
-            out.append(n.to_dict(full))
-            continue
-        size = prod(dims)
-        count += size if grad is None else 2 * size
-        if value.__class__ is list or (value.__class__ is float and not isfinite(value)):
-            value = fresh(value)
-        if grad.__class__ is list or (grad.__class__ is float and not isfinite(grad)):
-            grad = fresh(grad)
-        out.append({"id": n.id, "name": n.name, "expr": n.expr, "span": None if n.span is None else list(n.span),
-                    "op": n.op, "value": value, "shape": list(dims), "requires_grad": n.requires_grad,
-                    "is_leaf": n.is_leaf, "grad_fn": n.grad_fn, "grad": grad, "status": n.status,
-                    "cut_by": n.cut_by, "args": list(n.args)})
-    if not spending.fits(count):
-        spending.rewind()
-        return [n.to_dict(full) for n in nodes]
-    return out
-
-
-def _edge_dicts(edges: list[EdgeResult], nodes: list[NodeResult], full: bool, grads: list) -> list[dict]:
-    """`[e.to_dict(nodes, full, grads) for e in edges]`, as `_node_dicts` builds the nodes'."""
-    spending, out, count, prod, isfinite = Spending(), [], 0, math.prod, math.isfinite
-    for e in edges:
-        flow, src = e.flow_py, nodes[e.src]
-        if flow is UNCONVERTED or src.dims is None:
-            if not spending.fits(count):
-                spending.rewind()
-                return [e.to_dict(nodes, full, grads) for e in edges]
-            count = 0
-            out.append(e.to_dict(nodes, full, grads))
-            continue
-        if flow is not None:
-            count += prod(src.dims)
-            if flow.__class__ is list:
-                flow = fresh(flow)
-            elif flow.__class__ is float and not isfinite(flow):
-                flow = fresh(flow)
-        out.append({"from": src.name, "to": nodes[e.dst].name, "from_id": e.src, "to_id": e.dst, "pos": e.pos,
-                    "flow": flow, "cut": e.cut})
-    if not spending.fits(count):
-        spending.rewind()
-        return [e.to_dict(nodes, full, grads) for e in edges]
-    return out
 
 
 BRIEF_LEAVES_OUT = ("nodes", "edges", "contributions")  # the keys of a full document that a brief one has not

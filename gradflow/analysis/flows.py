@@ -7,12 +7,11 @@ were cut (their flow counts as 0). Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gradflow.language.ops import is_region
-from gradflow.values.jsonable import UNCONVERTED, plain_json, to_jsonable
+from gradflow.values.jsonable import to_jsonable
 
 Explanation = Any  # explanation.py's Explanation, which imports this module (in Explanation.flows)
 
@@ -28,13 +27,9 @@ class Contribution:
     to_id: int | None = None
     pos: int = 0  # which argument of the consumer the leaf is
     unused: bool = False  # the consumer does not lead to the output
-    flow_py: Any = field(default=UNCONVERTED, repr=False, compare=False)  # `flow` as the engine read it, if small
-    size: int = field(default=0, repr=False, compare=False)  # its elements (with flow_py)
 
     def to_dict(self, full: bool = True) -> dict:
-        flow = to_jsonable(self.flow, full=full) if self.flow_py is UNCONVERTED else plain_json(self.flow_py,
-                                                                                                self.size)
-        return {"via": self.via, "flow": flow, "cut": self.cut, "cut_by": self.cut_by,
+        return {"via": self.via, "flow": to_jsonable(self.flow, full=full), "cut": self.cut, "cut_by": self.cut_by,
                 "to_id": self.to_id, "pos": self.pos, "unused": self.unused}
 
 
@@ -53,15 +48,12 @@ class _Zeros:
 def _use(result: Explanation, edge, zeros: _Zeros) -> Contribution:
     dst = result.nodes[edge.dst]
     part = Contribution(dst.name, edge.flow, to_id=dst.id, pos=edge.pos)
-    src = result.nodes[edge.src]
-    if edge.flow is not None and edge.flow_py is not UNCONVERTED and src.dims is not None:
-        part.flow_py, part.size = edge.flow_py, math.prod(src.dims)
     if edge.cut or (edge.flow is None and dst.status == "cut"):
-        part.cut, part.cut_by, part.flow, part.flow_py = True, dst.cut_by, zeros(), UNCONVERTED
+        part.cut, part.cut_by, part.flow = True, dst.cut_by, zeros()
     elif edge.flow is None and dst.status == "unused":
         part.unused = True
     if part.flow is None:
-        part.flow, part.flow_py = zeros(), UNCONVERTED
+        part.flow = zeros()
     return part
 
 

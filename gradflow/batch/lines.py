@@ -175,8 +175,7 @@ def _object_job(number: int, obj: dict) -> Job:
     if not isinstance(vars_, dict):
         raise _bad("\"vars\" must be an object of NAME: VALUE")
     wrt, dtype = obj.get("wrt"), obj.get("dtype")
-    if wrt is not None and not (isinstance(wrt, str) or (isinstance(wrt, list) and
-                                                         all(isinstance(w, str) for w in wrt))):
+    if wrt is not None and not _valid_wrt(wrt):
         raise _bad("\"wrt\" must be a string ('a,b' or 'all') or a list of names")
     if dtype is not None and not isinstance(dtype, str):
         raise _bad("\"dtype\" must be a string such as \"float64\"")
@@ -193,6 +192,10 @@ def read_job(number: int, line: str, text: bool = False) -> Job:
     if isinstance(obj, dict):
         return _object_job(number, obj)
     raise _bad(f"a line must be a JSON string or object, not {json.dumps(obj)[:40]}")
+
+
+def _valid_wrt(wrt: Any) -> bool:
+    return isinstance(wrt, str) or (isinstance(wrt, list) and all(isinstance(w, str) for w in wrt))
 
 
 def _valid_id(rid: Any) -> bool:
@@ -214,6 +217,5 @@ def peek(number: int, line: str, text: bool = False) -> Job:
     if not isinstance(obj, dict):
         return Job(number, None)  # type: ignore[arg-type]
     rid, expr, wrt, dtype = obj.get("id", number), obj.get("expr"), obj.get("wrt"), obj.get("dtype")
-    ok_wrt = isinstance(wrt, str) or (isinstance(wrt, list) and all(isinstance(w, str) for w in wrt))
     return Job(rid if _valid_id(rid) else number, expr if isinstance(expr, str) else None,  # type: ignore[arg-type]
-               wrt=wrt if ok_wrt else None, dtype=dtype if isinstance(dtype, str) else None)
+               wrt=wrt if _valid_wrt(wrt) else None, dtype=dtype if isinstance(dtype, str) else None)

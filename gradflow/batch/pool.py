@@ -22,9 +22,8 @@ Standard library only: `multiprocessing` with the *forkserver* context, one dupl
   command's own reader thread may hold stdin's lock, and a child forked from it would inherit that lock taken.
   Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group): the command stops them.
 - **The first worker** waits for the fork server's preload (torch): the command spawns the fork server with
-  SIGINT ignored (a terminal's Ctrl-C reaches the whole process group, and the fork server, still importing torch,
-  would die in that import with a KeyboardInterrupt traceback; the command handles Ctrl-C and the fork server ends
-  once the command has gone).
+  SIGINT ignored, else Ctrl-C would kill it inside that import with a KeyboardInterrupt traceback (the command
+  handles Ctrl-C, and the fork server ends once the command has gone).
 - **Isolation**: a line that fails is an error record, as in one process (run_batch). A worker that dies (a
   segfault in torch, the OOM killer's SIGKILL) is replaced; its line in flight (each worker publishes the line it
   is on in shared memory) gets a `crashed` error record, and the rest of its chunk is run again elsewhere.
@@ -36,8 +35,6 @@ never returns its task (the batch would wait for ever), and ProcessPoolExecutor 
 every pending task; neither says which record was in flight. Both also pickle one task per call unless
 chunked, and then return a chunk only when all of it is done. The dispatch here is one loop (`records`),
 in four steps.
-
-The fork server preloads torch, the worker's modules and the encoder's module.
 
 `jobs <= 1`, or a daemonic process (which may not start any), runs in this process (records_out): exactly
 run_batch, no threads, no workers.
@@ -142,11 +139,6 @@ class Pool:
                 continue
         if self.lines.qsize() <= 1:  # else the main thread has yet to take a line put before, which woke it
             self._wake()
-
-    @property
-    def reader_alive(self) -> bool:
-        """The reader thread is still blocked on the input (a pipe that has not ended)."""
-        return self.reader is not None and self.reader.is_alive()
 
     # -- workers --
     def _launch(self) -> Worker:

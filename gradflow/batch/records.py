@@ -104,24 +104,16 @@ def internal_error(exc: Exception) -> GradflowError:
 
 def record(number: int, line: str, defaults: Defaults, text: bool = False, debug: bool = False) -> dict:
     """Exactly one record for one non-blank line; raises nothing but KeyboardInterrupt (and bugs with `debug`)."""
+    job = None
     try:
         job = read_job(number, line, text)
-    except GradflowError as err:
-        seen = peek(number, line, text)
-        return error_record(seen.id, number, seen.expr, err, seen, defaults)
-    except Exception as exc:  # a bug in reading one line must not sink the whole batch either
-        if debug:
-            raise
-        seen = peek(number, line, text)
-        return error_record(seen.id, number, seen.expr, internal_error(exc), seen, defaults)
-    try:
         return evaluate_job(job, number, defaults)
-    except GradflowError as err:
-        return error_record(job.id, number, job.expr, err, job, defaults)
-    except Exception as exc:  # a bug must not sink the whole batch (unless debugging)
-        if debug:
+    except Exception as exc:  # a bug in one line must not sink the whole batch either (unless debugging)
+        if debug and not isinstance(exc, GradflowError):
             raise
-        return error_record(job.id, number, job.expr, internal_error(exc), job, defaults)
+        seen = job or peek(number, line, text)
+        error = exc if isinstance(exc, GradflowError) else internal_error(exc)
+        return error_record(seen.id, number, seen.expr, error, seen, defaults)
 
 
 def dumps_record(rec: dict, debug: bool, brief: bool = False) -> str:

@@ -1,7 +1,6 @@
 """`gradflow batch`: many programs, JSON Lines out (the work is gradflow.batch's)."""
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from collections.abc import Iterator
@@ -125,8 +124,10 @@ def _write(line: str, flush: bool) -> bool:
         if flush:
             sys.stdout.flush()
         return True
-    except BrokenPipeError:  # Python docs, "Note on SIGPIPE": silence the final flush at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:
+        from gradflow.cli.streams import stdout_gone
+
+        stdout_gone()
         return False
 
 

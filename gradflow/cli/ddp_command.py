@@ -103,25 +103,15 @@ def _rank(path, name: str, target: str, timeout: float, me: tuple[int, int], cla
           allow: tuple[str, ...]) -> dict:
     from gradflow.cli.ddp_rank import run_rank
     from gradflow.ddp.errors import DistributedError
-    from gradflow.ddp.launch import ENV_STATUS
+    from gradflow.ddp.launch import tell
 
-    notify = os.environ.get(ENV_STATUS)
     try:
         doc, _ = run_rank(path, name, target, timeout, classes, allow)
     except DistributedError as err:
-        if notify:
-            _tell(notify, f"fail {err.message}")
+        tell(f"fail {err.message}")
         raise
-    if notify:
-        _tell(notify, "done 0")
+    tell("done 0")
     return doc
-
-
-def _tell(fd: str, line: str) -> None:
-    try:
-        os.write(int(fd), (line.replace("\n", " ") + "\n").encode())
-    except (OSError, ValueError):
-        pass
 
 
 def _launch(args: list[str], nproc: int, timeout: float) -> dict:

@@ -20,20 +20,6 @@ from gradflow.ddp.launch import ENV_STATUS, JOIN_FLOOR
 from gradflow.errors import ExitCode, GradflowError, NoGradientError, UserCodeError
 
 
-def _notify():
-    fd = os.environ.get(ENV_STATUS)
-    if not fd or not fd.isdigit():
-        return None
-
-    def say(text: str) -> None:
-        try:
-            os.write(int(fd), ("at " + text.replace("\n", " ") + "\n").encode())
-        except OSError:  # the launcher is gone: it stops us anyway
-            pass
-
-    return say
-
-
 def _failure(rank: int, err: GradflowError) -> dict:
     return {"rank": rank, "failure": {**err.to_dict(), "exit_code": int(err.exit_code)}}
 
@@ -79,7 +65,7 @@ class RankRun:
         launched = ENV_STATUS in os.environ  # started together by gradflow: importing torch may take a while
         self.rank, self.world = r.join(max(timeout, JOIN_FLOOR) if launched else timeout)
         self.gathers = r.new_group(timeout)  # gradflow's own gathers: --timeout each
-        self.phases = r.Phases(self.rank, self.world, _notify())
+        self.phases = r.Phases(self.rank, self.world)
         self.group = r.new_group(timeout)  # torch's real DDP step runs here
         self.model: Any = None
         self.step: Any = None

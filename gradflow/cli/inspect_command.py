@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from gradflow.cli.common import (
 )
 from gradflow.cli.function_args import check_call, parse_args, unpack
 from gradflow.cli.help import help_end
-from gradflow.cli.streams import exit_hard
+from gradflow.cli.streams import exit_hard, stdout_gone
 from gradflow.cli.user_code import contained, preload
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 from gradflow.report.fail_on import CLASSES as GATE_CLASSES
@@ -169,8 +168,8 @@ def _emit(report, o: Opts, ops=None):
     """Print the report; a reader that stops early (`| head`) ends the output quietly."""
     try:
         _emit_to_stdout(report, o, ops)
-    except BrokenPipeError:  # Python docs, "Note on SIGPIPE": no further writes to the closed pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:
+        stdout_gone()
 
 
 def _picture(report, o: Opts, ops=None):
@@ -237,7 +236,6 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
     guarded(debug, json_, body)
 
 
-
 def report_death(err: GradflowError, as_json: bool) -> int:
     """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
     if as_json:
@@ -246,6 +244,7 @@ def report_death(err: GradflowError, as_json: bool) -> int:
 
     print_error(err, consoles()[1])
     return int(err.exit_code)
+
 
 def _json_error(err: GradflowError) -> int:
     from gradflow.analysis.explanation import SCHEMA_VERSION

@@ -5,7 +5,6 @@ imported only when the sweep runs, rich only when something is printed (early er
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, NamedTuple
@@ -96,8 +95,9 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         if req.plot:
             _plots(result, picture)
     except (_PipeClosed, BrokenPipeError):  # `| head`: stop quietly
-        _quiet_stdout()
-        return 0
+        from gradflow.cli.streams import stdout_gone
+
+        return stdout_gone()
     return tally.finish()
 
 
@@ -254,10 +254,3 @@ def _write_line(line: str) -> None:
     except BrokenPipeError:
         raise _PipeClosed from None
 
-
-def _quiet_stdout() -> None:
-    """Send what is still buffered for a closed stdout to devnull (Python docs, "Note on SIGPIPE")."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptor (e.g. captured in tests)
-        pass

@@ -13,6 +13,7 @@ Torch-free: the rank that merges the report computes it; the launcher only print
 """
 from __future__ import annotations
 
+from gradflow.ddp.merge import who
 from gradflow.report.fail_on import CLASSES, Failure, allowed, failures, gate_error, parse_classes, rows_of
 
 EXTRA = {"divergent": "gets a gradient on some ranks only (ddp)"}
@@ -23,10 +24,6 @@ DDP_OWN = ("unused", "divergent")
 def classes(fail_on) -> tuple[str, ...]:
     """--fail-on: inspect's classes, `default`, `all` (which includes `divergent`) and `divergent`."""
     return parse_classes(fail_on, EXTRA)
-
-
-def who(ranks: list[int]) -> str:
-    return f"rank{'s' * (len(ranks) != 1)} {', '.join(str(r) for r in ranks)}"
 
 
 def gate(ranks: list[dict], merged: dict, fail_on, allow=()) -> dict:

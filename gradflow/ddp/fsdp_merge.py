@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from gradflow.ddp.merge import PEER_GONE, _names, _who, fixes, fold_names
+from gradflow.ddp.merge import PEER_GONE, _names, divergent_fix, fixes, fold_names, who
 
 SET_UNUSED = "set_reduce_scatter_unused_params(True)"
 
@@ -38,7 +38,7 @@ def would(unused: list[dict], divergent: list[dict], units: list[dict], ranks: l
     rows = []
     for g in divergent:
         names, unit = _names(fold_names(g["params"])), skipped_unit(g, units, ranks)
-        on, off = _who(g["gradient_on"]), _who(g["none_on"])
+        on, off = who(g["gradient_on"]), who(g["none_on"])
         if unit is not None:
             what = (f"{on} all-gather{'s' * (len(g['gradient_on']) == 1)} {show(unit)} in the forward and {off} "
                     f"never do{'es' * (len(g['none_on']) == 1)}")
@@ -66,11 +66,7 @@ def would(unused: list[dict], divergent: list[dict], units: list[dict], ranks: l
 def fsdp_fixes(unused: list[dict], divergent: list[dict], units: list[dict], ranks: list[dict]) -> list[str]:
     out = fixes(unused, [])
     for g in divergent:
-        names = _names(fold_names(g["params"]))
-        where = f"the branch at {g['branch']['line']} (`{g['branch']['code']}`)" if g["branch"] else \
-            "the code that runs on some ranks only"
-        text = (f"make {where} rank-independent: run it on every rank and, where it must not count, add it times "
-                f"zero (loss = loss + 0.0 * extra), so {names} get a gradient on {_who(g['none_on'])} too")
+        text = divergent_fix(g)
         if skipped_unit(g, units, ranks) is None:
             text += f"; or call model.{SET_UNUSED} (FSDP then reduce-scatters zeros for them)"
         out.append(text)

@@ -34,6 +34,15 @@ def under_launcher() -> tuple[int, int] | None:
         return None
 
 
+def tell(line: str) -> None:
+    """In a rank this launcher started: a line for it ("at WHERE", "done CODE", "fail MESSAGE"); elsewhere, or
+    once the launcher is gone (it stops the ranks anyway), nothing."""
+    fd = os.environ.get(ENV_STATUS, "")
+    if fd.isdigit():
+        with contextlib.suppress(OSError):
+            os.write(int(fd), (line.replace("\n", " ") + "\n").encode())
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -6,11 +6,12 @@ wait in backward for an all-reduce the others never start). Frozen parameters ar
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from gradflow.ddp.branch import Branch, definition_line, enclosing_branch, split_line
 
 SCHEMA = 1
 CLASSES = ("unused", "divergent")
-NO_GRAD = ("unused", "unreached", "cut", "untraced")
 EXPECTED = "Expected to have finished reduction in the prior iteration"
 PEER_GONE = ("by peer", "Broken pipe", "Connection refused", "Connection closed")  # gloo, once a peer freed the group:
 #   "Connection closed by peer", "Read error ...: Connection reset by peer", "Write error ...: Broken pipe"
@@ -116,23 +117,19 @@ def ddp_would(unused: list[dict], divergent: list[dict]) -> dict[str, str]:
                                                                          "iteration")
     if divergent:
         g = divergent[0]
-        nf.append(f"{_who(g['gradient_on'], 'blocks', 'block')} in the 1st backward, waiting for an all-reduce "
-                  f"{_who(g['none_on'], 'never starts', 'never start')}; "
-                  f"{_who(g['none_on'], 'raises', 'raise')} at the 2nd iteration, or all hang until the timeout")
-        t.append(f"runs: on {_who(g['none_on'])} the divergent parameters count as zero in the average gradient")
+        nf.append(f"{who(g['gradient_on'], 'blocks', 'block')} in the 1st backward, waiting for an all-reduce "
+                  f"{who(g['none_on'], 'never starts', 'never start')}; "
+                  f"{who(g['none_on'], 'raises', 'raise')} at the 2nd iteration, or all hang until the timeout")
+        t.append(f"runs: on {who(g['none_on'])} the divergent parameters count as zero in the average gradient")
         st.append("raises (\"your training graph has changed\"): the ranks' graphs differ")
     return {"find_unused_parameters=False": "; ".join(nf), "find_unused_parameters=True": "; ".join(t),
             "static_graph=True": "; ".join(st)}
 
 
-def _ranks(rs: list[int]) -> str:
-    return ", ".join(str(r) for r in rs)
-
-
-def _who(rs: list[int], one: str = "", many: str = "") -> str:
-    """`rank 1 raises`, `ranks 1, 2 raise`."""
+def who(rs: list[int], one: str = "", many: str = "") -> str:
+    """`rank 1`, `ranks 1, 2`; with verbs: `rank 1 raises`, `ranks 1, 2 raise`."""
     verb = one if len(rs) == 1 else many
-    return f"rank{'s' * (len(rs) != 1)} {_ranks(rs)}" + (f" {verb}" if verb else "")
+    return f"rank{'s' * (len(rs) != 1)} {', '.join(map(str, rs))}" + (f" {verb}" if verb else "")
 
 
 # ---- the fix that keeps find_unused_parameters=False -------------------------------------------------
@@ -149,13 +146,16 @@ def fixes(unused: list[dict], divergent: list[dict]) -> list[str]:
     for line, names in _group_by_line(left).items():
         out.append(f"add the output of {_names(fold_names(names))} (computed at {line}) to the loss, or stop "
                    "computing it; to keep it from counting, add it times zero: loss = loss + 0.0 * out.sum()")
-    for g in divergent:
-        where = f"the branch at {g['branch']['line']} (`{g['branch']['code']}`)" if g["branch"] else \
-            "the code that runs on some ranks only"
-        out.append(f"make {where} rank-independent: run it on every rank and, where it must not count, add it "
-                   f"times zero (loss = loss + 0.0 * extra), so {_names(fold_names(g['params']))} get a gradient "
-                   f"on {_who(g['none_on'])} too")
-    return out
+    return out + [divergent_fix(g) for g in divergent]
+
+
+def divergent_fix(g: dict) -> str:
+    """The fix of a divergent group: the same graph on every rank."""
+    where = f"the branch at {g['branch']['line']} (`{g['branch']['code']}`)" if g["branch"] else \
+        "the code that runs on some ranks only"
+    return (f"make {where} rank-independent: run it on every rank and, where it must not count, add it times "
+            f"zero (loss = loss + 0.0 * extra), so {_names(fold_names(g['params']))} get a gradient on "
+            f"{who(g['none_on'])} too")
 
 
 def fold_names(names: list[str]) -> list[str]:
@@ -206,7 +206,4 @@ def merge(target: str, source: str, settings: dict, ranks: list[dict], probes: l
 
 
 def _counts(v: dict) -> dict:
-    counts: dict[str, int] = {}
-    for p in v["params"]:
-        counts[p["status"]] = counts.get(p["status"], 0) + 1
-    return counts
+    return dict(Counter(p["status"] for p in v["params"]))

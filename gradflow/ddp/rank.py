@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gradflow.ddp.errors import DistributedError
+from gradflow.ddp.launch import tell
 from gradflow.errors import GradflowError, text_of
 from gradflow.values.jsonable import dumps, to_jsonable
 
@@ -49,17 +50,16 @@ def leave() -> None:
 
 
 class Phases:
-    """Where this rank is, in the group's store (and told to `notify`, the launcher's pipe when there is one)."""
+    """Where this rank is, in the group's store (and told to gradflow's launcher, when it started the rank)."""
 
-    def __init__(self, rank: int, world: int, notify: Callable[[str], None] | None = None):
-        self.rank, self.world, self.notify = rank, world, notify
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
         self.store = _store()
         self.doing = "starting"
 
     def at(self, doing: str) -> None:
         self.doing = doing
-        if self.notify is not None:
-            self.notify(doing)
+        tell(f"at {doing}")
         self._set(f"gradflow/at/{self.rank}", doing)
 
     def arrive(self, gather: str) -> None:

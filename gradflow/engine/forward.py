@@ -24,7 +24,6 @@ from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS
-from gradflow.limits import current
 from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
 
@@ -57,8 +56,6 @@ def _single_use(graph: Graph) -> list[bool]:
     for n in graph.nodes:
         for a in n.args:
             uses[a] += 1
-    if len(graph.steps) == len(graph.nodes):  # the steps are the nodes: no flag (most programs)
-        return [u == 1 and n.op not in REGIONS for n, u in zip(graph.nodes, uses)]
     flagged = {st.node for st in graph.steps if isinstance(st, FlagStep)}
     return [u == 1 and n.op not in REGIONS and n.id not in flagged for n, u in zip(graph.nodes, uses)]
 
@@ -144,10 +141,8 @@ class Run:
         if op == "var":
             return self.leaf(node)
         if op == "const":
-            if node.modes and (modes := self.modes(node)):
-                with _context(modes):
-                    return scalar(node.value, self.dtype, self.device)
-            return scalar(node.value, self.dtype, self.device)
+            with _context(self.modes(node)):
+                return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         if op == "pow":
             exponent = self.g.nodes[node.args[-1]]
@@ -165,11 +160,8 @@ class Run:
         before = len(said)
         fn = OPS[op].fn
         try:
-            if node.modes and (modes := self.modes(node)):
-                with _context(modes):
-                    out = fn(*args, **dict(node.params))
-            else:  # most ops: no context manager to enter, often no keyword to pass
-                out = fn(*args, **dict(node.params)) if node.params else fn(*args)
+            with _context(self.modes(node)):
+                out = fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
         if len(said) > before:  # torch's own warnings (mse_loss broadcasting a target, ...): reported, not printed
@@ -245,29 +237,20 @@ class Run:
             raise TypeError(f"not a step: {step!r}")
 
     def _steps(self) -> None:
-        tensors, frozen, measure, watched, keys, source = (self.t, self.frozen, self.measure, self.watched, self.keys,
-                                                           self.g.source)
-        limits = current()  # run() is inside the evaluation's limits
-        elements, most, compute = limits.elements, limits.total, self.compute
+        tensors, frozen, measure = self.t, self.frozen, self.measure
         for step in self.g.steps:
-            if type(step) is not Node:  # not isinstance(): asked per node, it adds up
+            if not isinstance(step, Node):
                 self._flag_step(step)
                 continue
             nid = step.id
-            t = tensors[nid] = frozen[nid] if frozen and nid in frozen else compute(step)
+            t = tensors[nid] = frozen[nid] if nid in frozen else self.compute(step)
+            held = False  # the value's grad will be held too: the grads evaluate() collects
             if t.requires_grad:
                 if measure and step.op not in REGIONS:
-                    watched.append(t)
-                    keys.append(nid)
-                held = measure or t.is_leaf  # the grads evaluate() collects
-            else:
-                held = False
-            n = t.numel()
-            total = self.total + (2 * n if held else n)
-            if n <= elements and total <= most:  # budget.account's common case, inline
-                self.total = total
-            else:
-                self.total = account(self.total, step, t, source, grad=held)
+                    self.watched.append(t)
+                    self.keys.append(nid)
+                held = measure or t.is_leaf
+            self.total = account(self.total, step, t, self.g.source, grad=held)
 
 
 def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.device,

@@ -40,10 +40,6 @@ def _watched(run: Run) -> tuple[list[torch.Tensor], list[int]]:
     return [run.watched[i] for i in kept], [run.keys[i] for i in kept]
 
 
-def _grads(out: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-    return torch.autograd.grad(out, inputs, allow_unused=True)
-
-
 def backward(out: torch.Tensor, run: Run) -> GradflowError | None:
     """Backward from the output, every watched tensor's grad into `run.grads` and `run.flows`."""
     g = run.g
@@ -53,7 +49,7 @@ def backward(out: torch.Tensor, run: Run) -> GradflowError | None:
             "cannot run (torch: element 0 of tensors does not require grad and does not have a grad_fn)")
     watched, keys = _watched(run)
     try:
-        got = _grads(out, watched)
+        got = torch.autograd.grad(out, watched, allow_unused=True)
     except TORCH_ERRORS as err:
         return EvalError("backward", f"backward failed: {(str(err).splitlines() or [type(err).__name__])[0]}")
     grads, flows = run.grads, run.flows

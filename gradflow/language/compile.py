@@ -2,9 +2,8 @@
 
 The compiled graphs are kept in a cache bounded by their estimated size in bytes (PARSE_CACHE_BYTES, 64 MB),
 not by their number: a graph of an 8 KB program can take a megabyte (~400 bytes per node, and every node
-keeps its own text: at most NAME_WIDTH characters since names are abbreviated, language/graph.py; before
-that, the text of a chain `a+b+c+...` repeated its whole prefix at every step), so a count of 1,024 could
-hold gigabytes. The least recently used graphs go first; a graph larger than the whole budget is not kept.
+keeps its own text of up to NAME_WIDTH characters, language/graph.py), so a count of 1,024 could hold
+gigabytes. The least recently used graphs go first; a graph larger than the whole budget is not kept.
 
 Torch-free: a syntax error or a limit is found before torch is imported.
 """
@@ -21,9 +20,7 @@ from gradflow.limits import PARSE_CACHE_BYTES, Limits, current
 if TYPE_CHECKING:  # the node classes load on first use: a syntax error needs none of them
     from gradflow.language.graph import Graph
 
-# Measured with tracemalloc on CPython 3.11 (bench/README.md, "Parse cache"): a Node with its Span, args and
-# names tuples costs ~380 bytes besides its text (~430 since the lowering fills its dict directly, graph._node);
-# a str ~50 bytes besides its characters.
+# Measured with tracemalloc: a Node with its Span, args and names tuples, and a str, besides their characters.
 NODE_BYTES = 400
 STR_BYTES = 50
 GRAPH_BYTES = 2000  # the Graph itself, its inputs mapping and tuples

@@ -20,9 +20,8 @@ from gradflow.language.syntax import Assign, Call, Expr, ExprStmt, Namespace, Nu
 # operands by id, `%17 + x*6400` (`%` is not in the language, so it never reads as program text), and if it
 # is still too long keeps its two ends around a `…`. So every name is short, and a program's names grow with
 # its size, not with its size squared (a chain `a+b+c+...` would repeat its whole prefix at every step).
-# The full text is `graph.full_text(node)`, the source between the node's span.
+# The full text is the source between the node's span.
 NAME_WIDTH = 60
-_new = object.__new__
 _REGIONS = frozenset(REGION_OPS)  # asked per call: a set look-up, not a function call
 # ---- the lowered graph --------------------------------------------------------------
 
@@ -77,10 +76,6 @@ class Graph:
     inputs: Mapping[str, int]  # input variable name -> leaf node id (read-only)
     output: int
 
-    def full_text(self, node: Node) -> str:
-        """The node's expression exactly as written (its `text` may be abbreviated: see NAME_WIDTH)."""
-        return self.source[node.span.start:node.span.end] if node.abbreviated else node.text
-
     def consumers(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {n.id: [] for n in self.nodes}
         for n in self.nodes:
@@ -91,28 +86,6 @@ class Graph:
 
 def _longest_first(operand: tuple[int, int, int]) -> int:
     return operand[0] - operand[1]
-
-
-def _node(nid, op, args, text, span, value, modes, params, inner, block, abbreviated) -> Node:
-    """Node(...) for the lowering, at a third of the cost: a frozen dataclass's __init__ sets each field through
-    object.__setattr__; here they go straight into the instance's dict, in the fields' order (so it stays a
-    key-sharing dict: ~256 bytes a node against ~190)."""
-    node = _new(Node)
-    d = vars(node)
-    d["id"] = nid
-    d["op"] = op
-    d["args"] = args
-    d["text"] = text
-    d["span"] = span
-    d["names"] = ()
-    d["value"] = value
-    d["region"] = None
-    d["modes"] = modes
-    d["params"] = params
-    d["inner"] = inner
-    d["block"] = block
-    d["abbreviated"] = abbreviated
-    return node
 
 
 class _Lowering:
@@ -128,10 +101,7 @@ class _Lowering:
     def new(self, op, args, span, value=0.0, regions: tuple = (), call: Call | None = None) -> int:
         """A node; `regions`: the enclosing (region call or `with` block, op) pairs, outermost first."""
         nid = len(self.nodes)
-        if span.end - span.start <= NAME_WIDTH or call is None:
-            text, short = self.source[span.start:span.end], False
-        else:
-            text, short = self.text(span, call, args)
+        text, short = self.text(span, call, args)
         block = None
         if regions:
             innermost = regions[-1][0]
@@ -142,11 +112,9 @@ class _Lowering:
             modes = tuple(mode for _, mode in regions)
         else:
             modes = ()
-        if call is None:
-            node = _node(nid, op, tuple(args), text, span, value, modes, (), None, block, short)
-        else:
-            node = _node(nid, op, tuple(args), text, span, value, modes, call.params, call.inner, block, short)
-        self.nodes.append(node)
+        params, inner = ((), None) if call is None else (call.params, call.inner)
+        self.nodes.append(Node(nid, op, tuple(args), text, span, value=value, modes=modes, params=params,
+                               inner=inner, block=block, abbreviated=short))
         self.steps.append(nid)
         return nid
 
@@ -302,7 +270,7 @@ class _Lowering:
                     self.last = nid  # `y.detach_()`, `x.requires_grad_(False)` on their own are steps, not L
 
     def _fix_regions(self):
-        # regions were recorded as the enclosing Call expression; map them to its node id
+        """Regions were recorded as the enclosing Call expression: map each to its node id."""
         if not self.regions:
             return  # most programs: no index of every node to build
         by_span = {(n.span.start, n.span.end, n.op): n.id for n in self.nodes}

@@ -1,11 +1,10 @@
 """lark's parse tables for grammar.lark, shipped with the package: no cache file, nothing to unpickle.
 
-Building the LALR tables from the grammar is a noticeable part of a command's start-up. They used to be cached
-per user through lark's own cache, a pickle under ~/.cache: a poisoned file there (a CI cache shared between
-jobs) would run code. Now the tables are plain data in grammar_tables.json, generated from the grammar and
-checked by a test against it, and loaded without any file outside the package (lark loads them only through a
-private name: gradflow/compat.py). If the grammar changed and the tables were not regenerated, or this lark
-cannot read them, the parser builds them in memory (correct, just slower) and the test fails.
+Building the LALR tables from the grammar is a noticeable part of a command's start-up. Not lark's own cache: a
+pickle under ~/.cache, where a poisoned file (a CI cache shared between jobs) would run code. The tables are
+plain data in grammar_tables.json, generated from the grammar and checked by a test against it (lark loads them
+only through a private name: gradflow/compat.py). If the grammar changed and the tables were not regenerated,
+or this lark cannot read them, the parser builds them in memory (correct, just slower) and the test fails.
 
     python -m gradflow.language.tables      # regenerate grammar_tables.json after editing grammar.lark
 """

@@ -11,6 +11,7 @@ Two guarantees, whatever the environment says:
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
@@ -56,7 +57,7 @@ def natural_width(console: Console) -> Console:
     """Not a terminal and no width in COLUMNS (unset, or not a number, as rich reads it): no wrapping below
     MAX_WIDTH. Nothing gradflow prints pads itself to the console's width (tables and text take what they
     need), so a wide console costs nothing."""
-    columns = console._environ.get("COLUMNS")  # rich reads COLUMNS from this mapping: read it the same way
+    columns = os.environ.get("COLUMNS")  # where rich reads it (gradflow never gives a console an environment)
     if not console.is_terminal and not (columns or "").isdigit():
         console.width = MAX_WIDTH
     return console

@@ -42,21 +42,17 @@ def _edge_label(e) -> str:
 
 # ---- DOT ----------------------------------------------------------------------------
 
-def _q(s: str) -> str:
-    return dot_string(s)
-
-
 def _dot_node(n: PNode) -> str:
     border = RED if n.status == "cut" else (GREEN if n.requires_grad else GREY)
     if n.requires_grad:
         style = f'style="rounded,filled,bold", color="{border}", fillcolor="#e8f5e9", penwidth=2'
     else:
         style = f'style="rounded,filled", color="{border}", fillcolor="#f5f5f5", fontcolor="#616161"'
-    return f"  {n.key} [label={_q(n.label + chr(10) + _sub(n))}, {style}];"
+    return f"  {n.key} [label={dot_string(n.label + chr(10) + _sub(n))}, {style}];"
 
 
 def _dot_edge(e) -> str:
-    attrs = [f"label={_q(_edge_label(e))}"]
+    attrs = [f"label={dot_string(_edge_label(e))}"]
     if e.kind == "cut":
         attrs += ["style=dashed", f'color="{RED}"', f'fontcolor="{RED}"']
     elif e.kind in ("off", "same", "idle"):  # grey: no gradient flows along it
@@ -67,11 +63,12 @@ def _dot_edge(e) -> str:
 
 
 def to_dot(pic: Picture) -> str:
-    lines = ["digraph gradflow {", "  rankdir=BT;", '  fontname="Helvetica";', f"  label={_q(pic.source.strip())};",
-             '  node [shape=box, fontname="Helvetica"];', '  edge [fontname="Helvetica", fontsize=10];']
+    lines = ["digraph gradflow {", "  rankdir=BT;", '  fontname="Helvetica";',
+             f"  label={dot_string(pic.source.strip())};", '  node [shape=box, fontname="Helvetica"];',
+             '  edge [fontname="Helvetica", fontsize=10];']
     boxed = {c.key: [n for n in pic.nodes if n.cluster == c.key] for c in pic.clusters}
     for c in pic.clusters:
-        lines += [f"  subgraph cluster_{c.key} {{", f"    label={_q(c.label)};",
+        lines += [f"  subgraph cluster_{c.key} {{", f"    label={dot_string(c.label)};",
                   f'    style="dashed,rounded"; color="{RED}"; fontcolor="{RED}";']
         lines += ["  " + _dot_node(n) for n in boxed[c.key]]
         lines.append("  }")

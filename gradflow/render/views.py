@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 from functools import singledispatch
 from pathlib import Path
+from types import ModuleType
 
 from rich.console import Console, Group
 from rich.text import Text
@@ -130,52 +131,57 @@ def mimebundle(result) -> dict:
 # ---- graphs -----------------------------------------------------------------------------------------------
 
 @singledispatch
+def _drawing(result) -> tuple[ModuleType, tuple]:
+    """The module that draws this kind of result's graph (its `to_dot` and `to_mermaid`) and what they take."""
+    raise TypeError(f"a {type(result).__name__} has no graph")
+
+
 def dot(result) -> str:
     """The result's graph as Graphviz DOT text."""
-    raise TypeError(f"a {type(result).__name__} has no graph")
+    module, args = _drawing(result)
+    return module.to_dot(*args)
 
 
-@singledispatch
 def mermaid(result) -> str:
     """The result's graph as Mermaid text."""
-    raise TypeError(f"a {type(result).__name__} has no graph")
+    module, args = _drawing(result)
+    return module.to_mermaid(*args)
 
 
-def _picture(result: Explanation):
+@_drawing.register
+def _(result: Explanation) -> tuple[ModuleType, tuple]:
+    from gradflow.render import graph
     from gradflow.studies.torch_graph import picture
 
     if result.brief or result.graph is None or not result.nodes:
         raise ValueInputError("no_graph", "this result has no graph (explain(..., brief=True) keeps the answer "
                               "only)", hint="explain it without brief=True")
-    return picture(result)
+    return graph, (picture(result),)
 
 
-@dot.register
-def _(result: Explanation) -> str:
-    from gradflow.render.graph import to_dot
+@_drawing.register
+def _(result: InspectReport) -> tuple[ModuleType, tuple]:
+    from gradflow.report import module_picture
 
-    return to_dot(_picture(result))
-
-
-@mermaid.register
-def _(result: Explanation) -> str:
-    from gradflow.render.graph import to_mermaid
-
-    return to_mermaid(_picture(result))
+    return module_picture, (result, MODULE_DEPTH)
 
 
-@dot.register
-def _(result: InspectReport) -> str:
-    from gradflow.report.module_picture import to_dot
+@_drawing.register
+def _(result: OpGraph) -> tuple[ModuleType, tuple]:
+    from gradflow.render import op_graph
 
-    return to_dot(result, MODULE_DEPTH)
+    return op_graph, (result,)
 
 
-@mermaid.register
-def _(result: InspectReport) -> str:
-    from gradflow.report.module_picture import to_mermaid
+@_drawing.register
+def _(result: BackwardCall) -> tuple[ModuleType, tuple]:
+    """The gradflow program that computes the same loss and grads as this backward: its picture is the
+    backward's."""
+    from gradflow.script.program_writer import Program
 
-    return to_mermaid(result, MODULE_DEPTH)
+    if not isinstance(result.program, Program):
+        raise ValueInputError("no_graph", f"this backward has no graph: {result.program.reason}")
+    return _drawing(result.program.explain())
 
 
 @print_result.register
@@ -188,43 +194,9 @@ def _(result: OpGraph, out: Console, err: Console) -> None:
                    + "".join(f"\n  folded: {f.label}" for f in result.folds)))
 
 
-@dot.register
-def _(result: OpGraph) -> str:
-    from gradflow.render.op_graph import to_dot
-
-    return to_dot(result)
-
-
-@mermaid.register
-def _(result: OpGraph) -> str:
-    from gradflow.render.op_graph import to_mermaid
-
-    return to_mermaid(result)
-
-
-def _program_result(call: BackwardCall) -> Explanation:
-    """The gradflow program that computes the same loss and grads as this backward, explained: its picture is
-    the backward's."""
-    from gradflow.script.program_writer import Program
-
-    if not isinstance(call.program, Program):
-        raise ValueInputError("no_graph", f"this backward has no graph: {call.program.reason}")
-    return call.program.explain()
-
-
-@dot.register
-def _(result: BackwardCall) -> str:
-    return dot(_program_result(result))
-
-
-@mermaid.register
-def _(result: BackwardCall) -> str:
-    return mermaid(_program_result(result))
-
-
 def _svg_or_none(result) -> str | None:
     """The graph as SVG text; None for a result without a graph, or without Graphviz (the text stands alone)."""
-    if dot.dispatch(type(result)) is dot.dispatch(object) or not graphviz.available():
+    if _drawing.dispatch(type(result)) is _drawing.dispatch(object) or not graphviz.available():
         return None
     try:
         return graphviz.graphviz(dot(result), "svg", asked="an SVG picture").decode()

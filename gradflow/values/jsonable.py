@@ -8,10 +8,12 @@ silent summary. Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import json
 import math
+from collections.abc import Iterator
 
 from gradflow.errors import LimitError
 from gradflow.limits import JSON_FULL_MAX, current
@@ -38,25 +40,18 @@ class _Document:
 _DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gradflow_json_document", default=None)
 
 
-class document:  # noqa: N801 - used as a function: `with document(summary):`
+@contextlib.contextmanager
+def document(summary: bool = False) -> Iterator[None]:
     """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
-    (limits.using). Nested: the outermost document counts and decides. A class, not a generator: every record
-    of a batch enters one (a generator-based context manager costs several times more)."""
-
-    __slots__ = ("summary", "token")
-
-    def __init__(self, summary: bool = False):
-        self.summary = summary
-        self.token: contextvars.Token[_Document | None] | None = None
-
-    def __enter__(self) -> None:
-        if _DOCUMENT.get() is None:
-            self.token = _DOCUMENT.set(_Document(self.summary, current().json))
-
-    def __exit__(self, *exc) -> None:
-        if self.token is not None:
-            _DOCUMENT.reset(self.token)
-            self.token = None
+    (limits.using). Nested: the outermost document counts and decides."""
+    if _DOCUMENT.get() is not None:
+        yield
+        return
+    token = _DOCUMENT.set(_Document(summary, current().json))
+    try:
+        yield
+    finally:
+        _DOCUMENT.reset(token)
 
 
 def spend(count: int) -> None:
@@ -137,9 +132,6 @@ def to_jsonable(t, strict: bool = True, full: bool = True):
             return {k: _clean(v) if strict else v for k, v in summary(t).items()}
         if doc is not None:
             doc.spend(count)
-        if count == 1 and t.dim() == 0:  # the common case first: one number (a node of a long program)
-            x = t.item()
-            return _clean(x) if strict and x.__class__ is float and not math.isfinite(x) else x
     if hasattr(t, "tolist"):
         if t.dim() == 0:
             x = t.item()
@@ -170,7 +162,9 @@ def plain(t):
 
 def plain_json(x, count: int):
     """`plain(t)`'s numbers as to_jsonable(t) gives them (strict: non-finite numbers as strings; lists are new
-    lists), its `count` elements counted against the document being built."""
+    lists), its `count` elements counted against the document being built; None (no tensor) counts nothing."""
+    if x is None:
+        return None
     doc = _DOCUMENT.get()
     if doc is not None:
         doc.spend(count)
@@ -186,30 +180,6 @@ def fresh(x):
     return _clean(x)
 
 
-class Spending:
-    """Elements counted in bulk (many small tensors: one check, not one per tensor) where the whole count fits in
-    the document's limit; `fits()` False means: build again tensor by tensor, so that the error comes where and
-    as it always did (`rewind()` first)."""
-
-    __slots__ = ("doc", "start")
-
-    def __init__(self):
-        self.doc = _DOCUMENT.get()
-        self.start = 0 if self.doc is None else self.doc.spent
-
-    def fits(self, count: int) -> bool:
-        if self.doc is None:
-            return True
-        if self.doc.spent + count > self.doc.limit:
-            return False
-        self.doc.spent += count
-        return True
-
-    def rewind(self) -> None:
-        if self.doc is not None:
-            self.doc.spent = self.start
-
-
 def plain_finite(x) -> bool | None:
     """Are all of `plain(t)`'s numbers finite? None when it cannot say at once (nested lists, UNCONVERTED)."""
     if x.__class__ is float:
@@ -219,11 +189,6 @@ def plain_finite(x) -> bool | None:
     return None if x is UNCONVERTED else True  # int, bool (and None: no tensor)
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False, check_circular=False)  # gradflow's documents hold no cycles
-
-
 def dumps(obj, **kw) -> str:
     """Strict RFC 8259 JSON: a stray NaN raises instead of producing invalid output."""
-    if not kw:
-        return _ENCODER.encode(obj)  # one encoder, without the cycle check's bookkeeping
     return json.dumps(obj, allow_nan=False, **kw)
