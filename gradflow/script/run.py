@@ -19,7 +19,7 @@ from pathlib import Path
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, ValueInputError, text_of
 from gradflow.script.optimizer import OptimizerWatch
 from gradflow.script.recorder import NO_GRAD_MESSAGE, BackwardCall, InternalFailure, ScriptTrace
-from gradflow.tracer.failures import explained
+from gradflow.tracer.failures import explained, warn_nonleaf_reads
 from gradflow.tracer.source_lines import short_path, user_code
 
 
@@ -64,6 +64,7 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
     finally:
         sys.argv, sys.path[:] = saved
         _end_forked_copy(pid)
+    warn_nonleaf_reads(trace.failures)
     if trace.count == 0:
         raise NoGradientError("no_backward", f"{path} ran to its end without calling backward()",
                               hint="call loss.backward() in the script; for a function that returns a loss, "

@@ -35,13 +35,12 @@ from gradflow.errors import text_of
 from gradflow.tracer.failure_log import FailureLog, FailureMode
 from gradflow.tracer.failure_words import BackwardFailure
 from gradflow.tracer.failures import (
-    GradflowWarning,
     attach,
     explain_failure,
     explains,
     graph_nodes,
-    nonleaf_grad,
     second_time,
+    warn_nonleaf_reads,
 )
 from gradflow.tracer.source_lines import lines_from
 
@@ -72,8 +71,7 @@ class ExplainErrors:
                 attach(err, failure)
                 if failure.kind == "nonleaf_grad":
                     log.nonleaf_grads.clear()  # told in the error: not again as a warning
-        for read in log.nonleaf_grads:
-            _warn_at_read(nonleaf_grad(log, read), read.line)
+        warn_nonleaf_reads(log)
 
     def __call__(self, step: F) -> F:
         return explain_errors(step)
@@ -215,13 +213,3 @@ def _tensors_in(name: str, value) -> list[tuple[str, torch.Tensor]]:
         return [f for i, v in enumerate(value) for f in _tensors_in(f"{name}[{i}]", v)]
     return []
 
-
-def _warn_at_read(failure, line: str | None) -> None:
-    """Warn at the user's line that read the `.grad`, where torch's own warning points too (not at the `with`):
-    nothing failed there, so the text is the finding and its fix, not "why backward failed"."""
-    text = "\n".join([failure.what, *failure.details()])
-    path, _, number = (line or "").rpartition(":")
-    if path and number.isdigit():
-        warnings.warn_explicit(GradflowWarning(text), GradflowWarning, path, int(number))
-    else:
-        warnings.warn(GradflowWarning(text), stacklevel=3)

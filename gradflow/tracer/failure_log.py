@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from gradflow.tracer.grad_regions import DeadCheckpoint
 from gradflow.tracer.records import storage_of
 from gradflow.tracer.records import written as written_by
-from gradflow.tracer.source_lines import grad_switch, lines, lines_from
+from gradflow.tracer.source_lines import grad_switch, lines, lines_from, user_frame
 from gradflow.tracer.trace import step_aside, step_back
 
 OPS_KEPT = 20_000  # ops with gradients on, most recent first out
@@ -107,6 +108,19 @@ def seen(t: torch.Tensor) -> Seen:
 def user_line() -> str | None:
     """The user's own line running now (the innermost frame of their code)."""
     return lines_from(sys._getframe(2))[0]
+
+
+def _warn_at_user_line(said: list[warnings.WarningMessage]) -> None:
+    """Torch's own warnings of a `.grad` read, given again at the user's line that read it: torch points its
+    warning at the frame that called `.grad`, which is the log's own, and the user would look there."""
+    frame = user_frame(2)
+    for w in said:
+        if frame is None:
+            warnings.warn(w.message, w.category, stacklevel=4)
+        else:
+            where = frame.f_globals
+            warnings.warn_explicit(w.message, w.category, frame.f_code.co_filename, frame.f_lineno,
+                                   module=where.get("__name__"), registry=where.setdefault("__warningregistry__", {}))
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -212,8 +226,13 @@ class FailureLog:
             self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, user_line()))
 
     def _grad_read(self, get, t: torch.Tensor):
-        grad = get(t)
-        if grad is None and not t.is_leaf and not t.retains_grad:
+        if t.is_leaf or t.retains_grad:
+            return get(t)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            grad = get(t)
+        _warn_at_user_line(said)
+        if grad is None:
             self.nonleaf_grads.append(NonLeafGrad(t, user_line()))
         return grad
 

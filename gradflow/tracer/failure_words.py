@@ -16,6 +16,7 @@ def source_of(line: str | None) -> str:
     if not line or ":" not in line:
         return ""
     path, _, number = line.rpartition(":")
+    linecache.checkcache(path)  # a file edited (or another of the same relative name) since python last read it
     return linecache.getline(path, int(number)).strip() if number.isdigit() else ""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import warnings
 from types import TracebackType
 
 import torch
@@ -213,6 +214,20 @@ def nonleaf_grad(log: FailureLog, read: NonLeafGrad, tb: TracebackType | None = 
         fix = f"call `{name or 'it'}.retain_grad()` before backward(), or read .grad of the leaf it was made from"
     return BackwardFailure("nonleaf_grad", name, fix, modified_at=[],
                            made_by=None if made is None else {"op": made.name, "line": made.line})
+
+
+def warn_nonleaf_reads(log: FailureLog) -> None:
+    """Each `.grad` read on a non-leaf that gave None, as a warning at the user's line that read it (where torch's
+    own warning points too): nothing failed there, so the text is the finding and its fix, not "why backward
+    failed"."""
+    for read in log.nonleaf_grads:
+        failure = nonleaf_grad(log, read)
+        text = "\n".join([failure.what, *failure.details()])
+        path, _, number = (read.line or "").rpartition(":")
+        if path and number.isdigit():
+            warnings.warn_explicit(GradflowWarning(text), GradflowWarning, path, int(number))
+        else:
+            warnings.warn(GradflowWarning(text), stacklevel=3)
 
 
 def _hidden_leaf(t: torch.Tensor):

@@ -33,14 +33,18 @@ def user_code(filename: str) -> bool:
     return not filename.startswith(SKIP_DIRS) and not filename.startswith("<frozen")
 
 
+def user_frame(start: int = 1) -> FrameType | None:
+    """The innermost frame outside torch and gradflow (the user's code)."""
+    frame: FrameType | None = sys._getframe(start + 1)
+    while frame is not None and not user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_line(start: int = 1) -> str | None:
     """`file:line` of the innermost frame outside torch and gradflow (the user's code)."""
-    frame: FrameType | None = sys._getframe(start)
-    while frame is not None:
-        if user_code(frame.f_code.co_filename):
-            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    frame = user_frame(start + 1)
+    return None if frame is None else f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def lines(start: int = 1) -> tuple[str | None, str | None]:
