@@ -316,6 +316,15 @@ def frozen_reason(trace: Trace, serial: int | None) -> str:
     return "frozen: requires_grad is False"
 
 
+def unfrozen_reason(trace: Trace, serial: int | None) -> str | None:
+    """The line that last set this tensor's requires_grad to True, when the trace saw one (an unfreeze)."""
+    e = _last_flag(trace, serial)
+    if e is None or not e.value or not e.line:
+        return None
+    how = "requires_grad_(True)" if e.op == "requires_grad_" else "`.requires_grad = True`"
+    return f"unfrozen: {how} at {e.line}"
+
+
 def was_frozen(trace: Trace, serial: int | None) -> bool:
     """Did the trace see the code set this tensor's requires_grad to False (the line frozen_reason names)?"""
     e = _last_flag(trace, serial)

@@ -169,6 +169,8 @@ class LoopWatch:
         if before is None:
             return []
         why = {n.name: f" ({n.reason})" for n in named if n.reason and now[n.name] == "off"}  # the freeze's line
+        why.update({n.name: f" ({n.unfrozen})" for n in named
+                    if n.unfrozen and now[n.name] != "off" and before.get(n.name) == "off"})
         out = [f"{name}: {WORDS[before[name]]} → {WORDS[s]}{why.get(name, '')}" for name, s in now.items()
                if name in before and before[name] != s]
         for text in out:

@@ -18,6 +18,7 @@ from gradflow.report.reasons import (
     cut_of,
     describe_cuts,
     frozen_reason,
+    unfrozen_reason,
     was_frozen,
     why_none,
 )
@@ -56,6 +57,13 @@ def frozen_lines(trace: ScriptTrace, call: BackwardCall) -> None:
     for n in call.named:
         if n.serial is not None and not n.tensor.requires_grad and was_frozen(trace, n.serial):
             n.reason = frozen_reason(trace, n.serial)
+
+
+def unfrozen_lines(trace: ScriptTrace, call: BackwardCall) -> None:
+    """The line that unfroze each tensor the script set back to requires_grad=True (a loop's change report)."""
+    for n in call.named:
+        if n.serial is not None and n.tensor.requires_grad:
+            n.unfrozen = unfrozen_reason(trace, n.serial)
 
 
 def failed_backward(trace: ScriptTrace, call: BackwardCall) -> tuple[str, str] | None:

@@ -31,7 +31,7 @@ from gradflow.display import Drawn
 from gradflow.errors import text_of
 from gradflow.report.reasons import SHOWN_CUTS, Cut, OpIndex, cut_of
 from gradflow.script.autograd import BackwardOps
-from gradflow.script.named_reasons import failed_backward, frozen_lines, give_reasons
+from gradflow.script.named_reasons import failed_backward, frozen_lines, give_reasons, unfrozen_lines
 from gradflow.script.program_writer import VALUE_CAP, Call, NoProgram, Opaque, Program, Ref, build_program
 from gradflow.script.spelling import plain_index
 from gradflow.script.writes import Write, Writes
@@ -63,6 +63,7 @@ class Named:
     grad_before: Any = None  # that .grad, when small enough to copy
     cuts: list[Cut] = field(default_factory=list)  # the cuts it was made by or computed through (named_reasons.py)
     reason: str | None = None  # why it is cut, frozen or got nothing, with the lines (named_reasons.py)
+    unfrozen: str | None = None  # the line that set requires_grad back to True, if the script did (a loop's change)
 
     @property
     def cut(self) -> Cut | None:
@@ -285,6 +286,7 @@ class ScriptTrace(Trace):
                         call.autograd_ops = BackwardOps(self, call)
                 else:  # a freeze's line is kept even in an unrecorded step
                     frozen_lines(self, call)
+                unfrozen_lines(self, call)
                 if call.error is not None and NO_GRAD_MESSAGE in call.error:
                     call.no_grad = failed_backward(self, call)
                 self.on_backward(call)

@@ -52,6 +52,11 @@ class Training:
         changes = self.flags.get(self.ids[name], [])
         return changes[-1][0] if changes and not changes[-1][1] else None
 
+    def unfrozen_at(self, name: str) -> int | None:
+        """The line that last set this parameter's requires_grad back to True, if the script did."""
+        changes = self.flags.get(self.ids[name], [])
+        return changes[-1][0] if changes and changes[-1][1] else None
+
 
 def named_params(path: str, frame) -> dict[str, torch.Tensor]:
     """name -> leaf tensor (frozen ones too), named as gradflow names them: the first name found, innermost frame

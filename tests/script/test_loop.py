@@ -267,6 +267,22 @@ def test_a_freeze_in_a_step_that_is_not_recorded_is_named_with_the_line_that_mad
     assert {(c["call"], c["change"]) for c in last["summary"]["changes"]} == {(changed[0], text) for text in said}
 
 
+def test_an_unfreeze_is_named_with_the_line_that_made_it(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, FREEZE)
+    truth = watch_training(path)  # plain torch, with the line after which each flag changed
+    unfrozen = {n: truth.unfrozen_at(n) for n in ("model.0.weight", "model.0.bias")}
+    assert set(unfrozen.values()) == {line_of(path, "model[0].requires_grad_(True)")}
+    back = [k for k, b in enumerate(truth.backwards, 1) if k > 1 and b.requires_grad["model.0.weight"]
+            and not truth.backwards[k - 2].requires_grad["model.0.weight"]]
+    assert back == [21]
+    said = {f"{name}: requires_grad=False → gradient reached it (unfrozen: requires_grad_(True) at train.py:{line})"
+            for name, line in unfrozen.items()}
+    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
+    assert {c for r in steps if r["call"] == back[0] for c in r["changes"]} == said
+    assert {c["change"] for c in last["summary"]["changes"] if c["call"] == back[0]} == said
+
+
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):
     path = write(tmp_path, GAN)
     truth = truth_of(path)
