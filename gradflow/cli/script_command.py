@@ -349,7 +349,6 @@ def _discard(stream) -> None:
         os.close(null)
 
 
-
 def report_death(err: GradflowError, as_json: bool) -> int:
     """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
     if as_json:
@@ -358,6 +357,7 @@ def report_death(err: GradflowError, as_json: bool) -> int:
 
     print_error(err, consoles()[1])
     return int(err.exit_code)
+
 
 def _json_error(err: GradflowError) -> int:
     """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""
