@@ -23,6 +23,7 @@ Tensor versions (in-place writes) belong in `_record`: every op passes there onc
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections import Counter
 from contextlib import contextmanager
@@ -53,7 +54,7 @@ from gradflow.tracer.records import (
     requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import custom_function, grad_switch, lines
+from gradflow.tracer.source_lines import CallSites, custom_function, grad_switch
 from gradflow.tracer.use_hooks import by_node, hook
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
@@ -105,8 +106,11 @@ class Trace:
         self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
-        self._found: list = []  # (autograd nodes of an op's results, stop, op index) of each op that used a leaf,
-        #                         for arm(); never explained, let go with the trace
+        self._found: list = []  # for arm(), flat, three entries for each op that used a leaf: the autograd node of
+        #                         its result (a list of them for several results), stop, op index (no tuple kept
+        #                         per op: see _listen); never explained, let go with the trace
+        self._keeps_stats: dict[int, bool] = {}  # id(module) -> does it keep running statistics (asked once)
+        self._sites = CallSites()  # the source lines above each module call running, found once per call
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -141,21 +145,28 @@ class Trace:
         return None
 
     # ---- module calls (tracer/module_calls.py) ------------------------------------------
-    def enter_module(self, module) -> None:
+    def enter_module(self, module, frame) -> None:
+        """`module` is called; `frame`: the frame of the call (module_calls), where its ops' source lines stop
+        walking (CallSites)."""
         self._see_module(module)
         self.state.stack.append(module)
+        self._sites.enter(frame)
 
     def _see_module(self, module) -> None:
-        st = self.state
-        if not st.stack and id(module) not in st.modules:
-            st.roots.append(module)
-        st.modules[id(module)] = module
-        if module.training and running_mean(module) is not None:
-            st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
+        st, key = self.state, id(module)
+        stats = self._keeps_stats.get(key)
+        if stats is None:  # the first call of this module the trace sees
+            if not st.stack:
+                st.roots.append(module)
+            st.modules[key] = module
+            stats = self._keeps_stats[key] = running_mean(module) is not None
+        if stats and module.training:
+            st.stats_updated[key] = module  # BatchNorm & co. update their running stats
 
     def leave_module(self, module) -> None:
         stack = self.state.stack
         while stack:  # also unwinds modules left by an exception
+            self._sites.leave()
             if stack.pop() is module:
                 break
 
@@ -173,7 +184,7 @@ class Trace:
             return NOT_RUN
         try:
             name, tensors = leaf
-            ins = [args[0], *tensors(module)]
+            ins = tensors(module, args[0])
             in_rg = list(map(requires_grad, ins))
             in_leaf = [rg and is_leaf(a) for a, rg in zip(ins, in_rg)]
             stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
@@ -216,6 +227,10 @@ class Trace:
     def known_all(self, tensors: list) -> list[int | None]:
         """known() of each."""
         return [self.known(t) for t in tensors]
+
+    def _lines(self) -> tuple[str | None, str | None]:
+        """source_lines.lines() of the op running now (the caller's frame up), through the module calls' cache."""
+        return self._sites.lines(sys._getframe(1))
 
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
@@ -293,11 +308,8 @@ class Trace:
         outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
         if not outs:  # (x[i] = y writes into x)
             return
+        serials, came_in = self._in_serials(ins, in_rg, in_leaf)
         ids, refs, serial = self._ids, self._refs, self.serial  # (serial() inline for tensors seen before)
-        first = len(refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else serial(a) for a in ins]
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
-            if len(refs) > first else ()
         out_serials = tuple([s if (s := ids.get(id(o))) is not None and refs[s]() is o else serial(o) for o in outs])
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
@@ -308,7 +320,7 @@ class Trace:
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
         used = [s for s, leaf in zip(serials, in_leaf) if leaf and s not in out_serials] if True in in_leaf else ()
         if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
-            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
+            rec.line, rec.library_line = self._lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
@@ -318,6 +330,22 @@ class Trace:
             self._note_low_precision(rec, ins, outs)
         if used:
             self._uses(rec, used, outs, stop, given)
+
+    def _in_serials(self, ins: list, in_rg: list[bool], in_leaf: list[bool]) -> tuple[list[int], list[int]]:
+        """(each input's serial, those of the inputs seen here first that require grad and are not leaves: computed
+        outside the trace). One pass over the inputs: an op has a few."""
+        ids, refs = self._ids, self._refs
+        first = len(refs)  # serials from here on are new
+        serials: list[int] = []
+        came_in: list[int] = []
+        for a, rg, leaf in zip(ins, in_rg, in_leaf):
+            s = ids.get(id(a))
+            if s is None or refs[s]() is not a:
+                s = self.serial(a)
+            if s >= first and rg and not leaf:
+                came_in.append(s)
+            serials.append(s)
+        return serials, came_in
 
     def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
         """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
@@ -344,14 +372,14 @@ class Trace:
         if node is not None:
             self.state.low_nodes[id(node)] = (node, rec.index, low)
             if rec.line is None:
-                rec.line, rec.library_line = lines()
+                rec.line, rec.library_line = self._lines()
 
     def _keep_nodes(self, rec: OpRecord, outs: list) -> None:
         """Only to draw torch's own graph: each result's autograd node -> this op, and the op's line even where
         the report needs none. The nodes are held, so that an id stays theirs; torch frees them when the trace
         goes, earliest first, each one step from a node already gone."""
         if rec.line is None:
-            rec.line, rec.library_line = lines()
+            rec.line, rec.library_line = self._lines()
         for o in outs:
             node = grad_fn(o)
             if node is not None:
@@ -364,7 +392,7 @@ class Trace:
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
+        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, self._lines()[0]))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
@@ -372,7 +400,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, lines()[0],
+        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, self._lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     # ---- values that leave torch (tracer/followed_values.py) ----------------------------
@@ -386,7 +414,7 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
                        torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
                        cut="item" if in_rg[0] else None)
-        rec.line, rec.library_line = lines()
+        rec.line, rec.library_line = self._lines()
         self._append(rec)
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
@@ -407,11 +435,12 @@ class Trace:
         """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
         however many leaves it consumes: LayerNorm's weight and bias). In the forward the nodes are kept for
         arm() at explain, when a report needs the flow (a leaf used once needs neither)."""
-        nodes = [g for g in map(grad_fn, outs) if g is not None]
-        if self._replay is None:
-            if nodes:
-                self._found.append((nodes, stop, index))
+        if self._replay is None:  # (one op in two uses a leaf: what it keeps is what the collector walks)
+            found = grad_fn(outs[0]) if len(outs) == 1 else [g for g in map(grad_fn, outs) if g is not None] or None
+            if found is not None:
+                self._found += (found, stop, index)
             return
+        nodes = [g for g in map(grad_fn, outs) if g is not None]
         for node, pairs in by_node(nodes, uses or {}, stop).items():
             hook(self._ear, node, pairs)
 
@@ -434,7 +463,9 @@ class Trace:
             if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
                 use.whole = False
             by_op.setdefault(use.op, []).append(use)
-        for nodes, stop, index in pending:
+        triples = iter(pending)
+        for found, stop, index in zip(triples, triples, triples):
+            nodes = found if type(found) is list else [found]
             self._arm_op(by_op.get(index, []), counts, everything, nodes, stop)
 
     def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop) -> None:
@@ -485,7 +516,7 @@ class Trace:
             return "no_grad", outer.how if outer is not None else None
         if inputs_require_grad:
             return None
-        dead = DeadCheckpoint(*lines())
+        dead = DeadCheckpoint(*self._lines())
         if self.failures is not None:
             self.failures.checkpoints.append(dead)
         return "checkpoint", dead.how
@@ -536,7 +567,7 @@ class Trace:
             kind = "item" if name in ESCAPES else cut_kind(name, torch.is_grad_enabled(),
                                                            torch.is_inference_mode_enabled())
             replay.cuts.setdefault(region.checkpoint, []).append(
-                (rec, kind, self._grad_off() if kind == "no_grad" else None, *lines()))
+                (rec, kind, self._grad_off() if kind == "no_grad" else None, *self._lines()))
         uses = {}
         for a, leaf in zip(ins, in_leaf):
             serial = replay.serial_of(a, self.known(a)) if leaf and not any(a is o for o in outs) else None
@@ -563,14 +594,14 @@ def _input_nodes(ins: list) -> set:
 
 
 # ---- torch's own leaf modules, run whole (Trace.run_leaf) ------------------------------------------------------
-def _weight_bias(m) -> list:
-    """The tensors the functional is given besides x, in its order (read where self.weight reads them)."""
+def _weight_bias(m, x: torch.Tensor) -> list:
+    """The tensors the functional is given: x, then the weight and bias (read where self.weight reads them)."""
     p = m._parameters
-    return [a for a in (p.get("weight"), p.get("bias")) if a is not None]
+    return [a for a in (x, p.get("weight"), p.get("bias")) if a is not None]
 
 
 _LEAVES: dict = {torch.nn.Linear: ("linear", _weight_bias), torch.nn.LayerNorm: ("layer_norm", _weight_bias),
-                 torch.nn.GELU: ("gelu", lambda m: [])}  # module type -> (its op's name, its tensors besides x)
+                 torch.nn.GELU: ("gelu", lambda m, x: [x])}  # module type -> (its op's name, its tensors)
 _FORWARDS = {cls: cls.forward for cls in _LEAVES}  # as torch defines them: one patched by anyone is not run whole
 _hooks = torch.nn.modules.module
 # torch has no public way to ask whether a torch function mode is on, whether the JIT is tracing, or to take the
