@@ -225,12 +225,15 @@ class Trace:
         return s if s is not None and self._refs[s]() is t else None
 
     def known_all(self, tensors: list) -> list[int | None]:
-        """known() of each."""
-        return [self.known(t) for t in tensors]
+        """known() of each (explain asks it of every parameter)."""
+        ids, refs = self._ids, self._refs
+        return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
 
     def _lines(self) -> tuple[str | None, str | None]:
-        """source_lines.lines() of the op running now (the caller's frame up), through the module calls' cache."""
-        return self._sites.lines(sys._getframe(1))
+        """source_lines.lines() of the op running now, through the module calls' cache (CallSites). The walk starts
+        at the frame that called the trace's method asking (_record, ...): a frame of the tracer's own, as is that
+        method's, which is left out (Python makes an object of every frame a walk goes through)."""
+        return self._sites.lines(sys._getframe(2))
 
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
@@ -241,7 +244,8 @@ class Trace:
 
     def seen(self) -> list[torch.Tensor]:
         """Every tensor the trace has seen that is still alive."""
-        return [t for t in (self._refs[s]() for s in list(self._ids.values())) if t is not None]
+        return [t for ref in self._refs if ref is not None and (t := ref()) is not None]  # (a serial's reference
+        #                                                     is None once a new tensor took its id: each one once)
 
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
@@ -308,9 +312,8 @@ class Trace:
         outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
         if not outs:  # (x[i] = y writes into x)
             return
-        serials, came_in = self._in_serials(ins, in_rg, in_leaf)
-        ids, refs, serial = self._ids, self._refs, self.serial  # (serial() inline for tensors seen before)
-        out_serials = tuple([s if (s := ids.get(id(o))) is not None and refs[s]() is o else serial(o) for o in outs])
+        serials, came_in, leaves = self._in_serials(ins, in_rg, in_leaf)
+        out_serials = tuple(map(self.serial, outs))
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         if module is None and st.stack:
@@ -318,7 +321,7 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (*serials, *extra), out_serials, grad_on, inference,
                        None if module is None else id(module))
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
-        used = [s for s, leaf in zip(serials, in_leaf) if leaf and s not in out_serials] if True in in_leaf else ()
+        used = [s for s in leaves if s not in out_serials] if leaves else ()  # (in place: x.add_() writes x)
         if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
             rec.line, rec.library_line = self._lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
@@ -331,21 +334,25 @@ class Trace:
         if used:
             self._uses(rec, used, outs, stop, given)
 
-    def _in_serials(self, ins: list, in_rg: list[bool], in_leaf: list[bool]) -> tuple[list[int], list[int]]:
-        """(each input's serial, those of the inputs seen here first that require grad and are not leaves: computed
-        outside the trace). One pass over the inputs: an op has a few."""
+    def _in_serials(self, ins: list, in_rg: list[bool], in_leaf: list[bool]) -> tuple[list[int], list[int], list[int]]:
+        """(each input's serial; those of the inputs seen here first that require grad and are not leaves: computed
+        outside the trace; those of the leaves, each once). One pass over the inputs: an op has a few."""
         ids, refs = self._ids, self._refs
         first = len(refs)  # serials from here on are new
         serials: list[int] = []
         came_in: list[int] = []
+        leaves: list[int] = []
         for a, rg, leaf in zip(ins, in_rg, in_leaf):
             s = ids.get(id(a))
             if s is None or refs[s]() is not a:
                 s = self.serial(a)
-            if s >= first and rg and not leaf:
+            if leaf:
+                if s not in leaves:
+                    leaves.append(s)
+            elif s >= first and rg:
                 came_in.append(s)
             serials.append(s)
-        return serials, came_in
+        return serials, came_in, leaves
 
     def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
         """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
@@ -419,10 +426,10 @@ class Trace:
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
     def _uses(self, rec: OpRecord, used: list[int], outs: list, stop, given: set[int] | None = None):
-        """Op `rec` used these leaves (serials). Kept as numbers (TraceState.add_uses), unless a custom Function
-        hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
+        """Op `rec` used these leaves (serials, each once). Kept as numbers (TraceState.add_uses), unless a custom
+        Function hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
         if given is None:
-            self.state.add_uses(list(dict.fromkeys(used)), rec.index)
+            self.state.add_uses(used, rec.index)
             uses = None
         else:
             leaves = {s: self._refs[s]() for s in used}
