@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import weakref
-from collections import Counter
 from contextlib import contextmanager
 
 import torch
@@ -33,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
-from gradflow.tracer.grad_regions import DeadCheckpoint, Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.grad_regions import DeadCheckpoint, Region, Replay, checkpoint_state
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
@@ -55,7 +54,7 @@ from gradflow.tracer.records import (
     tensors_in,
 )
 from gradflow.tracer.source_lines import CallSites, custom_function, grad_switch
-from gradflow.tracer.use_hooks import by_node, hook
+from gradflow.tracer.use_hooks import Listening, UseHooks
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "TraceMode", "op_name", "tensors_in"]
@@ -103,12 +102,9 @@ class Trace:
         self._grad_base = True  # gradients on when the trace began
         self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
         self._values = FollowedValues()
-        self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
-        self._found: list = []  # for arm(), flat, three entries for each op that used a leaf: the autograd node of
-        #                         its result (a list of them for several results), stop, op index (no tuple kept
-        #                         per op: see _listen); never explained, let go with the trace
+        self._hooks = UseHooks()  # the gradient along each use of a leaf (tracer/use_hooks.py)
         self._keeps_stats: dict[int, bool] = {}  # id(module) -> does it keep running statistics (asked once)
         self._sites = CallSites()  # the source lines above each module call running, found once per call
 
@@ -337,15 +333,12 @@ class Trace:
     def _in_serials(self, ins: list, in_rg: list[bool], in_leaf: list[bool]) -> tuple[list[int], list[int], list[int]]:
         """(each input's serial; those of the inputs seen here first that require grad and are not leaves: computed
         outside the trace; those of the leaves, each once). One pass over the inputs: an op has a few."""
-        ids, refs = self._ids, self._refs
-        first = len(refs)  # serials from here on are new
+        first = len(self._refs)  # serials from here on are new
         serials: list[int] = []
         came_in: list[int] = []
         leaves: list[int] = []
         for a, rg, leaf in zip(ins, in_rg, in_leaf):
-            s = ids.get(id(a))
-            if s is None or refs[s]() is not a:
-                s = self.serial(a)
+            s = self.serial(a)
             if leaf:
                 if s not in leaves:
                     leaves.append(s)
@@ -439,59 +432,20 @@ class Trace:
             self._listen(outs, uses, stop, rec.index)
 
     def _listen(self, outs: list, uses: dict | None, stop, index: int):
-        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
-        however many leaves it consumes: LayerNorm's weight and bias). In the forward the nodes are kept for
-        arm() at explain, when a report needs the flow (a leaf used once needs neither)."""
-        if self._replay is None:  # (one op in two uses a leaf: what it keeps is what the collector walks)
-            found = grad_fn(outs[0]) if len(outs) == 1 else [g for g in map(grad_fn, outs) if g is not None] or None
-            if found is not None:
-                self._found += (found, stop, index)
-            return
-        nodes = [g for g in map(grad_fn, outs) if g is not None]
-        for node, pairs in by_node(nodes, uses or {}, stop).items():
-            hook(self._ear, node, pairs)
+        """The gradient along each use: the op's nodes kept for arm() in the forward, hooked at once while a
+        checkpoint's recomputation runs in explain's backward (tracer/use_hooks.py)."""
+        if self._replay is None:
+            self._hooks.keep(outs, stop, index)
+        else:
+            self._hooks.hook(outs, uses or {}, stop)
 
     def arm(self) -> None:
-        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
-        than once (a leaf's only use sends it its whole gradient: `whole`, no hook). Everything is hooked when
-        part of the computation came from outside the trace, where a leaf may have other uses."""
-        pending, self._found = self._found, []
-        st = self.state
-        serials = st.use_columns()[0]
-        everything = bool(st.outside)
-        if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model)
-            for use in st.made:
-                use.whole = True
-            st.whole_below = len(st.use_serials)
-            return
-        counts = Counter(serials)
-        by_op: dict[int, list[Use]] = {}
-        for use in st.uses:
-            if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
-                use.whole = False
-            by_op.setdefault(use.op, []).append(use)
-        triples = iter(pending)
-        for found, stop, index in zip(triples, triples, triples):
-            nodes = found if type(found) is list else [found]
-            self._arm_op(by_op.get(index, []), counts, everything, nodes, stop)
-
-    def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop) -> None:
-        if not everything and all(counts[use.serial] == 1 for use in op_uses):
-            for use in op_uses:  # its only use: no search for the node that consumes it, no hook
-                use.whole = True
-            return
-        uses = {id(leaf): use for use in op_uses if (leaf := self._refs[use.serial]()) is not None}
-        for node, pairs in by_node(nodes, uses, stop).items():
-            if not everything:
-                for _, use in pairs:
-                    use.whole = counts[use.serial] == 1
-                pairs = [(i, use) for i, use in pairs if not use.whole]
-            if pairs:
-                hook(self._ear, node, pairs)
+        """Hook, before explain's backward, the uses of leaves used more than once (tracer/use_hooks.py)."""
+        self._hooks.arm(self.state, self._refs)
 
     def listening(self) -> Listening:
         """The per-use hooks record what flows back while this is open."""
-        return Listening(self._ear)
+        return self._hooks.listening()
 
     # ---- gradient contexts and reentrant checkpoints (tracer/grad_regions.py) -----------
     def _grad_switch(self, value: bool) -> None:
