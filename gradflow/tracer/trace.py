@@ -428,15 +428,11 @@ class Trace:
             leaves = {s: self._refs[s]() for s in used}
             uses = {id(a): Use(s, rec.index, hidden=id(a) not in given) for s, a in leaves.items()}
             self.state.uses.extend(uses.values())
-        if rec.grad_enabled:
-            self._listen(outs, uses, stop, rec.index)
-
-    def _listen(self, outs: list, uses: dict | None, stop, index: int):
-        """The gradient along each use: the op's nodes kept for arm() in the forward, hooked at once while a
-        checkpoint's recomputation runs in explain's backward (tracer/use_hooks.py)."""
-        if self._replay is None:
-            self._hooks.keep(outs, stop, index)
-        else:
+        if not rec.grad_enabled:
+            return
+        if self._replay is None:  # the gradient along each use: the op's nodes kept for arm() at explain
+            self._hooks.keep(outs, stop, rec.index)
+        else:  # ... hooked at once while a checkpoint's recomputation runs in explain's backward
             self._hooks.hook(outs, uses or {}, stop)
 
     def arm(self) -> None:
@@ -537,7 +533,7 @@ class Trace:
                 uses[id(a)] = use
                 replay.found.setdefault(region.checkpoint, []).append(use)
         if uses and torch.is_grad_enabled():
-            self._listen(outs, uses, stop, rec.index)
+            self._hooks.hook(outs, uses, stop)
 
     # ---- the report ------------------------------------------------------------------
     def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
