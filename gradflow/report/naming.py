@@ -19,8 +19,7 @@ def _module_names(roots: list, bases: list[str] | None = None) -> dict[int, str]
     bases = bases or _bases(roots)
     for root, base in zip(roots, bases):
         for name, m in root.named_modules():
-            full = ".".join(x for x in (base, name) if x)
-            names.setdefault(id(m), full or type(root).__name__)
+            names.setdefault(id(m), f"{base}.{name}" if base and name else name or base or type(root).__name__)
     return names
 
 
@@ -30,11 +29,17 @@ def _bases(roots: list) -> list[str]:
 
 def _named_from_modules(roots: list, bases: list[str] | None = None) -> dict[str, list]:
     """{first name: [tensor, alias, alias…]} — tied weights appear once, with their other names."""
-    by_id: dict[int, list] = {}
+    named: dict[str, list] = {}
+    by_id: dict[int, list] = {}  # id(tensor) -> its list in `named`
     for root, base in zip(roots, bases or _bases(roots)):
         for name, p in root.named_parameters(remove_duplicate=False):
-            by_id.setdefault(id(p), [p]).append(f"{base}.{name}" if base else name)
-    return {v[1]: [v[0], *v[2:]] for v in by_id.values()}
+            full = f"{base}.{name}" if base else name
+            seen = by_id.get(id(p))
+            if seen is None:
+                by_id[id(p)] = named[full] = [p]
+            else:
+                seen.append(full)
+    return named
 
 
 def name_modules(roots: list, bases: list[str]) -> tuple[dict[str, list], dict[int, str]]:

@@ -67,7 +67,8 @@ def grad_norms(grads: list) -> list[float]:
         else:
             for k in ks:
                 g = grads[k]
-                if g.dim() == 2 and g.mT.is_contiguous():  # a Linear weight's grad (its elements in memory order)
+                if g.dim() == 2 and g.stride() == (1, shape[0]):  # g.mT is contiguous: a Linear weight's grad (its
+                    #                                                elements in memory order), asked without a view
                     shapes.setdefault((dtype, device, shape, True), []).append(k)
                 else:
                     groups.setdefault((dtype, device), []).append(k)

@@ -104,19 +104,3 @@ class Replay:
                 rec.line, rec.library_line = rec.line or line, rec.library_line or library
             for use in self.found.get(key, []):
                 use.hidden = False
-
-
-class Listening:
-    """While open, the per-use hooks record what flows back. (A plain context manager, not a generator's: explain
-    opens one on every call.)"""
-
-    __slots__ = ("ear",)
-
-    def __init__(self, ear: list) -> None:
-        self.ear = ear
-
-    def __enter__(self) -> None:
-        self.ear[0] = True
-
-    def __exit__(self, *exc) -> None:
-        self.ear[0] = False

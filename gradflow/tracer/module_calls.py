@@ -7,6 +7,7 @@ left by an exception), and any global hook sends every module call down torch's 
 """
 from __future__ import annotations
 
+import sys
 from typing import Protocol
 
 import torch
@@ -15,7 +16,7 @@ import torch
 class Trace(Protocol):
     """What a module call asks of a trace (tracer/trace.py's Trace, which imports this module)."""
 
-    def enter_module(self, module) -> None: ...
+    def enter_module(self, module, frame) -> None: ...
 
     def leave_module(self, module) -> None: ...
 
@@ -50,8 +51,8 @@ def _module_call(module, *args, **kwargs):
         if out is not NOT_RUN:
             return out
     seen = _TRACES[:]
-    for t in seen:
-        t.enter_module(module)
+    for t in seen:  # this frame: the ops' source lines are walked up to it (tracer/source_lines.py: CallSites); not
+        t.enter_module(module, sys._getframe())  # kept in a local, which would make the frame hold itself
     try:
         return _PLAIN_CALL[0](module, *args, **kwargs)
     finally:

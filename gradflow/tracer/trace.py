@@ -23,8 +23,8 @@ Tensor versions (in-place writes) belong in `_record`: every op passes there onc
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
-from collections import Counter
 from contextlib import contextmanager
 
 import torch
@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
-from gradflow.tracer.grad_regions import DeadCheckpoint, Listening, Region, Replay, checkpoint_state
+from gradflow.tracer.grad_regions import DeadCheckpoint, Region, Replay, checkpoint_state
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
     DETACH,
@@ -53,8 +53,8 @@ from gradflow.tracer.records import (
     requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import custom_function, grad_switch, lines
-from gradflow.tracer.use_hooks import by_node, hook
+from gradflow.tracer.source_lines import CallSites, custom_function, grad_switch
+from gradflow.tracer.use_hooks import Listening, UseHooks
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
            "TraceMode", "op_name", "tensors_in"]
@@ -102,11 +102,11 @@ class Trace:
         self._grad_base = True  # gradients on when the trace began
         self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
         self._values = FollowedValues()
-        self._ear = [False]  # the per-use hooks listen only while explain runs its backward
         self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
-        self._found: list = []  # (autograd nodes of an op's results, stop, op index) of each op that used a leaf,
-        #                         for arm(); never explained, let go with the trace
+        self._hooks = UseHooks()  # the gradient along each use of a leaf (tracer/use_hooks.py)
+        self._keeps_stats: dict[int, bool] = {}  # id(module) -> does it keep running statistics (asked once)
+        self._sites = CallSites()  # the source lines above each module call running, found once per call
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -141,21 +141,28 @@ class Trace:
         return None
 
     # ---- module calls (tracer/module_calls.py) ------------------------------------------
-    def enter_module(self, module) -> None:
+    def enter_module(self, module, frame) -> None:
+        """`module` is called; `frame`: the frame of the call (module_calls), where its ops' source lines stop
+        walking (CallSites)."""
         self._see_module(module)
         self.state.stack.append(module)
+        self._sites.enter(frame)
 
     def _see_module(self, module) -> None:
-        st = self.state
-        if not st.stack and id(module) not in st.modules:
-            st.roots.append(module)
-        st.modules[id(module)] = module
-        if module.training and running_mean(module) is not None:
-            st.stats_updated[id(module)] = module  # BatchNorm & co. update their running stats
+        st, key = self.state, id(module)
+        stats = self._keeps_stats.get(key)
+        if stats is None:  # the first call of this module the trace sees
+            if not st.stack:
+                st.roots.append(module)
+            st.modules[key] = module
+            stats = self._keeps_stats[key] = running_mean(module) is not None
+        if stats and module.training:
+            st.stats_updated[key] = module  # BatchNorm & co. update their running stats
 
     def leave_module(self, module) -> None:
         stack = self.state.stack
         while stack:  # also unwinds modules left by an exception
+            self._sites.leave()
             if stack.pop() is module:
                 break
 
@@ -173,7 +180,7 @@ class Trace:
             return NOT_RUN
         try:
             name, tensors = leaf
-            ins = [args[0], *tensors(module)]
+            ins = tensors(module, args[0])
             in_rg = list(map(requires_grad, ins))
             in_leaf = [rg and is_leaf(a) for a, rg in zip(ins, in_rg)]
             stop = (_next_node() if _next_node is not None else _input_nodes(ins)) if True in in_leaf else None
@@ -214,8 +221,15 @@ class Trace:
         return s if s is not None and self._refs[s]() is t else None
 
     def known_all(self, tensors: list) -> list[int | None]:
-        """known() of each."""
-        return [self.known(t) for t in tensors]
+        """known() of each (explain asks it of every parameter)."""
+        ids, refs = self._ids, self._refs
+        return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
+
+    def _lines(self) -> tuple[str | None, str | None]:
+        """source_lines.lines() of the op running now, through the module calls' cache (CallSites). The walk starts
+        at the frame that called the trace's method asking (_record, ...): a frame of the tracer's own, as is that
+        method's, which is left out (Python makes an object of every frame a walk goes through)."""
+        return self._sites.lines(sys._getframe(2))
 
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
@@ -226,7 +240,8 @@ class Trace:
 
     def seen(self) -> list[torch.Tensor]:
         """Every tensor the trace has seen that is still alive."""
-        return [t for t in (self._refs[s]() for s in list(self._ids.values())) if t is not None]
+        return [t for ref in self._refs if ref is not None and (t := ref()) is not None]  # (a serial's reference
+        #                                                     is None once a new tensor took its id: each one once)
 
     def used_leaves(self) -> list[tuple[torch.Tensor, int]]:
         """(tensor, serial) of every live leaf that requires grad and was used by an op."""
@@ -293,12 +308,8 @@ class Trace:
         outs = ins[:1] if name == "__setitem__" else [out] if type(out) is torch.Tensor else tensors_in(out, [])
         if not outs:  # (x[i] = y writes into x)
             return
-        ids, refs, serial = self._ids, self._refs, self.serial  # (serial() inline for tensors seen before)
-        first = len(refs)  # serials from here on are new: a tensor that requires grad, not a leaf, seen first
-        serials = [s if (s := ids.get(id(a))) is not None and refs[s]() is a else serial(a) for a in ins]
-        came_in = [s for rg, leaf, s in zip(in_rg, in_leaf, serials) if s >= first and rg and not leaf] \
-            if len(refs) > first else ()
-        out_serials = tuple([s if (s := ids.get(id(o))) is not None and refs[s]() is o else serial(o) for o in outs])
+        serials, came_in, leaves = self._in_serials(ins, in_rg, in_leaf)
+        out_serials = tuple(map(self.serial, outs))
         st = self.state
         grad_on, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         if module is None and st.stack:
@@ -306,9 +317,9 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (*serials, *extra), out_serials, grad_on, inference,
                        None if module is None else id(module))
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
-        used = [s for s, leaf in zip(serials, in_leaf) if leaf and s not in out_serials] if True in in_leaf else ()
+        used = [s for s in leaves if s not in out_serials] if leaves else ()  # (in place: x.add_() writes x)
         if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
-            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
+            rec.line, rec.library_line = self._lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
@@ -318,6 +329,23 @@ class Trace:
             self._note_low_precision(rec, ins, outs)
         if used:
             self._uses(rec, used, outs, stop, given)
+
+    def _in_serials(self, ins: list, in_rg: list[bool], in_leaf: list[bool]) -> tuple[list[int], list[int], list[int]]:
+        """(each input's serial; those of the inputs seen here first that require grad and are not leaves: computed
+        outside the trace; those of the leaves, each once). One pass over the inputs: an op has a few."""
+        first = len(self._refs)  # serials from here on are new
+        serials: list[int] = []
+        came_in: list[int] = []
+        leaves: list[int] = []
+        for a, rg, leaf in zip(ins, in_rg, in_leaf):
+            s = self.serial(a)
+            if leaf:
+                if s not in leaves:
+                    leaves.append(s)
+            elif s >= first and rg:
+                came_in.append(s)
+            serials.append(s)
+        return serials, came_in, leaves
 
     def _cut(self, rec: OpRecord, outs: list) -> set[int] | None:
         """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
@@ -344,14 +372,14 @@ class Trace:
         if node is not None:
             self.state.low_nodes[id(node)] = (node, rec.index, low)
             if rec.line is None:
-                rec.line, rec.library_line = lines()
+                rec.line, rec.library_line = self._lines()
 
     def _keep_nodes(self, rec: OpRecord, outs: list) -> None:
         """Only to draw torch's own graph: each result's autograd node -> this op, and the op's line even where
         the report needs none. The nodes are held, so that an id stays theirs; torch frees them when the trace
         goes, earliest first, each one step from a node already gone."""
         if rec.line is None:
-            rec.line, rec.library_line = lines()
+            rec.line, rec.library_line = self._lines()
         for o in outs:
             node = grad_fn(o)
             if node is not None:
@@ -364,7 +392,7 @@ class Trace:
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
         value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, lines()[0]))
+        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, self._lines()[0]))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
@@ -372,7 +400,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, lines()[0],
+        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, self._lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     # ---- values that leave torch (tracer/followed_values.py) ----------------------------
@@ -386,74 +414,34 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
                        torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
                        cut="item" if in_rg[0] else None)
-        rec.line, rec.library_line = lines()
+        rec.line, rec.library_line = self._lines()
         self._append(rec)
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
     def _uses(self, rec: OpRecord, used: list[int], outs: list, stop, given: set[int] | None = None):
-        """Op `rec` used these leaves (serials). Kept as numbers (TraceState.add_uses), unless a custom Function
-        hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
+        """Op `rec` used these leaves (serials, each once). Kept as numbers (TraceState.add_uses), unless a custom
+        Function hides some of them (`given`: the ids of the tensors it was applied to): then as Use objects."""
         if given is None:
-            self.state.add_uses(list(dict.fromkeys(used)), rec.index)
+            self.state.add_uses(used, rec.index)
             uses = None
         else:
             leaves = {s: self._refs[s]() for s in used}
             uses = {id(a): Use(s, rec.index, hidden=id(a) not in given) for s, a in leaves.items()}
             self.state.uses.extend(uses.values())
-        if rec.grad_enabled:
-            self._listen(outs, uses, stop, rec.index)
-
-    def _listen(self, outs: list, uses: dict | None, stop, index: int):
-        """Hooks on the autograd nodes that consume each leaf: the gradient sent along each use (one hook per node,
-        however many leaves it consumes: LayerNorm's weight and bias). In the forward the nodes are kept for
-        arm() at explain, when a report needs the flow (a leaf used once needs neither)."""
-        nodes = [g for g in map(grad_fn, outs) if g is not None]
-        if self._replay is None:
-            if nodes:
-                self._found.append((nodes, stop, index))
+        if not rec.grad_enabled:
             return
-        for node, pairs in by_node(nodes, uses or {}, stop).items():
-            hook(self._ear, node, pairs)
+        if self._replay is None:  # the gradient along each use: the op's nodes kept for arm() at explain
+            self._hooks.keep(outs, stop, rec.index)
+        else:  # ... hooked at once while a checkpoint's recomputation runs in explain's backward
+            self._hooks.hook(outs, uses or {}, stop)
 
     def arm(self) -> None:
-        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
-        than once (a leaf's only use sends it its whole gradient: `whole`, no hook). Everything is hooked when
-        part of the computation came from outside the trace, where a leaf may have other uses."""
-        pending, self._found = self._found, []
-        st = self.state
-        serials = st.use_columns()[0]
-        everything = bool(st.outside)
-        if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model)
-            for use in st.made:
-                use.whole = True
-            st.whole_below = len(st.use_serials)
-            return
-        counts = Counter(serials)
-        by_op: dict[int, list[Use]] = {}
-        for use in st.uses:
-            if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
-                use.whole = False
-            by_op.setdefault(use.op, []).append(use)
-        for nodes, stop, index in pending:
-            self._arm_op(by_op.get(index, []), counts, everything, nodes, stop)
-
-    def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop) -> None:
-        if not everything and all(counts[use.serial] == 1 for use in op_uses):
-            for use in op_uses:  # its only use: no search for the node that consumes it, no hook
-                use.whole = True
-            return
-        uses = {id(leaf): use for use in op_uses if (leaf := self._refs[use.serial]()) is not None}
-        for node, pairs in by_node(nodes, uses, stop).items():
-            if not everything:
-                for _, use in pairs:
-                    use.whole = counts[use.serial] == 1
-                pairs = [(i, use) for i, use in pairs if not use.whole]
-            if pairs:
-                hook(self._ear, node, pairs)
+        """Hook, before explain's backward, the uses of leaves used more than once (tracer/use_hooks.py)."""
+        self._hooks.arm(self.state, self._refs)
 
     def listening(self) -> Listening:
         """The per-use hooks record what flows back while this is open."""
-        return Listening(self._ear)
+        return self._hooks.listening()
 
     # ---- gradient contexts and reentrant checkpoints (tracer/grad_regions.py) -----------
     def _grad_switch(self, value: bool) -> None:
@@ -485,7 +473,7 @@ class Trace:
             return "no_grad", outer.how if outer is not None else None
         if inputs_require_grad:
             return None
-        dead = DeadCheckpoint(*lines())
+        dead = DeadCheckpoint(*self._lines())
         if self.failures is not None:
             self.failures.checkpoints.append(dead)
         return "checkpoint", dead.how
@@ -536,7 +524,7 @@ class Trace:
             kind = "item" if name in ESCAPES else cut_kind(name, torch.is_grad_enabled(),
                                                            torch.is_inference_mode_enabled())
             replay.cuts.setdefault(region.checkpoint, []).append(
-                (rec, kind, self._grad_off() if kind == "no_grad" else None, *lines()))
+                (rec, kind, self._grad_off() if kind == "no_grad" else None, *self._lines()))
         uses = {}
         for a, leaf in zip(ins, in_leaf):
             serial = replay.serial_of(a, self.known(a)) if leaf and not any(a is o for o in outs) else None
@@ -545,7 +533,7 @@ class Trace:
                 uses[id(a)] = use
                 replay.found.setdefault(region.checkpoint, []).append(use)
         if uses and torch.is_grad_enabled():
-            self._listen(outs, uses, stop, rec.index)
+            self._hooks.hook(outs, uses, stop)
 
     # ---- the report ------------------------------------------------------------------
     def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
@@ -563,14 +551,14 @@ def _input_nodes(ins: list) -> set:
 
 
 # ---- torch's own leaf modules, run whole (Trace.run_leaf) ------------------------------------------------------
-def _weight_bias(m) -> list:
-    """The tensors the functional is given besides x, in its order (read where self.weight reads them)."""
+def _weight_bias(m, x: torch.Tensor) -> list:
+    """The tensors the functional is given: x, then the weight and bias (read where self.weight reads them)."""
     p = m._parameters
-    return [a for a in (p.get("weight"), p.get("bias")) if a is not None]
+    return [a for a in (x, p.get("weight"), p.get("bias")) if a is not None]
 
 
 _LEAVES: dict = {torch.nn.Linear: ("linear", _weight_bias), torch.nn.LayerNorm: ("layer_norm", _weight_bias),
-                 torch.nn.GELU: ("gelu", lambda m: [])}  # module type -> (its op's name, its tensors besides x)
+                 torch.nn.GELU: ("gelu", lambda m, x: [x])}  # module type -> (its op's name, its tensors)
 _FORWARDS = {cls: cls.forward for cls in _LEAVES}  # as torch defines them: one patched by anyone is not run whole
 _hooks = torch.nn.modules.module
 # torch has no public way to ask whether a torch function mode is on, whether the JIT is tracing, or to take the

@@ -4,15 +4,96 @@ In the forward the tracer keeps, for each op that uses a leaf, the autograd node
 number of the first node the op made (the search stops at older nodes: its inputs'). At explain, `arm` searches
 them for the node consuming each leaf used more than once and hooks it (one hook per node, however many leaves it
 consumes: LayerNorm's weight and bias); a leaf's only use sends it its whole gradient, with no search and no
-hook. The hooks listen only while explain runs backward.
+hook. The hooks listen only while explain runs backward (`Listening`).
 """
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 
-from gradflow.tracer.records import Use
+from gradflow.tracer.records import TraceState, Use, grad_fn
 
 _CONSUMER_SEARCH_LIMIT = 256  # autograd nodes visited per op when looking for parameter uses
+
+
+class UseHooks:
+    """One trace's per-use hooks: the nodes its forward kept, and whether the hooks listen."""
+
+    def __init__(self) -> None:
+        self._ear = [False]  # the hooks listen only while explain runs its backward
+        self._found: list = []  # for arm(), flat, three entries for each op that used a leaf: the autograd node of
+        #                         its result (a list of them for several results), stop, op index (no tuple kept
+        #                         per op: one op in two uses a leaf, and what it keeps the collector walks); never
+        #                         explained, let go with the trace
+
+    def keep(self, outs: list, stop, index: int) -> None:
+        """In the forward: op `index`'s nodes, for arm() at explain, when a report needs the flow."""
+        found = grad_fn(outs[0]) if len(outs) == 1 else [g for g in map(grad_fn, outs) if g is not None] or None
+        if found is not None:
+            self._found += (found, stop, index)
+
+    def hook(self, outs: list, uses: dict, stop) -> None:
+        """Hook at once the nodes of an op's results that consume the leaves in `uses` ({id(leaf): Use})."""
+        nodes = [g for g in map(grad_fn, outs) if g is not None]
+        for node, pairs in by_node(nodes, uses, stop).items():
+            hook(self._ear, node, pairs)
+
+    def arm(self, st: TraceState, refs: list) -> None:
+        """Hook the autograd nodes found in the forward, before explain's backward: those of leaves used more
+        than once (a leaf's only use sends it its whole gradient: `whole`, no hook). Everything is hooked when
+        part of the computation came from outside the trace, where a leaf may have other uses. `refs`: the
+        trace's weak references, by serial."""
+        pending, self._found = self._found, []
+        serials = st.use_columns()[0]
+        everything = bool(st.outside)
+        if not everything and len(set(serials)) == len(serials):  # each leaf used once (the common model)
+            for use in st.made:
+                use.whole = True
+            st.whole_below = len(st.use_serials)
+            return
+        counts = Counter(serials)
+        by_op: dict[int, list[Use]] = {}
+        for use in st.uses:
+            if use.whole and counts[use.serial] > 1:  # a trace entered again: an earlier only use is one no longer
+                use.whole = False
+            by_op.setdefault(use.op, []).append(use)
+        triples = iter(pending)
+        for found, stop, index in zip(triples, triples, triples):
+            nodes = found if type(found) is list else [found]
+            self._arm_op(by_op.get(index, []), counts, everything, nodes, stop, refs)
+
+    def _arm_op(self, op_uses: list[Use], counts: Counter, everything: bool, nodes: list, stop, refs: list) -> None:
+        if not everything and all(counts[use.serial] == 1 for use in op_uses):
+            for use in op_uses:  # its only use: no search for the node that consumes it, no hook
+                use.whole = True
+            return
+        uses = {id(leaf): use for use in op_uses if (leaf := refs[use.serial]()) is not None}
+        for node, pairs in by_node(nodes, uses, stop).items():
+            if not everything:
+                for _, use in pairs:
+                    use.whole = counts[use.serial] == 1
+                pairs = [(i, use) for i, use in pairs if not use.whole]
+            if pairs:
+                hook(self._ear, node, pairs)
+
+    def listening(self) -> Listening:
+        return Listening(self._ear)
+
+
+class Listening:
+    """While open, the per-use hooks record what flows back. (A plain context manager, not a generator's: explain
+    opens one on every call.)"""
+
+    __slots__ = ("ear",)
+
+    def __init__(self, ear: list) -> None:
+        self.ear = ear
+
+    def __enter__(self) -> None:
+        self.ear[0] = True
+
+    def __exit__(self, *exc) -> None:
+        self.ear[0] = False
 
 
 def hook(ear: list, node, pairs: list) -> None:
