@@ -7,7 +7,6 @@ left by an exception), and any global hook sends every module call down torch's 
 """
 from __future__ import annotations
 
-import sys
 from typing import Protocol
 
 import torch
@@ -16,7 +15,7 @@ import torch
 class Trace(Protocol):
     """What a module call asks of a trace (tracer/trace.py's Trace, which imports this module)."""
 
-    def enter_module(self, module, frame) -> None: ...
+    def enter_module(self, module) -> None: ...
 
     def leave_module(self, module) -> None: ...
 
@@ -51,8 +50,8 @@ def _module_call(module, *args, **kwargs):
         if out is not NOT_RUN:
             return out
     seen = _TRACES[:]
-    for t in seen:  # this frame: the ops' source lines are walked up to it (tracer/source_lines.py: CallSites); not
-        t.enter_module(module, sys._getframe())  # kept in a local, which would make the frame hold itself
+    for t in seen:
+        t.enter_module(module)
     try:
         return _PLAIN_CALL[0](module, *args, **kwargs)
     finally:

@@ -57,19 +57,9 @@ def lines(start: int = 1) -> tuple[str | None, str | None]:
 
 def lines_from(frame: FrameType | None) -> tuple[str | None, str | None]:
     """lines() from this frame up."""
-    return _final(*_scan(frame, None)[:2])
-
-
-def _final(line: str | None, library: str | None) -> tuple[str | None, str | None]:
-    return (line, library) if line is not None else (library, None)
-
-
-def _scan(frame: FrameType | None, stop: FrameType | None) -> tuple[str | None, str | None, bool]:
-    """(the user's own line, the innermost library line below it, done) from `frame` up to `stop` (left out) or
-    the top: done when the user's frame or the top was reached, not `stop`."""
     library = None
     kinds = _KINDS
-    while frame is not None and frame is not stop:
+    while frame is not None:
         name = frame.f_code.co_filename
         kind = kinds.get(name)
         if kind is None:
@@ -82,41 +72,10 @@ def _scan(frame: FrameType | None, stop: FrameType | None) -> tuple[str | None, 
                     _AT.clear()
                 at = _AT[key] = f"{short_path(name) if kind == _THEIRS else library_path(name)}:{frame.f_lineno}"
             if kind == _THEIRS:
-                return at, library, True
+                return at, library
             library = at
         frame = frame.f_back
-    return None, library, frame is None
-
-
-class CallSites:
-    """lines() for a trace, found once per module call: the frames above a running module call do not move while
-    it runs, so an op's frames are walked up to the innermost call only, and what lies above each call is walked
-    once, when an op inside it first asks (a model's ops sit a few calls deep: each op would walk them all)."""
-
-    def __init__(self) -> None:
-        self._frames: list[FrameType] = []  # the frame of each module call running (module_calls), innermost last
-        self._above: list[tuple[str | None, str | None] | None] = []  # _scan's answer from each one's caller up
-
-    def enter(self, frame: FrameType) -> None:
-        self._frames.append(frame)
-        self._above.append(None)
-
-    def leave(self) -> None:
-        self._frames.pop()
-        self._above.pop()
-
-    def lines(self, frame: FrameType | None) -> tuple[str | None, str | None]:
-        """lines_from(frame). A call frame that is not above `frame` (another thread's) ends no walk early."""
-        return _final(*self._up(frame, len(self._frames)))
-
-    def _up(self, frame: FrameType | None, calls: int) -> tuple[str | None, str | None]:
-        line, library, done = _scan(frame, self._frames[calls - 1] if calls else None)
-        if done:
-            return line, library
-        above = self._above[calls - 1]
-        if above is None:
-            above = self._above[calls - 1] = self._up(self._frames[calls - 1].f_back, calls - 1)
-        return above[0], library if library is not None else above[1]
+    return library, None
 
 
 _SKIPPED, _LIBRARY, _THEIRS = 0, 1, 2

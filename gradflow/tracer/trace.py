@@ -53,7 +53,7 @@ from gradflow.tracer.records import (
     requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import CallSites, custom_function, grad_switch
+from gradflow.tracer.source_lines import custom_function, grad_switch, lines_from
 from gradflow.tracer.use_hooks import Listening, UseHooks
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
@@ -106,7 +106,6 @@ class Trace:
         self._recording = False  # inside the `with` block
         self._hooks = UseHooks()  # the gradient along each use of a leaf (tracer/use_hooks.py)
         self._keeps_stats: dict[int, bool] = {}  # id(module) -> does it keep running statistics (asked once)
-        self._sites = CallSites()  # the source lines above each module call running, found once per call
 
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
@@ -141,12 +140,9 @@ class Trace:
         return None
 
     # ---- module calls (tracer/module_calls.py) ------------------------------------------
-    def enter_module(self, module, frame) -> None:
-        """`module` is called; `frame`: the frame of the call (module_calls), where its ops' source lines stop
-        walking (CallSites)."""
+    def enter_module(self, module) -> None:
         self._see_module(module)
         self.state.stack.append(module)
-        self._sites.enter(frame)
 
     def _see_module(self, module) -> None:
         st, key = self.state, id(module)
@@ -162,7 +158,6 @@ class Trace:
     def leave_module(self, module) -> None:
         stack = self.state.stack
         while stack:  # also unwinds modules left by an exception
-            self._sites.leave()
             if stack.pop() is module:
                 break
 
@@ -226,10 +221,9 @@ class Trace:
         return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
 
     def _lines(self) -> tuple[str | None, str | None]:
-        """source_lines.lines() of the op running now, through the module calls' cache (CallSites). The walk starts
-        at the frame that called the trace's method asking (_record, ...): a frame of the tracer's own, as is that
-        method's, which is left out (Python makes an object of every frame a walk goes through)."""
-        return self._sites.lines(sys._getframe(2))
+        """source_lines.lines() of the op running now. The walk starts at the frame that called the trace's method
+        asking (_record, ...): a frame of the tracer's own, as is that method's, which is left out."""
+        return lines_from(sys._getframe(2))
 
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""

@@ -46,7 +46,8 @@ def test_a_step_that_succeeds_runs_once_and_returns_its_value(tmp_path):
     loss = ns["step"](x)
     assert len(ns["calls"]) == 1
     assert torch.equal(loss, torch.tanh(x @ ns["w"]).sum())
-    assert torch.allclose(ns["w"].grad, x.T @ (1 - torch.tanh(x @ ns["w"]) ** 2))  # d/dw sum(tanh(xw)), by hand
+    want = x.T @ (1 - torch.tanh(x @ ns["w"]) ** 2)  # d/dw sum(tanh(xw)), by hand
+    assert torch.allclose(ns["w"].grad, want, atol=1e-6)  # (a sum near 0 in float32: no relative bound there)
     assert (ns["step"].__name__, ns["step"].__doc__) == ("step", "One step.")
 
 

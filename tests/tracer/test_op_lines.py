@@ -1,14 +1,10 @@
-"""Source lines found once per module call (tracer/source_lines.py: CallSites): each op's line is the line of this
-file that ran it, read from the file itself (the `# at:` marks below), at every depth of nested modules, whether the
+"""Each op's source line is the line of this file that ran it, read from the file itself (the `# at:` marks below), at every depth of nested modules, whether the
 module's forward is the user's own or torch's (Sequential), a leaf run whole or an op run through the mode."""
-import sys
-import threading
 from pathlib import Path
 
 import torch
 
 import gradflow
-from gradflow.tracer.source_lines import CallSites
 
 HERE = Path(__file__)
 SOURCE = HERE.read_text().splitlines()
@@ -52,21 +48,3 @@ def test_every_op_gets_the_line_that_ran_it_at_every_depth():
     report = t.explain(loss, params=model)
     assert {r.line for p in report.params for r in p.routes} == {at("inner-lin")}
 
-
-def test_a_module_call_outside_the_walk_does_not_cut_it_short():
-    """A call frame that is not above the op's frame (another thread's module call) ends no walk early."""
-    sites = CallSites()
-    here = sys._getframe()
-    sites.enter(here)  # at: enter
-    seen = []
-
-    def other():
-        seen.append(sites.lines(sys._getframe()))  # at: other
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    thread.join()
-    assert seen[0][0] == at("other")
-    inner = (lambda: sites.lines(sys._getframe()))()  # at: inner
-    assert inner[0] == at("inner")
-    sites.leave()
