@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -50,8 +49,9 @@ class UserCode:
     def __init__(self) -> None:
         self.pid = os.getpid()  # a process their code forks runs on from their call: it is not this one
         self.threads = set(threading.enumerate())
-        self.interrupted = False  # a real SIGINT arrived while their code ran
-        self.can_tell = False  # our SIGINT handler is in place (else every KeyboardInterrupt counts as Ctrl-C)
+        from gradflow.tracer.source_lines import Interrupts
+
+        self.interrupts = Interrupts()  # a real Ctrl-C, or a KeyboardInterrupt their code raised
 
     def run(self, what: str, fn: Callable[..., Any], *args, all_errors: bool = True, **kwargs):
         """fn(*args, **kwargs); what it raises is the user's failure (`what` names the step), except
@@ -66,7 +66,7 @@ class UserCode:
             self._end_forked_copy(1)
             if isinstance(err, GradflowError):
                 raise
-            if isinstance(err, KeyboardInterrupt) and (self.interrupted or not self.can_tell):
+            if isinstance(err, KeyboardInterrupt) and not self.interrupts.theirs(err):
                 raise
             if not all_errors and isinstance(err, Exception) and not raised_by_them(err):
                 raise
@@ -88,16 +88,13 @@ class UserCode:
 @contextlib.contextmanager
 def contained(folder: str) -> Iterator[UserCode]:
     user = UserCode()
-    with stdout_to_stderr():
-        old_sigint = _watch_sigint(user)
+    with stdout_to_stderr(), user.interrupts:
         sys.path.insert(0, folder)
         try:
             yield user
         finally:
             with contextlib.suppress(ValueError):
                 sys.path.remove(folder)
-            if old_sigint is not None:
-                signal.signal(signal.SIGINT, old_sigint)
 
 
 @contextlib.contextmanager
@@ -111,23 +108,6 @@ def stdout_to_stderr() -> Iterator[int | None]:
             yield saved
     finally:
         _give_stdout_back(saved)
-
-
-def _watch_sigint(user: UserCode):
-    """Tell a real Ctrl-C from a KeyboardInterrupt raised by code: returns the handler to restore, if replaced."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    old = signal.getsignal(signal.SIGINT)
-    if old is not signal.default_int_handler:  # ignored, or someone else's: leave it alone
-        return None
-
-    def on_sigint(signum, frame):
-        user.interrupted = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_sigint)
-    user.can_tell = True
-    return old
 
 
 def flush_all() -> None:

@@ -20,7 +20,7 @@ from gradflow.errors import GradflowError, NoGradientError, UserCodeError, Value
 from gradflow.script.optimizer import OptimizerWatch
 from gradflow.script.recorder import NO_GRAD_MESSAGE, BackwardCall, InternalFailure, ScriptTrace
 from gradflow.tracer.failures import explained, warn_nonleaf_reads
-from gradflow.tracer.source_lines import short_path, user_code
+from gradflow.tracer.source_lines import Interrupts, short_path, user_code
 
 
 class StopScript(BaseException):
@@ -44,11 +44,16 @@ def run_script(path: Path, args: list[str], on_backward: Callable[[BackwardCall]
     sys.path.insert(0, str(path.resolve().parent))  # as python does for a script: its folder first
     trace = ScriptTrace(str(path), on_backward, records, autograd)
     pid = os.getpid()
+    interrupts = Interrupts()
     try:
-        with trace, optimizers or contextlib.nullcontext():
+        with interrupts, trace, optimizers or contextlib.nullcontext():
             runpy.run_path(str(path), run_name="__main__")  # runpy swaps sys.modules["__main__"] and back
     except StopScript:
         return trace.count
+    except KeyboardInterrupt as err:
+        if not interrupts.theirs(err):
+            raise  # Ctrl-C
+        raise _raised(path, err, trace) from err
     except InternalFailure as bug:
         raise bug.error from None
     except SystemExit as done:
@@ -84,11 +89,11 @@ def _end_forked_copy(pid: int) -> None:
     os._exit(code)
 
 
-def _raised(path: Path, err: Exception, trace: ScriptTrace) -> GradflowError:
+def _raised(path: Path, err: BaseException, trace: ScriptTrace) -> GradflowError:
     frames = [f for f in traceback.extract_tb(err.__traceback__) if user_code(f.filename)]
     where = f" (at {short_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     said = text_of(err)
-    message = f"{path} raised {type(err).__name__}: {said.splitlines()[0] if said else ''}{where}"
+    message = f"{path} raised {type(err).__name__}{': ' + said.splitlines()[0] if said else ''}{where}"
     if err is trace.failed and NO_GRAD_MESSAGE in said:
         call = trace.failed_call
         if call is not None and call.no_grad is not None:  # the line that cut every path, before torch's words

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from types import FrameType, TracebackType
@@ -154,6 +156,42 @@ def short_path(path: str) -> str:
 
 
 # ---- the user's code failed --------------------------------------------------------------
+class Interrupts:
+    """While the user's code runs: tells a real Ctrl-C from a KeyboardInterrupt their code raised (theirs is
+    their failure, exit 5; a Ctrl-C stops gradflow, 130). Only the main thread can set a SIGINT handler; where
+    another handler is in place, every KeyboardInterrupt counts as a Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.interrupted = False  # a real SIGINT arrived while their code ran
+        self.can_tell = False
+        self._old: object = None  # the handler to put back
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        old = signal.getsignal(signal.SIGINT)
+        if old is signal.SIG_IGN:  # (started in the background, or by nohup): no Ctrl-C reaches this process
+            self.can_tell = True
+        elif old is signal.default_int_handler:
+            self._old = old
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self.can_tell = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)  # type: ignore[arg-type]  # (default_int_handler)
+            self._old = None
+
+    def _on_sigint(self, signum, frame):
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def theirs(self, err: BaseException) -> bool:
+        """A KeyboardInterrupt their code raised (not a Ctrl-C)."""
+        return isinstance(err, KeyboardInterrupt) and self.can_tell and not self.interrupted
+
+
 FIX_HINT = "fix the error in your code (rerun with --debug for the full traceback)"
 EXIT_HINT = ("return the loss instead of exiting: code that exits (sys.exit, argparse) belongs under "
              "`if __name__ == \"__main__\":`")

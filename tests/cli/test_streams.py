@@ -158,3 +158,22 @@ def test_ctrl_c_during_a_file_batch_writes_whole_records_only(tmp_path):
         assert proc.wait(timeout=60) == 130 and b"Traceback" not in err
     records = [json.loads(line) for line in (first + out).decode().splitlines()]  # each one whole
     assert [r["id"] for r in records] == list(range(len(records))) and len(records) >= 2
+
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_script_runs_exits_130_not_as_its_failure(tmp_path):
+    """A real Ctrl-C during `gradflow script` (SIGINT to the whole process group, as a terminal sends it; the
+    script runs in a child gradflow watches) stops gradflow with 130, where a KeyboardInterrupt the script raises
+    itself is the script's failure (exit 5: tests/script/test_script.py)."""
+    path = tmp_path / "waits.py"
+    path.write_text("import sys, torch\nx = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n"
+                    "print('ready', flush=True)\nsys.stdin.readline()\n")
+    with start(["script", str(path)], stdin=subprocess.PIPE, timeout=90, start_new_session=True) as proc:
+        while (line := proc.stderr.readline()) and line.strip() != b"ready":  # the script's print goes to stderr
+            pass
+        assert line.strip() == b"ready"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err

@@ -398,3 +398,20 @@ def test_nothing_the_code_forked_outlives_the_command(files, results):
     res = result(results, "orphan")  # its child ignores SIGTERM and sleeps 300 s
     assert res.returncode == 0, res.stderr
     assert ended(int((files / "orphan.pid").read_text()))
+
+
+@pytest.mark.slow
+def test_a_keyboard_interrupt_their_code_raises_is_theirs_with_sigint_ignored(files):
+    """Started in the background (`cmd &`, nohup), a process ignores SIGINT: no Ctrl-C can reach it, so a
+    KeyboardInterrupt is the code's own, exit 5 with its line, not a silent 130 (a fuzz run in the background)."""
+    import signal
+    import subprocess
+
+    from ..processes import child_env
+
+    res = subprocess.run(GRADFLOW + ["inspect", "model.py:raises_interrupt"], text=True, cwd=files, timeout=90,
+                         capture_output=True, env=child_env(None),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    at = line(files, "model.py", "raises_interrupt")
+    assert res.returncode == 5, res.stderr
+    assert f"raises_interrupt() raised KeyboardInterrupt (at {at})" in res.stderr

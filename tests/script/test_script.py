@@ -246,3 +246,14 @@ def test_generated_scripts_each_program_gives_torch_grads(tmp_path):
     assert len(calls) == 30
     for call, grads in calls:
         assert_reproduces(call, grads)
+
+
+def test_a_keyboard_interrupt_the_script_raises_is_its_failure(tmp_path, monkeypatch):
+    """Not a Ctrl-C (that one exits 130: tests/cli/test_streams.py): exit 5, with the script's line."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "stops.py"
+    path.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n"
+                    "raise KeyboardInterrupt\n")
+    res = CliRunner().invoke(app, ["script", "stops.py"])
+    assert res.exit_code == 5, res.output
+    assert "error: stops.py raised KeyboardInterrupt (at stops.py:4)" in res.stderr
