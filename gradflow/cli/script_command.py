@@ -122,7 +122,7 @@ class _Emitter:
             self._json(call, step, findings)
             return
         from gradflow.script.loop import shows_line
-        from gradflow.script.loop_view import changes_head, finding_lines, step_line
+        from gradflow.script.loop_view import StepLine, changes_head, finding_lines
 
         out = self._console()
         if self.plan.full or step.first or step.changes or self.plan.in_steps(call.index):
@@ -131,7 +131,7 @@ class _Emitter:
             self._full(call, out)
         elif shows_line(call.index, self.plan.every):
             self.shown[0] += 1
-            out.print(step_line(step), soft_wrap=True)
+            out.print(StepLine(step), soft_wrap=True)
         if findings:
             out.print(finding_lines(findings), soft_wrap=True)
         sys.stdout.flush()

@@ -17,12 +17,29 @@ def _norm(pick: tuple[str, float] | None) -> str:
     return "-" if pick is None else f"{pick[1]:.2e} {pick[0]}"
 
 
-def step_line(step: Step) -> Text:
-    """`   12  loss 0.4231  grad 4/4  max 1.21e-01 w2  min 3.40e-03 w1`"""
-    loss = "-" if step.loss is None else f"{step.loss:.4g}"
-    return Text.assemble((f"{step.index:>6}", "bold"), f"  {step.loss_name or 'loss'} {loss}",
-                         f"  grad {step.got}/{step.params}", ("  max ", "dim"), _norm(step.largest),
-                         ("  min ", "dim"), _norm(step.smallest))
+class StepLine:
+    """`   12  loss 0.4231  grad 4/4  max 1.21e-01 w2  min 3.40e-03 w1`, laid out for the console's width when
+    printed: where the names make the line too long (peft's), the numbers stay on it and each name gets a line
+    of its own below, losing its front only if it must (display.fit_name), never broken mid-word."""
+
+    def __init__(self, step: Step):
+        self.step = step
+
+    def __rich_console__(self, console, options):
+        s = self.step
+        loss = "-" if s.loss is None else f"{s.loss:.4g}"
+        head = Text.assemble((f"{s.index:>6}", "bold"), f"  {s.loss_name or 'loss'} {loss}",
+                             f"  grad {s.got}/{s.params}")
+        whole = Text.assemble(head, ("  max ", "dim"), _norm(s.largest), ("  min ", "dim"), _norm(s.smallest))
+        if whole.cell_len <= options.max_width:
+            yield whole
+            return
+        picks = [("max", s.largest), ("min", s.smallest)]
+        yield Text.assemble(head, *[part for word, pick in picks for part in
+                                    ((f"  {word} ", "dim"), "-" if pick is None else f"{pick[1]:.2e}")])
+        for word, pick in picks:
+            if pick is not None:
+                yield Text.assemble((f"        {word} ", "dim"), fit_name(pick[0], options.max_width - 12))
 
 
 def changes_head(step: Step) -> Text:

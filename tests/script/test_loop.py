@@ -377,3 +377,31 @@ def test_trend_rows_keep_peft_names_whole_and_apart_at_any_width(width):
     for name, text in zip(names, shown):  # the last dotted parts, whole, and enough of them to tell layers apart
         assert text == name or text.startswith("…") and name.endswith("." + text[1:])
     assert len(set(shown)) == len(names)
+
+
+@pytest.mark.parametrize("width", [60, 80, 300])
+def test_a_step_line_with_peft_names_fits_the_console_without_breaking_a_name(width):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gradflow.script.loop import Step
+    from gradflow.script.loop_view import StepLine
+
+    big = "model.base_model.model.model.layers.0.self_attn.v_proj.lora_B.default.weight"
+    small = "model.base_model.model.model.layers.1.self_attn.q_proj.lora_A.default.weight"
+    step = Step(7, "train.py:9", "loss.backward()", "loss", 4.116, 8, 8, (big, 0.153), (small, 4.39e-4))
+    out = StringIO()
+    Console(file=out, width=width, color_system=None).print(StepLine(step), soft_wrap=True)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines)
+    assert lines[0].startswith("     7  loss 4.116  grad 8/8  max 1.53e-01 ")
+    assert "min 4.39e-04" in lines[0]
+    if width == 300:  # room for all of it: one line, the names whole
+        assert lines == [f"     7  loss 4.116  grad 8/8  max 1.53e-01 {big}  min 4.39e-04 {small}"]
+        return
+    said = dict(line.split() for line in lines[1:])  # a line per name below: `max NAME`, `min NAME`
+    assert set(said) == {"max", "min"}
+    for name, text in ((big, said["max"]), (small, said["min"])):  # the last dotted parts, whole
+        assert text == name or text.startswith("…") and name.endswith("." + text[1:])
+    assert "layers.0" in said["max"] and "layers.1" in said["min"]  # the layers still told apart
