@@ -100,8 +100,7 @@ class _Emitter:
         try:
             sys.stderr.flush()  # the script's prints so far come first, in whatever order the streams are read
             with contextlib.redirect_stdout(self.stdout):
-                self._print(call)
-                graph = self._graph(call)
+                graph = self._print(call)
             if self.sections is not None:
                 from gradflow.render.html_report import autograd_section, backward_section
 
@@ -114,13 +113,15 @@ class _Emitter:
             raise StopScript from None
 
     def _print(self, call):
+        """The call's report (or JSON record), then its autograd graph (--autograd), which it returns."""
         step = self.loop.see(call)
         self.repeated = not step.first
         self.optimizers.at_backward(call)
         findings = self.optimizers.fresh()
         if self.json:
-            self._json(call, step, findings)
-            return
+            graph, path = self._graph(call)
+            self._json(call, step, findings, None if graph is None else self.graphs.record(graph, path))
+            return graph
         from gradflow.script.loop import shows_line
         from gradflow.script.loop_view import StepLine, changes_head, finding_lines
 
@@ -135,21 +136,23 @@ class _Emitter:
         if findings:
             out.print(finding_lines(findings), soft_wrap=True)
         sys.stdout.flush()
+        graph, path = self._graph(call)
+        if graph is not None:
+            from rich.text import Text
+
+            out.print(Text(Graphs.line(graph, path)), soft_wrap=True)
+            sys.stdout.flush()
+        return graph
 
     def _graph(self, call):
-        """--autograd: the graph of a backward() shown in full whose ops were recorded, written and summed up."""
+        """--autograd: the graph of a backward() shown in full whose ops were recorded, and the file it was
+        written to (-o)."""
         g = self.graphs
         if g is None or call.autograd_ops is None or not (g.every or not self.repeated or
                                                           self.plan.in_steps(call.index)):
-            return None
+            return None, None
         graph = call.autograd_graph(g.depth)
-        path = g.write(graph, call.index)
-        if not self.json:
-            from rich.text import Text
-
-            self._console().print(Text(g.line(graph, path)), soft_wrap=True)
-            sys.stdout.flush()
-        return graph
+        return graph, g.write(graph, call.index)
 
     def _console(self):
         """stdout's console, made once: a loop prints through it at every backward()."""
@@ -167,16 +170,16 @@ class _Emitter:
         out.print(Text(program_line(call, self.options)), soft_wrap=True)  # never wrapped: copy it whole
         out.print()
 
-    def _json(self, call, step, findings):
+    def _json(self, call, step, findings, graph: dict | None):
         from gradflow.script.backward_table import record
         from gradflow.values.jsonable import document, dumps
 
+        extra = {"findings": [f.to_dict() for f in findings], **({"autograd": graph} if self.graphs else {})}
         if self.plan.brief:
-            text = dumps({**step.to_dict(), "findings": [f.to_dict() for f in findings]})
+            text = dumps({**step.to_dict(), **extra})
         else:
             with document(self.summary):
-                text = dumps({**record(call, self.options), "changes": step.changes,
-                              "findings": [f.to_dict() for f in findings]})
+                text = dumps({**record(call, self.options), "changes": step.changes, **extra})
         print(text, flush=True)
 
     def end(self) -> None:
@@ -233,6 +236,13 @@ class Graphs:
         path = self.output.with_name(f"{self.output.stem}-{index}{self.output.suffix}")
         write_file(path, picture(graph, path, f"-o {path.name}"))
         return path
+
+    @staticmethod
+    def record(graph, path: Path | None) -> dict:
+        """The graph in a --json record: what the line under a table says."""
+        return {"file": None if path is None else str(path), "nodes": len(graph.nodes),
+                "torch_nodes": graph.recorded if graph.root is not None else 0, "edges": len(graph.edges),
+                "cuts": sum(n.kind == "cut" for n in graph.nodes.values()), "folded": [f.label for f in graph.folds]}
 
     @staticmethod
     def line(graph, path: Path | None) -> str:

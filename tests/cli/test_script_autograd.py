@@ -72,3 +72,22 @@ def test_a_backward_from_a_tensor_without_grad_fn_draws_nothing(cli, tmp_path):
     r = cli("script", str(ROOT / "examples" / "fail_no_grad_path.py"), "--autograd", "-o", str(tmp_path / "o.dot"))
     assert r.exit_code == 3, r.stderr  # no gradient: .item() cut every path
     assert "has no grad_fn: torch recorded no graph" in r.stdout and not list(tmp_path.iterdir())
+
+
+def test_json_records_name_each_graph_and_its_size(cli, tmp_path):
+    import json
+
+    r = cli("script", str(CLASSIC), "--autograd", "--json", "-o", str(tmp_path / "ops.dot"))
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    truths = plain.backward_graphs(CLASSIC)  # torch's graph of each backward, walked in plain torch
+    assert len(records) == len(truths) == 3
+    for k, (rec, truth) in enumerate(zip(records, truths), 1):
+        graph = rec["autograd"]
+        dot = (tmp_path / f"ops-{k}.dot").read_text()
+        assert graph["file"] == str(tmp_path / f"ops-{k}.dot")
+        assert graph["torch_nodes"] == sum(truth["kinds"].values())
+        assert graph["nodes"] == dot.count(" [label=") and graph["edges"] == dot.count(" -> ")
+        assert graph["cuts"] == (k > 1)  # the 2nd and 3rd backward each go through one detach
+    plain_json = [json.loads(line) for line in cli("script", str(CLASSIC), "--json").stdout.splitlines()]
+    assert all("autograd" not in rec for rec in plain_json)  # only asked for, as the table's line is
