@@ -71,6 +71,7 @@ def main(out: Path, kind: str, cases: list[str]) -> None:
         own, synced = hf(case) if kind == "hf" else lightning(case, kind == "lightning-fsdp")
         (out / f"plain-{kind}-{case}-rank{dist.get_rank()}.json").write_text(json.dumps({
             "own": own, "synced": synced}))
+    dist.barrier()  # both ranks done before gloo is torn down (a rank leaving first can abort the other's exit)
     dist.destroy_process_group()
 
 

@@ -71,7 +71,8 @@ def test_each_lora_parameter_gets_gradient_and_each_frozen_base_weight_names_get
         assert {n for n in want.got} == {n for n in want.requires_grad if LORA.search(n)}  # 8 adapters, all live
 
 
-def test_the_loop_reads_as_one_report_then_lines_and_adamw_has_nothing_to_say(plain, cli):
+def test_the_loop_reads_as_one_report_then_lines_and_adamw_has_nothing_to_say(plain, cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # the line count below is the 80-column layout's, wherever the suite runs
     truth = plain[()]
     # plain torch: each AdamW step changed exactly the parameters that had a gradient, the adapters
     assert all(s.changed == s.had_grad == truth.backwards[0].got for s in truth.steps)
@@ -89,7 +90,7 @@ def test_the_loop_reads_as_one_report_then_lines_and_adamw_has_nothing_to_say(pl
     assert "⚠" not in res.stdout
     # after the first report: a line per later step, then the summary (head, the backward line, changes, the
     # trend's head and a row per adapter, the optimizer and its verdict)
-    # (at the runner's 80 columns a step's two peft names do not fit on its line: each gets a line below it)
+    # (at 80 columns a step's two peft names do not fit on its line: each gets a line of its own below it)
     after = res.stdout.splitlines()[res.stdout.splitlines().index(lines[2]):]
     assert len(after) == 3 * (len(truth.backwards) - 1) + 3 + (1 + len(truth.backwards[0].got)) + 2, after
 
