@@ -23,7 +23,7 @@ PAGES = pages()
 # Pages whose examples start processes or run many scripts (ranks, trainers, a Jupyter kernel, every failure
 # class): run with -m slow.
 SLOW_PAGES = {"ddp.md", "fsdp.md", "integrations.md", "huggingface.md", "lightning.md", "failures.md",
-              "notebooks.md"}
+              "notebooks.md", "inspect.md", "script.md"}  # real models, processes and training loops
 NEEDS = {"huggingface.md": "transformers", "lightning.md": "lightning", "integrations.md": "lightning"}  # extras
 
 
@@ -32,11 +32,10 @@ def page_param(page: Path):
 
 
 def commands_of(page: Path) -> list[str]:
-    """The page's `$ gradflow ...` commands; a slow page's are read, not run (its examples run with -m slow)."""
-    if page.name not in SLOW_PAGES:
-        return [c.command for c in checks_of(page)]
-    return [line[2:] for item in parse(page.read_text()) if isinstance(item, Block)
-            for line in item.body if line.startswith("$ ")]
+    """The page's `$ ...` commands and `>>> ...` lines, read, not run: every block with one is run and compared
+    by test_examples_are_real_output (test_every_command_example_is_checked holds the exceptions)."""
+    return [line.split(" ", 1)[1] for item in parse(page.read_text()) if isinstance(item, Block)
+            for line in item.body if line.startswith(("$ ", ">>> "))]
 
 
 def rel(path: Path) -> str:

@@ -7,6 +7,8 @@ import sys
 import textwrap
 import warnings
 
+import pytest
+
 import gradflow
 from gradflow.script.run import run_script
 from gradflow.tracer.failures import GradflowWarning
@@ -43,6 +45,7 @@ def _check(caught, path, line: int) -> None:
     assert "y.retain_grad()" in text and not text.startswith("why backward failed")
 
 
+@pytest.mark.slow  # (the oracle is a python process)
 def test_script_warns_at_the_line_that_read_grad(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "reads.py"
@@ -51,6 +54,7 @@ def test_script_warns_at_the_line_that_read_grad(tmp_path, monkeypatch):
     _check(_warnings(lambda: run_script(path, [], lambda call: None)), path, line)
 
 
+@pytest.mark.slow
 def test_explain_errors_with_form_warns_at_the_line_that_read_grad(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "reads.py"
