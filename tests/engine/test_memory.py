@@ -36,5 +36,8 @@ def test_peak_memory_is_what_the_total_limit_counts(program, counted):
     small = peak_bytes(program, "--x", f"randn({N})")
     big = peak_bytes(program, "--x", f"randn({2 * N})")
     seen, limit = big - small, counted * N * 4
-    assert 0.8 * limit <= seen <= 1.2 * limit, f"{program}: {seen / 2**20:.0f} MB for {N:,} elements more, " \
+    # Over the count by more than 20% would let a command pass the limit and still run out of memory: that bound
+    # is tight. Under it is the safe side, and torch does not always hold every gradient at once: sum(exp(x))
+    # peaked at 3 of its 4 counted buffers in two CI runs out of three (a freed grad reused), so the floor is 70%.
+    assert 0.7 * limit <= seen <= 1.2 * limit, f"{program}: {seen / 2**20:.0f} MB for {N:,} elements more, " \
                                                f"the limit counts {limit / 2**20:.0f} MB"
