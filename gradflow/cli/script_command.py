@@ -249,10 +249,11 @@ class Graphs:
         """`autograd graph of L: backward 1 at x.py:17: 5 nodes for torch's 4, 5 edges, 1 cut → ops-1.svg`"""
         if graph.root is None:  # backward failed on it, or will
             return f"{graph.title}: none (what backward() ran from has no grad_fn: torch recorded no graph)\n"
-        cuts = sum(n.kind == "cut" for n in graph.nodes.values())
-        folds = "".join(f", {f.label} folded" for f in graph.folds)
+        r = Graphs.record(graph, path)
+        cuts = r["cuts"]
+        folds = "".join(f", {label} folded" for label in r["folded"])
         where = f" → {path}" if path is not None else " (-o FILE.svg draws it)"
-        return (f"{graph.title}: {len(graph.nodes)} nodes for torch's {graph.recorded}, {len(graph.edges)} edges"
+        return (f"{graph.title}: {r['nodes']} nodes for torch's {r['torch_nodes']}, {r['edges']} edges"
                 f"{f', {cuts} cut' + 's' * (cuts != 1) if cuts else ''}{folds}{where}\n")
 
 

@@ -311,8 +311,7 @@ def frozen_reason(trace: Trace, serial: int | None) -> str:
     """Why requires_grad is False, naming the line that set it when the trace saw it."""
     e = _last_flag(trace, serial)
     if e is not None and not e.value:
-        how = "requires_grad_(False)" if e.op == "requires_grad_" else "`.requires_grad = False`"
-        return f"frozen: {how} at {e.line}" if e.line else f"frozen: {how}"
+        return f"frozen: {_set_by(e)} at {e.line}" if e.line else f"frozen: {_set_by(e)}"
     return "frozen: requires_grad is False"
 
 
@@ -321,8 +320,12 @@ def unfrozen_reason(trace: Trace, serial: int | None) -> str | None:
     e = _last_flag(trace, serial)
     if e is None or not e.value or not e.line:
         return None
-    how = "requires_grad_(True)" if e.op == "requires_grad_" else "`.requires_grad = True`"
-    return f"unfrozen: {how} at {e.line}"
+    return f"unfrozen: {_set_by(e)} at {e.line}"
+
+
+def _set_by(e) -> str:
+    """How the script set requires_grad, as it wrote it: `requires_grad_(False)` or `.requires_grad = False`."""
+    return f"requires_grad_({e.value})" if e.op == "requires_grad_" else f"`.requires_grad = {e.value}`"
 
 
 def was_frozen(trace: Trace, serial: int | None) -> bool:

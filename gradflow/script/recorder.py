@@ -38,7 +38,7 @@ from gradflow.script.writes import Write, Writes
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
-from gradflow.tracer.records import FLAGS, grad_fn, inputs, storage_of, written
+from gradflow.tracer.records import FLAGS, flag_value, grad_fn, inputs, is_leaf, storage_of, written
 from gradflow.tracer.source_lines import lines, short_path, user_code
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
@@ -179,8 +179,7 @@ class ScriptTrace(Trace):
         ins = inputs(args, kwargs)
         if not ins:
             return
-        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        if ins[0].requires_grad != bool(value):
+        if ins[0].requires_grad != flag_value(args, kwargs):
             self._flag(name, ins[0], args, kwargs)
 
     def _made_by(self, t: torch.Tensor) -> str | None:
@@ -391,10 +390,7 @@ def _plain(t) -> bool:
 def _answers(t: torch.Tensor) -> bool:
     """Does torch say what `t` is? Not for a view made under no_grad whose base then changed in place (the padding
     row nn.Embedding zeroes): its grad_fn and is_leaf raise, so the table leaves it out rather than fail there."""
-    try:
-        return t.grad_fn is not None or t.is_leaf
-    except RuntimeError:
-        return False
+    return grad_fn(t) is not None or is_leaf(t)
 
 
 def _tensors(scope: dict):

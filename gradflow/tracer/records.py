@@ -106,6 +106,11 @@ def grad_fn(a: torch.Tensor):
         return None
 
 
+def flag_value(args: tuple, kwargs: dict) -> bool:
+    """The requires_grad a flag call sets: `t.requires_grad_(v)` (default True) or `t.requires_grad = v`."""
+    return bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))
+
+
 def is_leaf(a: torch.Tensor) -> bool:
     """`a.is_leaf`; False for a view made under no_grad whose base changed in place (nn.Embedding's padding row):
     torch refuses to say, and the user's code may still use that view under no_grad, so the recorder must not ask."""

@@ -46,6 +46,7 @@ from gradflow.tracer.records import (
     TraceState,
     Use,
     cut_kind,
+    flag_value,
     grad_fn,
     inputs,
     is_leaf,
@@ -385,8 +386,7 @@ class Trace:
             self.checkpoint_ops[self._checkpoint].append(rec.index)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
-        value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-        self.state.flags.append(FlagEvent(self.serial(t), bool(value), name, self._lines()[0]))
+        self.state.flags.append(FlagEvent(self.serial(t), flag_value(args, kwargs), name, self._lines()[0]))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
