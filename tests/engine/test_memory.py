@@ -20,10 +20,15 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 """
 
 
-def peak_bytes(*args: str) -> int:
-    out = run([*PYTHON, "-c", PEAK, *args])
-    assert out.returncode == 0, out.stderr
-    return int(out.stdout.split()[-1])
+def peak_bytes(*args: str, runs: int = 2) -> int:
+    """The lower peak of `runs` processes: a peak can also catch a transient buffer torch frees at once (one CI
+    run under heavy load measured sum(exp(x)) at 5 of its 4 counted buffers), never fewer bytes than it holds."""
+    peaks = []
+    for _ in range(runs):
+        out = run([*PYTHON, "-c", PEAK, *args])
+        assert out.returncode == 0, out.stderr
+        peaks.append(int(out.stdout.split()[-1]))
+    return min(peaks)
 
 
 @pytest.mark.slow
