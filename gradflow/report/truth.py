@@ -53,7 +53,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     wanted = list(compress(tensors, flags))
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))
-    if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
+    if trace.regions.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
         leaves = grad_leaves(trace, tensors)
         if not _would_hook(leaves):
             with trace.replaying():
