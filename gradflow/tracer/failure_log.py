@@ -110,17 +110,17 @@ def user_line() -> str | None:
     return lines_from(sys._getframe(2))[0]
 
 
-def _warn_at_user_line(said: list[warnings.WarningMessage]) -> None:
-    """Torch's own warnings of a `.grad` read, given again at the user's line that read it: torch points its
-    warning at the frame that called `.grad`, which is the log's own, and the user would look there."""
-    frame = user_frame(2)
-    for w in said:
-        if frame is None:
-            warnings.warn(w.message, w.category, stacklevel=4)
-        else:
-            where = frame.f_globals
-            warnings.warn_explicit(w.message, w.category, frame.f_code.co_filename, frame.f_lineno,
-                                   module=where.get("__name__"), registry=where.setdefault("__warningregistry__", {}))
+def warn_at(message: Warning | str, category: type[Warning], file: str | None, line: int, scope: dict | None = None,
+            stacklevel: int = 1) -> None:
+    """Give a warning at the user's `file:line` (`scope`: that frame's globals, whose module and registry
+    warnings.warn would use); without a file, `stacklevel` frames above the caller."""
+    if file is None:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    elif scope is None:
+        warnings.warn_explicit(message, category, file, line)
+    else:
+        warnings.warn_explicit(message, category, file, line, module=scope.get("__name__"),
+                               registry=scope.setdefault("__warningregistry__", {}))
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -231,7 +231,12 @@ class FailureLog:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             grad = get(t)
-        _warn_at_user_line(said)
+        frame = user_frame(1)  # torch's warning points at the log's own frame: given again where the user reads
+        for w in said:
+            if frame is None:
+                warn_at(w.message, w.category, None, 0, stacklevel=3)
+            else:
+                warn_at(w.message, w.category, frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
         if grad is None:
             self.nonleaf_grads.append(NonLeafGrad(t, user_line()))
         return grad
