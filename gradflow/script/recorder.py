@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect as pyinspect
 import linecache
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -39,7 +38,7 @@ from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
 from gradflow.tracer.records import FLAGS, flag_value, grad_fn, inputs, is_leaf, storage_of, written
-from gradflow.tracer.source_lines import lines, short_path, user_code
+from gradflow.tracer.source_lines import lines, short_path, user_code, user_frame
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
@@ -299,7 +298,7 @@ class ScriptTrace(Trace):
         roots: list = [given] if isinstance(given, torch.Tensor) else list(given or ())
         grads = bound.get("grad_tensors", bound.get("gradient"))
         grads = [grads] * len(roots) if grads is None or isinstance(grads, torch.Tensor) else list(grads)
-        frame = _user_frame()
+        frame = user_frame()
         named = self.named_tensors(frame)
         program: Program | NoProgram
         if self.quiet:
@@ -407,13 +406,6 @@ def _tensors(scope: dict):
         else:
             continue
         yield from ((k, t) for k, t in found if _plain(t) and _answers(t))
-
-
-def _user_frame() -> FrameType | None:
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not user_code(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
 
 
 def _where(frame: FrameType | None) -> str | None:
