@@ -272,14 +272,17 @@ def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | No
     return None
 
 
-def attach(err: BaseException, failure: BackwardFailure) -> None:
-    """Add the explanation to torch's error, in place: the same exception, its message then the explanation."""
-    failure.message = failure.message or text_of(err)
+def attach(err: BaseException, failure: BackwardFailure | None, note: str = "") -> None:
+    """Add the explanation to torch's error, in place: the same exception, its message then the explanation.
+    Without one, the `note` (and `err.gradflow` None: tried, so an outer function form does not try again)."""
+    if failure is not None:
+        failure.message = failure.message or text_of(err)
+        note = failure.describe()
     err.gradflow = failure  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]}\n\n{failure.describe()}", *err.args[1:])
+        err.args = (f"{err.args[0]}\n\n{note}", *err.args[1:])
     elif hasattr(err, "add_note"):
-        err.add_note(failure.describe())
+        err.add_note(note)
 
 
 def _raised_at(err: BaseException) -> str | None:
