@@ -114,10 +114,6 @@ class InternalFailure(BaseException):
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
 
-    # Values that leave torch (.item(), .tolist(), .numpy()) are followed into the tensors made from them, so a
-    # row made by torch.tensor(x.item()) names the .item() that cut it (named_reasons.py).
-    follows_numbers = True
-
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None],
                  records: Callable[[int], bool] | None = None, autograd: bool = False):
         super().__init__(failures=FailureLog())  # why a backward failed (tracer/failures.py)
@@ -311,8 +307,9 @@ class ScriptTrace(Trace):
             roots = [r for r in roots if isinstance(r, torch.Tensor)]
         handles, caught = self._grad_hooks(named)
         self.count += 1
-        call = BackwardCall(self.count, _where(frame), _code(frame), roots, [self.name_of(named, r) for r in roots],
-                            bool(bound.get("retain_graph")), named, program)
+        root_names = [next((n.name for n in named if n.tensor is r), None) for r in roots]
+        call = BackwardCall(self.count, _where(frame), _code(frame), roots, root_names, bool(bound.get("retain_graph")),
+                            named, program)
         return call, handles, caught
 
     def _grad_hooks(self, named: list[Named]):
@@ -357,10 +354,6 @@ class ScriptTrace(Trace):
                 break
             frame = frame.f_back
         return scopes
-
-    @staticmethod
-    def name_of(named: list[Named], t) -> str | None:
-        return next((n.name for n in named if n.tensor is t), None)
 
 
 class _FreshValues(FollowedValues):

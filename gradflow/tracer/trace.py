@@ -83,7 +83,6 @@ class TraceMode(TorchFunctionMode):
 class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
 
-    follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
     keeps_nodes = False  # name torch's autograd nodes by their op (report/op_graph.py): set by trace(autograd=True)
 
     def __init__(self, explain=None, failures=None) -> None:
@@ -259,7 +258,7 @@ class Trace:
             return func(*args, **kwargs)
         replay = self.regions.replay
         ins = inputs(args, kwargs)
-        if name in METADATA_ONLY and self.follows_numbers:
+        if name in METADATA_ONLY:
             ins = ins[1:]
         if name in FLAGS and ins and replay is None:
             self._flag(name, ins[0], args, kwargs)
@@ -280,7 +279,7 @@ class Trace:
             hooked = self.regions.replayed(name, ins, in_rg, in_leaf, out, self.known, self.state.ops)
             if hooked is not None:
                 self._hooks.hook(*hooked, stop)
-        elif name in ESCAPES and self.follows_numbers:
+        elif name in ESCAPES:  # followed into later ops (a tensor made from x.item() names the .item() that cut it)
             self._escape(name, ins, in_rg, out)
         elif name not in FLAGS:
             extra = self._values.serials_in(args, kwargs, ins, self.known)
