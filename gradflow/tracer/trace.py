@@ -23,7 +23,6 @@ Tensor versions (in-place writes) belong in `_record`: every op passes there onc
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from contextlib import contextmanager
 
@@ -53,7 +52,7 @@ from gradflow.tracer.records import (
     requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import custom_function, lines_from
+from gradflow.tracer.source_lines import custom_function, lines
 from gradflow.tracer.use_hooks import Listening, UseHooks
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
@@ -215,11 +214,6 @@ class Trace:
         ids, refs = self._ids, self._refs
         return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
 
-    def _lines(self) -> tuple[str | None, str | None]:
-        """source_lines.lines() of the op running now. The walk starts at the frame that called the trace's method
-        asking (_record, ...): a frame of the tracer's own, as is that method's, which is left out."""
-        return lines_from(sys._getframe(2))
-
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
         for rec in reversed(self.state.ops):
@@ -311,7 +305,7 @@ class Trace:
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
         used = [s for s in leaves if s not in out_serials] if leaves else ()  # (in place: x.add_() writes x)
         if rec.cut or used or inference or rec.module is None or came_in or self.regions.checkpoint is not None:
-            rec.line, rec.library_line = self._lines()  # (a checkpoint's: its recomputation may find a cut here)
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
@@ -364,14 +358,14 @@ class Trace:
         if node is not None:
             self.state.low_nodes[id(node)] = (node, rec.index, low)
             if rec.line is None:
-                rec.line, rec.library_line = self._lines()
+                rec.line, rec.library_line = lines()
 
     def _keep_nodes(self, rec: OpRecord, outs: list) -> None:
         """Only to draw torch's own graph: each result's autograd node -> this op, and the op's line even where
         the report needs none. The nodes are held, so that an id stays theirs; torch frees them when the trace
         goes, earliest first, each one step from a node already gone."""
         if rec.line is None:
-            rec.line, rec.library_line = self._lines()
+            rec.line, rec.library_line = lines()
         for o in outs:
             node = grad_fn(o)
             if node is not None:
@@ -382,7 +376,7 @@ class Trace:
         self.regions.recorded(rec.index)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
-        self.state.flags.append(FlagEvent(self.serial(t), flag_value(args, kwargs), name, self._lines()[0]))
+        self.state.flags.append(FlagEvent(self.serial(t), flag_value(args, kwargs), name, lines()[0]))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
@@ -390,7 +384,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, self._lines()[0],
+        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     # ---- values that leave torch (tracer/followed_values.py) ----------------------------
@@ -404,7 +398,7 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
                        torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
                        cut="item" if in_rg[0] else None)
-        rec.line, rec.library_line = self._lines()
+        rec.line, rec.library_line = lines()
         self._append(rec)
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
