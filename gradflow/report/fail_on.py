@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
@@ -106,10 +106,8 @@ def rows_of(report) -> list[Row]:
 
 
 def _row_of_param(p: ParamReport) -> Row:
-    got = p.grad is not None
-    use = f"; first used by `{p.routes[0].op}` at {p.routes[0].line}" if p.routes and p.routes[0].line else ""
-    return Row(p.name, tuple(p.aliases), p.status, p.requires_grad, p.why, got, got and _nonfinite(p),
-               bool(p.cuts) and p.status != "cut", p.in_optimizer, use)
+    """Its JSON's row, with nonfinite read from the elements (a huge but finite gradient can overflow its norm)."""
+    return replace(_row_of_dict(p.to_dict()), nonfinite=p.grad is not None and _nonfinite(p))
 
 
 def _row_of_dict(p: dict) -> Row:
@@ -125,7 +123,7 @@ def _row_of_dict(p: dict) -> Row:
 def _nonfinite(p: ParamReport) -> bool:
     if p.grad_norm is not None and math.isfinite(p.grad_norm):
         return False  # a finite norm: every element is finite
-    return not bool(p.grad.isfinite().all())  # (a huge but finite gradient can overflow its norm)
+    return not bool(p.grad.isfinite().all())
 
 
 def classes_of(p: Row | ParamReport) -> list[str]:

@@ -101,8 +101,9 @@ def check_precision(trace: Trace, graph: FlowGraph, loss, named: list[tuple[str,
     if not suspects or not loss.requires_grad:
         return report
     wanted = [named[i][1] for i in suspects]
-    leaves = grad_leaves(trace, wanted) if trace.checkpoint_ops or "CheckpointFunction" in trace.state.functions \
-        else None  # a reentrant checkpoint refuses torch.autograd.grad: plain backward passes, .grad put back
+    checkpoints = trace.regions.checkpoint_ops or "CheckpointFunction" in trace.state.functions
+    leaves = grad_leaves(trace, wanted) if checkpoints else None  # a reentrant checkpoint refuses
+    #                                  torch.autograd.grad: plain backward passes, .grad put back
     flows = [u.flow for u in trace.state.uses]  # the trace's hooks fire again in these passes
     overflow = any(not bool(grads[i].isfinite().all()) for i in suspects)
     try:

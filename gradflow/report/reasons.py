@@ -158,16 +158,12 @@ class FlowGraph:
 
     @cached_property
     def to_loss(self) -> set[int]:
-        return self._ancestors()
+        return self.ancestors(self.loss)  # (not looking behind parameters: their init)
 
     @cached_property
     def outside(self) -> list[OpRecord]:
         """Ops fed from outside the trace, whose results reach the loss."""
         return [self.ops[i] for i, s in self._outside if s in self.to_loss] if self._outside else []
-
-    def _ancestors(self) -> set[int]:
-        """Serials the loss is computed from (not looking behind parameters: their init)."""
-        return self.ancestors(self.loss)
 
     def ancestors(self, serial: int | None) -> set[int]:
         """Serials this tensor is computed from, itself included (not looking behind the leaves)."""

@@ -14,6 +14,7 @@ disagree is reported "untraced".
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress
 
@@ -53,7 +54,7 @@ def gradients(trace, loss, tensors: list, hidden: set[int], retain_graph: bool) 
     wanted = list(compress(tensors, flags))
     if not loss.requires_grad or not wanted:
         return Gradients([None] * len(tensors))
-    if trace.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
+    if trace.regions.checkpoint_ops:  # reentrant checkpoints: a plain backward, recording their recomputation
         leaves = grad_leaves(trace, tensors)
         if not _would_hook(leaves):
             with trace.replaying():
@@ -113,22 +114,17 @@ def _retaining(trace) -> list:
     return [t for t in trace.seen() if t.retains_grad]  # (retains_grad is False on a leaf)
 
 
-class _grads_put_back:
+@contextmanager
+def _grads_put_back(leaves: list):
     """Save the tensors' .grad and set them to None; put the saved ones back on exit."""
-
-    def __init__(self, leaves: list):
-        self.leaves = leaves
-        self.saved: list = []
-
-    def __enter__(self):
-        self.saved = [t.grad for t in self.leaves]
-        for t in self.leaves:
-            t.grad = None
-
-    def __exit__(self, *exc):
-        for t, g in zip(self.leaves, self.saved):
+    saved = [t.grad for t in leaves]
+    for t in leaves:
+        t.grad = None
+    try:
+        yield
+    finally:
+        for t, g in zip(leaves, saved):
             t.grad = g
-        return False
 
 
 def _backward(loss, retain_graph: bool, seed):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gradflow.display import Shown
+from gradflow.report.naming import name_modules
 from gradflow.report.optimizer_coverage import group_of
 from gradflow.values.jsonable import dense, dumps
 
@@ -189,14 +190,8 @@ def watch(model, optimizer=None) -> Watch:
 
 
 def _named(model) -> list[Watched]:
-    if isinstance(model, torch.nn.Module):
-        by_id: dict[int, Watched] = {}
-        for name, p in model.named_parameters(remove_duplicate=False):
-            if id(p) in by_id:
-                by_id[id(p)].aliases.append(name)
-            else:
-                by_id[id(p)] = Watched(name, p)
-        return list(by_id.values())
+    if isinstance(model, torch.nn.Module):  # a tied weight once, with its other names
+        return [Watched(name, p, aliases) for name, (p, *aliases) in name_modules([model], [""])[0].items()]
     if isinstance(model, dict) and all(isinstance(v, torch.Tensor) for v in model.values()):
         return [Watched(str(k), v) for k, v in model.items()]
     from gradflow.errors import GradflowError

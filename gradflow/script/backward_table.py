@@ -70,11 +70,6 @@ def _others(cells: Cells) -> int:
     return need
 
 
-def _fits(cells: Cells, width: int) -> bool:
-    """Does the table fit with the tensor column at 8 columns and every other column whole?"""
-    return _others(cells) + 8 <= width
-
-
 def tensor_table(call: BackwardCall, cells: Cells, width: int | None = None) -> Table:
     """The table; in `width` columns, names lose their front rather than break (display.fit_name)."""
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
@@ -133,7 +128,8 @@ def backward_view(call: BackwardCall, width: int) -> Group:
     leaves' grads."""
     if call.named:
         cells = _cells(call)
-        view = tensor_table(call, cells, width) if _fits(cells, width) else tensor_blocks(call, cells, width)
+        fits = _others(cells) + 8 <= width  # the tensor column at 8 columns, every other column whole
+        view = tensor_table(call, cells, width) if fits else tensor_blocks(call, cells, width)
         parts = [title(call), view, legend(call), Text(GRAD_NOTE, style="dim")]
     else:
         parts = [title(call), Text("(no tensor has a name in the script yet)", style="dim")]

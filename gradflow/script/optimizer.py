@@ -18,7 +18,6 @@ The backward() side (`at_backward`) reads the recorder's `Named` tensors; nothin
 """
 from __future__ import annotations
 
-import sys
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from gradflow.script.recorder import BackwardCall
-from gradflow.tracer.source_lines import short_path, user_code
+from gradflow.tracer.source_lines import user_line
 
 _SHOWN_OPTIONS = ("momentum", "weight_decay", "betas", "nesterov")
 
@@ -94,11 +93,7 @@ class OptimizerWatch:
     def created(self, opt) -> None:
         if id(opt) in self.seen and self.seen[id(opt)].ref() is opt:
             return
-        frame = sys._getframe(1)
-        while frame is not None and not user_code(frame.f_code.co_filename):
-            frame = frame.f_back  # type: ignore[assignment]
-        line = f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else None
-        self.seen[id(opt)] = Seen(weakref.ref(opt), describe(opt), line)
+        self.seen[id(opt)] = Seen(weakref.ref(opt), describe(opt), user_line())
 
     def held(self) -> dict[int, Seen]:
         """id(parameter) -> the optimizer holding it, over every live optimizer the script made."""

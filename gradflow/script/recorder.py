@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect as pyinspect
 import linecache
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -39,7 +38,7 @@ from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.followed_values import FollowedValues
 from gradflow.tracer.module_calls import NOT_RUN
 from gradflow.tracer.records import FLAGS, flag_value, grad_fn, inputs, is_leaf, storage_of, written
-from gradflow.tracer.source_lines import lines, short_path, user_code
+from gradflow.tracer.source_lines import lines, short_path, user_code, user_frame
 from gradflow.tracer.trace import Trace, op_name, tensors_in
 
 MAX_VALUES = 20_000  # copies kept per script run (a long training loop stops copying after that)
@@ -114,10 +113,6 @@ class InternalFailure(BaseException):
 
 class ScriptTrace(Trace):
     """The recorder of `gradflow script`; `on_backward` is called after every backward()."""
-
-    # Values that leave torch (.item(), .tolist(), .numpy()) are followed into the tensors made from them, so a
-    # row made by torch.tensor(x.item()) names the .item() that cut it (named_reasons.py).
-    follows_numbers = True
 
     def __init__(self, script: str, on_backward: Callable[[BackwardCall], None],
                  records: Callable[[int], bool] | None = None, autograd: bool = False):
@@ -299,7 +294,7 @@ class ScriptTrace(Trace):
         roots: list = [given] if isinstance(given, torch.Tensor) else list(given or ())
         grads = bound.get("grad_tensors", bound.get("gradient"))
         grads = [grads] * len(roots) if grads is None or isinstance(grads, torch.Tensor) else list(grads)
-        frame = _user_frame()
+        frame = user_frame()
         named = self.named_tensors(frame)
         program: Program | NoProgram
         if self.quiet:
@@ -312,8 +307,9 @@ class ScriptTrace(Trace):
             roots = [r for r in roots if isinstance(r, torch.Tensor)]
         handles, caught = self._grad_hooks(named)
         self.count += 1
-        call = BackwardCall(self.count, _where(frame), _code(frame), roots, [self.name_of(named, r) for r in roots],
-                            bool(bound.get("retain_graph")), named, program)
+        root_names = [next((n.name for n in named if n.tensor is r), None) for r in roots]
+        call = BackwardCall(self.count, _where(frame), _code(frame), roots, root_names, bool(bound.get("retain_graph")),
+                            named, program)
         return call, handles, caught
 
     def _grad_hooks(self, named: list[Named]):
@@ -359,10 +355,6 @@ class ScriptTrace(Trace):
             frame = frame.f_back
         return scopes
 
-    @staticmethod
-    def name_of(named: list[Named], t) -> str | None:
-        return next((n.name for n in named if n.tensor is t), None)
-
 
 class _FreshValues(FollowedValues):
     """The followed values of a ScriptTrace: a tensor its templates saw first in this op counts as unseen, as the
@@ -407,13 +399,6 @@ def _tensors(scope: dict):
         else:
             continue
         yield from ((k, t) for k, t in found if _plain(t) and _answers(t))
-
-
-def _user_frame() -> FrameType | None:
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not user_code(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
 
 
 def _where(frame: FrameType | None) -> str | None:

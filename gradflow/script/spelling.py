@@ -28,10 +28,8 @@ _BINARY = {  # torch name -> (symbol, arguments swapped)
     **{n: ("@", False) for n in ("matmul", "__matmul__", "mm", "mv", "dot")}, "__rmatmul__": ("@", True),
     **{n: ("^", False) for n in ("pow", "__pow__", "__ipow__", "pow_")}, "__rpow__": ("^", True),
 }
-_COMPARE = {**{f"{n}": sym for n, sym in (("gt", ">"), ("lt", "<"), ("ge", ">="), ("le", "<="), ("eq", "=="),
-                                           ("ne", "!="))},
-            **{f"__{n}__": sym for n, sym in (("gt", ">"), ("lt", "<"), ("ge", ">="), ("le", "<="), ("eq", "=="),
-                                              ("ne", "!="))},
+_SYMBOLS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+_COMPARE = {**_SYMBOLS, **{f"__{n}__": sym for n, sym in _SYMBOLS.items()},
             "greater": ">", "less": "<", "greater_equal": ">=", "less_equal": "<=", "not_equal": "!="}
 _LEVEL = {"+": SUM, "-": SUM, "*": PRODUCT, "/": PRODUCT, "@": PRODUCT, "^": POWER}
 # torch's functions of one tensor that the language's functions of the same name compute exactly (a new row in
@@ -72,7 +70,8 @@ def spell(name: str, args: tuple, kw: dict, same_meta: bool, arg: Arg,
     """The call `name(*args, **kw)` with its operands written by `arg(i)`; None when it has no exact spelling."""
     if name in _IDENTITY_IF_SAME and same_meta and args:  # x.to(torch.float32) of a float32 x
         return arg(0)
-    expr = _own_spelling(name, args, arg, is_tensor) if _plain_kwargs(name, kw) else None
+    plain = all(_changes_nothing(key, value) for key, value in kw.items())  # alpha=1, inplace=..., Nones
+    expr = _own_spelling(name, args, arg, is_tensor) if plain else None
     return expr if expr is not None else row_call(name, args, kw, arg, is_tensor)
 
 
@@ -101,11 +100,6 @@ def _own_spelling(name: str, args: tuple, arg: Arg, is_tensor: Callable[[int | s
     fn = _UNARY.get(name) or ("detach" if name in _DETACH else None) or (name if name in _REDUCE else None) \
         or _MINMAX.get(name)
     return None if fn is None else Expr(f"{fn}({arg(0).text})", ATOM)
-
-
-def _plain_kwargs(name: str, kw: dict) -> bool:
-    """Keyword arguments that change nothing: alpha=1, inplace=..., out-of-the-way Nones."""
-    return all(_changes_nothing(key, value) for key, value in kw.items())
 
 
 # torch's keywords that the rows do not take, at the values that change nothing (F.cross_entropy passes them all)

@@ -119,21 +119,22 @@ def _explain_by_rerun(err: BaseException, step, args: tuple, kwargs: dict, rng: 
     """Run the call again under the with-form, as it first ran, and give `err` the explanation of the same error."""
     name = getattr(step, "__qualname__", None) or type(step).__name__
     again, log = _rerun(step, args, kwargs, rng)
+    ran = f"gradflow ran `{name}` again"
     if again is None:
-        _note(err, f"gradflow ran `{name}` again to explain this, and it did not fail; {_WITH_FORM}")
+        attach(err, None, f"{ran} to explain this, and it did not fail; {_WITH_FORM}")
     elif second_time(again) and not second_time(err):
-        _note(err, f"gradflow ran `{name}` again to explain this, but the graph it goes back through was made "
-                   f"before the call, and the first run's backward() freed it: explain a function that runs the "
-                   f"forward too, or {_WITH_FORM}")
+        attach(err, None, f"{ran} to explain this, but the graph it goes back through was made before the call, "
+                          f"and the first run's backward() freed it: explain a function that runs the forward too, "
+                          f"or {_WITH_FORM}")
     elif not _same(err, again):
-        _note(err, f"gradflow ran `{name}` again to explain this, and it raised {type(again).__name__}: "
-                   f"{_first_line(again)}; {_WITH_FORM}")
+        attach(err, None, f"{ran} to explain this, and it raised {type(again).__name__}: {_first_line(again)}; "
+                          f"{_WITH_FORM}")
     else:
         failure = getattr(again, "gradflow", None) or _freed_before(log, err, again, step, (args, kwargs), name)
         if failure is not None:
             attach(err, failure)
         elif isinstance(err, RuntimeError):
-            _note(err, f"gradflow ran `{name}` again: what caused this happened before the call; {_WITH_FORM}")
+            attach(err, None, f"{ran}: what caused this happened before the call; {_WITH_FORM}")
 
 
 def _rerun(step, args: tuple, kwargs: dict, rng: tuple) -> tuple[Exception | None, FailureLog]:
@@ -164,14 +165,6 @@ def _same(err: BaseException, again: BaseException) -> bool:
 def _first_line(err: BaseException) -> str:
     line = text_of(err).split("\n")[0]
     return line if len(line) <= 120 else line[:119] + "…"
-
-
-def _note(err: BaseException, text: str) -> None:
-    err.gradflow = None  # type: ignore[attr-defined]  # tried: an outer function form does not try again
-    if err.args and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]}\n\n{text}", *err.args[1:])
-    else:
-        err.add_note(text)
 
 
 # ---- what only the function form meets: a graph freed before the call -----------------------------------------

@@ -16,6 +16,7 @@ import re
 
 from gradflow.tracer.failure_log import FailureLog
 from gradflow.tracer.failure_words import BackwardFailure, source_of
+from gradflow.tracer.teardown import graph_nodes
 
 _NO_DERIVATIVE = r"the derivative for '(\w+)(?:: (\w+))?' is not implemented"
 _COUNT = r"unction (\w+)Backward returned an incorrect number of gradients \(expected (\d+), got (\d+)\)"
@@ -101,17 +102,9 @@ def _applied_at(name: str, files: list[str]) -> str | None:
 
 def _forward_inputs(log: FailureLog, name: str) -> list[str]:
     """The names of forward's inputs (after ctx) of the Function class `name`, found in the failing graph."""
-    todo, seen = list(log.failed_in.roots) if log.failed_in is not None else [], set()
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        cls = getattr(node, "_forward_cls", None)
-        if cls is not None and cls.__name__ == name:
-            try:
-                return list(inspect.signature(cls.forward).parameters)[1:]
-            except (TypeError, ValueError):
-                return []
-        todo.extend(n for n, _ in node.next_functions)
-    return []
+    nodes = graph_nodes(log.failed_in.roots) if log.failed_in is not None else []
+    cls = next((c for n in nodes if (c := getattr(n, "_forward_cls", None)) is not None and c.__name__ == name), None)
+    try:
+        return list(inspect.signature(cls.forward).parameters)[1:] if cls is not None else []
+    except (TypeError, ValueError):
+        return []

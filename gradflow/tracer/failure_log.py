@@ -22,7 +22,6 @@ error to explain would vanish, and backward would return wrong gradients.
 from __future__ import annotations
 
 import itertools
-import sys
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from gradflow.tracer.grad_regions import DeadCheckpoint
 from gradflow.tracer.records import storage_of
 from gradflow.tracer.records import written as written_by
-from gradflow.tracer.source_lines import grad_switch, lines, lines_from, user_frame
+from gradflow.tracer.source_lines import grad_switch, lines, user_frame
 from gradflow.tracer.trace import step_aside, step_back
 
 OPS_KEPT = 20_000  # ops with gradients on, most recent first out
@@ -105,22 +104,17 @@ def seen(t: torch.Tensor) -> Seen:
     return Seen(id(t) if storage is None else storage, t._version, t.shape)  # (torch.Size is a tuple)
 
 
-def user_line() -> str | None:
-    """The user's own line running now (the innermost frame of their code)."""
-    return lines_from(sys._getframe(2))[0]
-
-
-def _warn_at_user_line(said: list[warnings.WarningMessage]) -> None:
-    """Torch's own warnings of a `.grad` read, given again at the user's line that read it: torch points its
-    warning at the frame that called `.grad`, which is the log's own, and the user would look there."""
-    frame = user_frame(2)
-    for w in said:
-        if frame is None:
-            warnings.warn(w.message, w.category, stacklevel=4)
-        else:
-            where = frame.f_globals
-            warnings.warn_explicit(w.message, w.category, frame.f_code.co_filename, frame.f_lineno,
-                                   module=where.get("__name__"), registry=where.setdefault("__warningregistry__", {}))
+def warn_at(message: Warning | str, category: type[Warning], file: str | None, line: int, scope: dict | None = None,
+            stacklevel: int = 1) -> None:
+    """Give a warning at the user's `file:line` (`scope`: that frame's globals, whose module and registry
+    warnings.warn would use); without a file, `stacklevel` frames above the caller."""
+    if file is None:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    elif scope is None:
+        warnings.warn_explicit(message, category, file, line)
+    else:
+        warnings.warn_explicit(message, category, file, line, module=scope.get("__name__"),
+                               registry=scope.setdefault("__warningregistry__", {}))
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -168,7 +162,7 @@ class FailureLog:
         its writes are read from the versions after it, and a mode of the log's own steps aside meanwhile (a
         trace's mode goes on recording: its reports show the step's ops)."""
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        self._step = (user_line(), [(p, p._version) for p in params])
+        self._step = (lines()[0], [(p, p._version) for p in params])
         self.off = self._aside is not None and step_aside(self._aside)
 
     def _step_ends(self, optimizer, args, kwargs) -> None:
@@ -202,10 +196,10 @@ class FailureLog:
         except RuntimeError as err:
             if "leaf Variable that requires grad" in str(err):
                 shape = tuple(written[0].shape) if written else ()
-                self.leaf_write = LeafWrite(name, user_line(), shape)
+                self.leaf_write = LeafWrite(name, lines()[0], shape)
             raise
         if written:
-            line = user_line()
+            line = lines()[0]
             for t in written:
                 self.writes.append(Write(next(self._count), name, seen(t), line, False))
         elif torch.is_grad_enabled():
@@ -223,7 +217,7 @@ class FailureLog:
         """An op with gradients on: kept if an input requires grad (it may have saved a tensor for backward)."""
         if any(t.requires_grad for t in ins):
             outs = tuple(map(seen, _tensors(out)))
-            self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, user_line()))
+            self.ops.append(OpSeen(next(self._count), name, tuple(map(seen, ins)), outs, lines()[0]))
 
     def _grad_read(self, get, t: torch.Tensor):
         if t.is_leaf or t.retains_grad:
@@ -231,9 +225,14 @@ class FailureLog:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             grad = get(t)
-        _warn_at_user_line(said)
+        frame = user_frame(1)  # torch's warning points at the log's own frame: given again where the user reads
+        for w in said:
+            if frame is None:
+                warn_at(w.message, w.category, None, 0, stacklevel=3)
+            else:
+                warn_at(w.message, w.category, frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
         if grad is None:
-            self.nonleaf_grads.append(NonLeafGrad(t, user_line()))
+            self.nonleaf_grads.append(NonLeafGrad(t, lines()[0]))
         return grad
 
     def _backward(self, func, args: tuple, kwargs: dict):
@@ -243,7 +242,7 @@ class FailureLog:
         if retain is None:
             retain = bool(kwargs.get("create_graph", False))
         roots = _tensors(args[0] if args else kwargs.get("tensors", kwargs.get("outputs", [])))
-        call = BackwardSeen(next(self._count), next(self._backward_count), user_line(), bool(retain),
+        call = BackwardSeen(next(self._count), next(self._backward_count), lines()[0], bool(retain),
                             [r.grad_fn for r in roots if r.grad_fn is not None])
         try:
             result = func(*args, **kwargs)

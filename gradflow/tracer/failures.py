@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import math
 import re
-import warnings
 from types import TracebackType
 
 import torch
@@ -27,7 +26,7 @@ import torch
 from gradflow.errors import GradflowError, NoGradientError, UserCodeError, text_of
 from gradflow.tracer.failure_calls import WORDS as CALL_WORDS
 from gradflow.tracer.failure_calls import call_on, function_grads, no_derivative
-from gradflow.tracer.failure_log import BackwardSeen, FailureLog, NonLeafGrad, OpSeen, Write, seen
+from gradflow.tracer.failure_log import BackwardSeen, FailureLog, NonLeafGrad, OpSeen, Write, seen, warn_at
 from gradflow.tracer.failure_words import (
     BackwardFailure,
     fix_for_write,
@@ -37,6 +36,7 @@ from gradflow.tracer.failure_words import (
     tensor_names,
 )
 from gradflow.tracer.source_lines import short_path, their_code, user_frames
+from gradflow.tracer.teardown import graph_nodes as reachable
 
 # torch's words (re caches the compiled pattern)
 _VERSION = (r"modified by an inplace operation: \[\S+ \[([\d, ]*)\]\](?:, which is output \d+ of "
@@ -104,15 +104,7 @@ def _saver(log: FailureLog, storage: int, version: int, shape: tuple, before: in
 # ---- class 2: a graph an earlier backward freed --------------------------------------------------------------
 def graph_nodes(roots: list) -> dict:
     """Every autograd node reachable from these (AccumulateGrad, a leaf's, is shared by every graph: left out)."""
-    found: dict = {}
-    todo = list(roots)
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in found:
-            continue
-        found[id(node)] = node
-        todo.extend(n for n, _ in node.next_functions)
-    return {k: n for k, n in found.items() if type(n).__name__ != "AccumulateGrad"}
+    return {id(n): n for n in reachable(roots) if type(n).__name__ != "AccumulateGrad"}
 
 
 def _graph_freed(log: FailureLog, message: str, tb: TracebackType | None) -> BackwardFailure | None:
@@ -224,10 +216,9 @@ def warn_nonleaf_reads(log: FailureLog) -> None:
         failure = nonleaf_grad(log, read)
         text = "\n".join([failure.what, *failure.details()])
         path, _, number = (read.line or "").rpartition(":")
-        if path and number.isdigit():
-            warnings.warn_explicit(GradflowWarning(text), GradflowWarning, path, int(number))
-        else:
-            warnings.warn(GradflowWarning(text), stacklevel=3)
+        known = bool(path) and number.isdigit()
+        warn_at(GradflowWarning(text), GradflowWarning, path if known else None, int(number) if known else 0,
+                stacklevel=3)
 
 
 def _hidden_leaf(t: torch.Tensor):
@@ -281,14 +272,17 @@ def explain_failure(log: FailureLog, err: BaseException) -> BackwardFailure | No
     return None
 
 
-def attach(err: BaseException, failure: BackwardFailure) -> None:
-    """Add the explanation to torch's error, in place: the same exception, its message then the explanation."""
-    failure.message = failure.message or text_of(err)
+def attach(err: BaseException, failure: BackwardFailure | None, note: str = "") -> None:
+    """Add the explanation to torch's error, in place: the same exception, its message then the explanation.
+    Without one, the `note` (and `err.gradflow` None: tried, so an outer function form does not try again)."""
+    if failure is not None:
+        failure.message = failure.message or text_of(err)
+        note = failure.describe()
     err.gradflow = failure  # type: ignore[attr-defined]
     if err.args and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]}\n\n{failure.describe()}", *err.args[1:])
+        err.args = (f"{err.args[0]}\n\n{note}", *err.args[1:])
     elif hasattr(err, "add_note"):
-        err.add_note(failure.describe())
+        err.add_note(note)
 
 
 def _raised_at(err: BaseException) -> str | None:

@@ -23,7 +23,6 @@ Tensor versions (in-place writes) belong in `_record`: every op passes there onc
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from contextlib import contextmanager
 
@@ -32,10 +31,9 @@ from torch.overrides import TorchFunctionMode
 
 from gradflow.errors import text_of
 from gradflow.tracer.followed_values import FollowedValues
-from gradflow.tracer.grad_regions import DeadCheckpoint, Region, Replay, checkpoint_state
+from gradflow.tracer.grad_regions import GradRegions
 from gradflow.tracer.module_calls import NOT_RUN, calls_seen_by, running_mean
 from gradflow.tracer.records import (
-    DETACH,
     ESCAPES,
     FLAGS,
     LOW,
@@ -54,7 +52,7 @@ from gradflow.tracer.records import (
     requires_grad,
     tensors_in,
 )
-from gradflow.tracer.source_lines import custom_function, grad_switch, lines_from
+from gradflow.tracer.source_lines import custom_function, lines
 from gradflow.tracer.use_hooks import Listening, UseHooks
 
 __all__ = ["METADATA_ONLY", "FLAGS", "FlagEvent", "OpRecord", "Trace", "TraceFailure", "TraceState", "Use",
@@ -84,7 +82,6 @@ class TraceMode(TorchFunctionMode):
 class Trace:
     """The recorder. Use as a context manager; then `explain(loss, params=...)`."""
 
-    follows_numbers = True  # follow values that leave torch (.item(), .tolist(), .numpy()) into later ops
     keeps_nodes = False  # name torch's autograd nodes by their op (report/op_graph.py): set by trace(autograd=True)
 
     def __init__(self, explain=None, failures=None) -> None:
@@ -97,13 +94,8 @@ class Trace:
         #                        whose id another one took)
         self._mode = TraceMode(self)
         self._failed_with: BaseException | None = None
-        self._regions: list[Region] = []  # gradient on/off contexts entered and not left, innermost last
-        self._checkpoint: int | None = None  # the reentrant checkpoint whose forward is running
-        self._dead: tuple[str, str | None] | None = None  # ... when autograd does not record it: (cut kind, how)
-        self._grad_base = True  # gradients on when the trace began
-        self.checkpoint_ops: dict[int, list[int]] = {}  # reentrant checkpoint (ctx id) -> its forward's ops
+        self.regions = GradRegions()  # gradient contexts and reentrant checkpoints (tracer/grad_regions.py)
         self._values = FollowedValues()
-        self._replay: Replay | None = None
         self._recording = False  # inside the `with` block
         self._hooks = UseHooks()  # the gradient along each use of a leaf (tracer/use_hooks.py)
         self._keeps_stats: dict[int, bool] = {}  # id(module) -> does it keep running statistics (asked once)
@@ -111,7 +103,7 @@ class Trace:
     # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> Trace:
         calls_seen_by(self, True)
-        self._grad_base = torch.is_grad_enabled()
+        self.regions.base = torch.is_grad_enabled()
         self._mode.t = self
         if self.failures is not None:
             self.failures.start()
@@ -168,8 +160,9 @@ class Trace:
         as the mode would have recorded it, without the mode's dispatch (bench/inspect_speed.py, many small ops:
         the step took about half again as long without it). NOT_RUN for any other call."""
         leaf = _LEAVES.get(type(module))
+        regions = self.regions
         if leaf is None or kwargs or len(args) != 1 or type(args[0]) is not torch.Tensor or \
-                self._replay is not None or self._checkpoint is not None or self._dead is not None or \
+                regions.replay is not None or regions.checkpoint is not None or regions.dead is not None or \
                 self._values or not _bare(module):
             return NOT_RUN
         if not step_aside(self._mode):  # a mode of the user's own is innermost: it must see the op
@@ -221,11 +214,6 @@ class Trace:
         ids, refs = self._ids, self._refs
         return [s if (s := ids.get(id(t))) is not None and refs[s]() is t else None for t in tensors]
 
-    def _lines(self) -> tuple[str | None, str | None]:
-        """source_lines.lines() of the op running now. The walk starts at the frame that called the trace's method
-        asking (_record, ...): a frame of the tracer's own, as is that method's, which is left out."""
-        return lines_from(sys._getframe(2))
-
     def producer(self, serial: int | None) -> OpRecord | None:
         """The last op that wrote this tensor (its creator, or its last in-place update)."""
         for rec in reversed(self.state.ops):
@@ -260,12 +248,13 @@ class Trace:
         if name in _METADATA_GETS and func.__name__ == "__get__":  # x.shape, x.dtype: nothing to record
             return func(*args, **kwargs)
         if name == "_set_grad_enabled":
-            self._grad_switch(bool(args[0]) if args else bool(kwargs.get("mode", True)))
+            self.regions.switch(bool(args[0]) if args else bool(kwargs.get("mode", True)), self)
             return func(*args, **kwargs)
+        replay = self.regions.replay
         ins = inputs(args, kwargs)
-        if name in METADATA_ONLY and self.follows_numbers:
+        if name in METADATA_ONLY:
             ins = ins[1:]
-        if name in FLAGS and ins and self._replay is None:
+        if name in FLAGS and ins and replay is None:
             self._flag(name, ins[0], args, kwargs)
         in_rg = list(map(requires_grad, ins))
         in_leaf = [rg and is_leaf(a) for a, rg in zip(ins, in_rg)]  # before the op: in place it may change
@@ -273,16 +262,18 @@ class Trace:
         # never touch grad_fn: a node Python has touched is freed recursively by torch (docs/limits.md).
         stop = None
         if True in in_leaf:
-            stop = _next_node() if self._replay is None and _next_node is not None else _input_nodes(ins)
+            stop = _next_node() if replay is None and _next_node is not None else _input_nodes(ins)
         try:
             out = self.run(func, args, kwargs)
         except RuntimeError as err:
-            if self._replay is None:
+            if replay is None:
                 self._maybe_failure(name, ins, err)
             raise
-        if self._replay is not None:
-            self._replayed(name, ins, in_rg, in_leaf, out, stop)
-        elif name in ESCAPES and self.follows_numbers:
+        if replay is not None:
+            hooked = self.regions.replayed(name, ins, in_rg, in_leaf, out, self.known, self.state.ops)
+            if hooked is not None:
+                self._hooks.hook(*hooked, stop)
+        elif name in ESCAPES:  # followed into later ops (a tensor made from x.item() names the .item() that cut it)
             self._escape(name, ins, in_rg, out)
         elif name not in FLAGS:
             extra = self._values.serials_in(args, kwargs, ins, self.known)
@@ -291,7 +282,7 @@ class Trace:
 
     def run(self, func, args, kwargs: dict):
         """Run one torch call of the user's, seen by the failure log when there is one."""
-        if self.failures is None or self._replay is not None:
+        if self.failures is None or self.regions.replay is not None:
             return func(*args, **kwargs)
         return self.failures.call(func, args, kwargs)
 
@@ -313,8 +304,8 @@ class Trace:
                        None if module is None else id(module))
         given = self._cut(rec, outs) if True in in_rg and True not in map(requires_grad, outs) else None
         used = [s for s in leaves if s not in out_serials] if leaves else ()  # (in place: x.add_() writes x)
-        if rec.cut or used or inference or rec.module is None or came_in or self._checkpoint is not None:
-            rec.line, rec.library_line = self._lines()  # (a checkpoint's: its recomputation may find a cut here)
+        if rec.cut or used or inference or rec.module is None or came_in or self.regions.checkpoint is not None:
+            rec.line, rec.library_line = lines()  # (a checkpoint's: its recomputation may find a cut here)
         if came_in and len(st.outside) < 100:  # computed outside the trace (another thread, before it began)
             st.outside += [(rec.index, s) for s in came_in]
         self._append(rec)
@@ -346,9 +337,9 @@ class Trace:
         """Mark the op's cut (an input required grad, no result does); inside a custom Function's forward (no cut:
         its own backward carries the gradient), the ids of the tensors the Function was applied to."""
         rec.cut = cut_kind(rec.name, rec.grad_enabled, rec.inference)
-        dead = self._dead is not None and rec.cut == "no_grad"  # in a checkpoint autograd does not record
-        if dead:
-            rec.cut, rec.how = self._dead  # type: ignore[misc]
+        dead = self.regions.dead
+        if dead is not None and rec.cut == "no_grad":  # in a checkpoint autograd does not record
+            rec.cut, rec.how = dead
             return None
         function = custom_function() if rec.cut == "no_grad" else None
         if function is not None:
@@ -356,7 +347,7 @@ class Trace:
             self.state.functions.add(function[0])
             return {id(a) for a in tensors_in(function[1], [])}
         if rec.cut == "no_grad":
-            rec.how = self._grad_off()
+            rec.how = self.regions.grad_off()
         return None
 
     def _note_low_precision(self, rec: OpRecord, ins: list, outs: list) -> None:
@@ -367,14 +358,14 @@ class Trace:
         if node is not None:
             self.state.low_nodes[id(node)] = (node, rec.index, low)
             if rec.line is None:
-                rec.line, rec.library_line = self._lines()
+                rec.line, rec.library_line = lines()
 
     def _keep_nodes(self, rec: OpRecord, outs: list) -> None:
         """Only to draw torch's own graph: each result's autograd node -> this op, and the op's line even where
         the report needs none. The nodes are held, so that an id stays theirs; torch frees them when the trace
         goes, earliest first, each one step from a node already gone."""
         if rec.line is None:
-            rec.line, rec.library_line = self._lines()
+            rec.line, rec.library_line = lines()
         for o in outs:
             node = grad_fn(o)
             if node is not None:
@@ -382,11 +373,10 @@ class Trace:
 
     def _append(self, rec: OpRecord) -> None:
         self.state.ops.append(rec)
-        if self._checkpoint is not None:
-            self.checkpoint_ops[self._checkpoint].append(rec.index)
+        self.regions.recorded(rec.index)
 
     def _flag(self, name: str, t: torch.Tensor, args, kwargs):
-        self.state.flags.append(FlagEvent(self.serial(t), flag_value(args, kwargs), name, self._lines()[0]))
+        self.state.flags.append(FlagEvent(self.serial(t), flag_value(args, kwargs), name, lines()[0]))
 
     def _maybe_failure(self, name: str, ins: list, err: RuntimeError):
         bad = [a for a in ins if a.is_inference()]
@@ -394,7 +384,7 @@ class Trace:
             return
         self._failed_with = err
         origin = self.producer(self.known(bad[0]))
-        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, self._lines()[0],
+        self.state.failure = TraceFailure(text_of(err).split("\n")[0], name, lines()[0],
                                           origin.name if origin else None, origin.line if origin else None)
 
     # ---- values that leave torch (tracer/followed_values.py) ----------------------------
@@ -408,7 +398,7 @@ class Trace:
         rec = OpRecord(len(st.ops), name, (self.serial(ins[0]),), (serial,), torch.is_grad_enabled(),
                        torch.is_inference_mode_enabled(), id(st.stack[-1]) if st.stack else None,
                        cut="item" if in_rg[0] else None)
-        rec.line, rec.library_line = self._lines()
+        rec.line, rec.library_line = lines()
         self._append(rec)
 
     # ---- per-use gradients (tracer/use_hooks.py) ----------------------------------------
@@ -424,7 +414,7 @@ class Trace:
             self.state.uses.extend(uses.values())
         if not rec.grad_enabled:
             return
-        if self._replay is None:  # the gradient along each use: the op's nodes kept for arm() at explain
+        if self.regions.replay is None:  # the gradient along each use: the op's nodes kept for arm() at explain
             self._hooks.keep(outs, stop, rec.index)
         else:  # ... hooked at once while a checkpoint's recomputation runs in explain's backward
             self._hooks.hook(outs, uses or {}, stop)
@@ -437,97 +427,20 @@ class Trace:
         """The per-use hooks record what flows back while this is open."""
         return self._hooks.listening()
 
-    # ---- gradient contexts and reentrant checkpoints (tracer/grad_regions.py) -----------
-    def _grad_switch(self, value: bool) -> None:
-        switch = grad_switch(value)
-        regions = self._regions
-        if switch.action == "exit" and regions:
-            region = regions.pop()
-            if region.recompute and self._replay is not None and region.checkpoint is not None:
-                self._replay.counts[region.checkpoint] = region.count
-        elif switch.action == "enter":
-            regions.append(self._region(value, switch))
-        self._checkpoint, self._dead = checkpoint_state(regions, self._replay is not None)
-
-    def _region(self, value: bool, switch) -> Region:
-        region = Region(value, switch.how, switch.checkpoint, switch.recompute)
-        if switch.checkpoint is not None and not switch.recompute and self._replay is None:
-            region.nested = any(r.checkpoint is not None and not r.nested and r.dead is None for r in self._regions)
-            region.dead = None if region.nested else self._unrecorded(switch.inputs_require_grad)
-            if region.dead is None and not region.nested:
-                self.state.functions.add("CheckpointFunction")
-                self.checkpoint_ops.setdefault(switch.checkpoint, [])
-        return region
-
-    def _unrecorded(self, inputs_require_grad: bool) -> tuple[str, str | None] | None:
-        """A reentrant checkpoint starting: autograd records it only if gradients were on where it was called and
-        one of its inputs requires grad; else the parameters used inside get nothing -- (cut kind, how)."""
-        outer = self._regions[-1] if self._regions else None
-        if not (outer.value if outer is not None else self._grad_base):
-            return "no_grad", outer.how if outer is not None else None
-        if inputs_require_grad:
-            return None
-        dead = DeadCheckpoint(*self._lines())
-        if self.failures is not None:
-            self.failures.checkpoints.append(dead)
-        return "checkpoint", dead.how
-
-    def _grad_off(self) -> str | None:
-        """How the innermost context switched gradients off, when the trace saw it do so."""
-        region = self._regions[-1] if self._regions else None
-        return region.how if region is not None and not region.value else None
-
+    # ---- reentrant checkpoints (tracer/grad_regions.py) -----------------------------------
     @contextmanager
     def replaying(self):
         """Run a plain backward inside this: the reentrant checkpoints' recomputations are recorded, and each of
         their forward's ops gets the cut and the per-use gradients of its recomputed twin."""
-        by_op: dict[int, list[Use]] = {}
-        for use in self.state.uses:
-            by_op.setdefault(use.op, []).append(use)
-        saved, self._regions = self._regions, []
-        self._replay = Replay(by_op)
         try:
             if not self._recording:
                 self._mode.t = self  # (the mode holds its trace only while on)
-            with self.listening(), contextlib.nullcontext() if self._recording else self._mode:
+            with self.regions.replaying(self.state.uses), self.listening(), \
+                    contextlib.nullcontext() if self._recording else self._mode:
                 yield
         finally:
             if not self._recording:
                 self._mode.t = None
-            replay, self._replay, self._regions = self._replay, None, saved
-            self._checkpoint = None
-        replay.settle(self.checkpoint_ops)
-
-    def _replayed(self, name: str, ins: list, in_rg: list[bool], in_leaf: list[bool], out, stop):
-        """An op run during the explaining backward: a reentrant checkpoint's recomputation, or anything else."""
-        replay = self._replay
-        assert replay is not None
-        if name in DETACH and ins:  # the checkpoint detaches its saved inputs before recomputing
-            serial = self.known(ins[0])
-            if serial is not None:
-                for o in tensors_in(out, []):
-                    replay.alias[id(o)] = (weakref.ref(o), serial)
-        region = next((r for r in reversed(self._regions) if r.checkpoint is not None), None)
-        outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
-        if region is None or not region.recompute or name in FLAGS or not (outs or name in ESCAPES):
-            return
-        rec = replay.twin(region, name, self.state.ops, self.checkpoint_ops)
-        if rec is None:
-            return
-        if any(in_rg) and (name in ESCAPES or not any(o.requires_grad for o in outs)):
-            kind = "item" if name in ESCAPES else cut_kind(name, torch.is_grad_enabled(),
-                                                           torch.is_inference_mode_enabled())
-            replay.cuts.setdefault(region.checkpoint, []).append(
-                (rec, kind, self._grad_off() if kind == "no_grad" else None, *self._lines()))
-        uses = {}
-        for a, leaf in zip(ins, in_leaf):
-            serial = replay.serial_of(a, self.known(a)) if leaf and not any(a is o for o in outs) else None
-            use = next((u for u in replay.uses.get(rec.index, []) if u.serial == serial), None)
-            if use is not None:
-                uses[id(a)] = use
-                replay.found.setdefault(region.checkpoint, []).append(use)
-        if uses and torch.is_grad_enabled():
-            self._hooks.hook(outs, uses, stop)
 
     # ---- the report ------------------------------------------------------------------
     def explain(self, loss, params=None, *, retain_graph: bool = True, optimizer=None):
