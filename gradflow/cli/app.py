@@ -120,11 +120,12 @@ def _death_report(command: str):
     own = args[:args.index("--")] if "--" in args else args  # after --: the script's arguments
 
     def report(error) -> int:
+        from gradflow.cli.common import report_error
         from gradflow.cli.streams import unread
 
         module = importlib.import_module(f"gradflow.cli.{command}_command")
         with unread():
-            return module.report_death(error, "--json" in own)
+            return report_error(error, module.error_document(error) if "--json" in own else None)
         return int(error.exit_code)
 
     return report

@@ -226,6 +226,15 @@ def read_program(expr: str | None, file: Path | None, limits=None) -> str:
     return expr
 
 
+def program_and_values(expr: str | None, file: Path | None, args: list[str], limits=None,
+                       moved: bool = False) -> tuple[str, list[str]]:
+    """The program (read_program) and the values' tokens. With --file, Typer binds the first value to EXPR
+    (`--file p.txt --x 1`): it goes back to the values (`moved`: whatever it looks like)."""
+    if file is not None and expr is not None and (moved or _is_option(expr)):
+        return read_program(None, file, limits), [expr, *args]
+    return read_program(expr, file, limits), list(args)
+
+
 def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     """Every long option (without --) of every gradflow command, and the commands that have it: one rule for
     all commands, so no name is silently a variable in one command and an option in another (`--seed 3`).
@@ -316,6 +325,19 @@ def _once(values: dict[str, str], name: str, first: str, second: str | None = No
         second = second or first
         how = f"{first} is given twice" if first == second else f"{name} is given twice ({first} and {second})"
         raise ValueInputError("usage", how, hint="give each variable one value")
+
+
+def report_error(error: GradflowError, document: dict | None = None) -> int:
+    """An error that is the command's outcome: `document` (its --json form) on stdout, the message on stderr
+    (rich, as the tables around it); returns the exit code."""
+    from gradflow.render.node_table import print_error
+
+    if document is not None:
+        from gradflow.values.jsonable import dumps
+
+        print(dumps(document), flush=True)
+    print_error(error, consoles()[1])
+    return int(error.exit_code)
 
 
 def print_warnings(result) -> None:

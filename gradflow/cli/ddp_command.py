@@ -14,7 +14,7 @@ import typer
 
 from gradflow.cli.common import DebugOpt, JsonOpt, consoles, guarded
 from gradflow.cli.help import help_end
-from gradflow.cli.inspect_command import GATE_CLASSES, find_file, split_target
+from gradflow.cli.inspect_command import GATE_CLASSES, AllowOpt, find_file, split_target
 from gradflow.cli.streams import exit_hard
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -32,9 +32,6 @@ FailOnOpt = Annotated[list[str] | None, typer.Option(
                                          "some ranks only), and inspect's "
                                          + ", ".join(c for c in GATE_CLASSES if c != "unused")
                                          + " (per rank); or default, all.")]
-AllowOpt = Annotated[list[str] | None, typer.Option(
-    "--allow", metavar="PATTERN", help="With --fail-on: parameters whose name matches this glob never fail "
-                                       "(e.g. 'aux_head.*'). Repeatable.")]
 HELP_END = help_end([
     "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2",
     "gradflow ddp examples/ddp_unused_head.py:main --json",

@@ -24,12 +24,12 @@ from gradflow.cli.common import (
     SummaryOpt,
     VarOpt,
     WrtOpt,
-    _is_option,
     check_shadowed,
     consoles,
     guarded,
     parse_values,
-    read_program,
+    program_and_values,
+    report_error,
     request,
     summary_mode,
 )
@@ -78,9 +78,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
             resume_collector()
 
     def work() -> int:
-        moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
-        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        source, rest = program_and_values(expr, file, ctx.args, limit, moved=plot)  # --plot FILE.png lands in EXPR
+        about["source"] = source
         check_brief(brief, flows=flows, check=check, order=order != 1, graph=graph is not None, html=html is not None)
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
@@ -127,7 +126,7 @@ def check_brief(brief: bool, **views: bool) -> None:
 def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
     from gradflow.render import extras_output
-    from gradflow.render.node_table import print_error, print_explanation, print_warnings
+    from gradflow.render.node_table import print_explanation, print_warnings
 
     out, err = consoles()
     if as_json:
@@ -148,7 +147,4 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
 
             print_flows(result, out)
         extras_output.print_extras(extra, out)
-    if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
-        print_error(result.error, err)
-        return int(result.error.exit_code)
-    return 0
+    return 0 if result.error is None else report_error(result.error)  # exit 3: the table / JSON is out

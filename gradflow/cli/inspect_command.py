@@ -27,6 +27,7 @@ from gradflow.cli.common import (
     consoles,
     guarded,
     refuse_binary_on_terminal,
+    report_error,
     write_html,
 )
 from gradflow.cli.function_args import check_call, parse_args, unpack
@@ -164,14 +165,6 @@ class Opts:
     op_depth: int | None = None  # --depth as given (the op graph draws every op without it)
 
 
-def _emit(report, o: Opts, ops=None):
-    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
-    try:
-        _emit_to_stdout(report, o, ops)
-    except BrokenPipeError:
-        stdout_gone()
-
-
 def _picture(report, o: Opts, ops=None):
     """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does); `ops`: the
     autograd graph (--autograd) drawn instead of the modules."""
@@ -190,9 +183,20 @@ def _picture(report, o: Opts, ops=None):
         typer.echo(text)
 
 
-def _emit_to_stdout(report, o: Opts, ops=None):
+def _emit(report, o: Opts, ops=None):
+    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
+    try:
+        _print_report(report, o, ops)
+    except BrokenPipeError:
+        stdout_gone()
+
+
+def _print_report(report, o: Opts, ops=None):
     if o.json_:
-        print(report.to_json() if not o.health else _json_with_health(report), flush=True)
+        from gradflow.values.jsonable import dumps
+
+        print(dumps({**report.to_dict(), "health": report.health().to_dict()}) if o.health else report.to_json(),
+              flush=True)
     elif o.health:
         from rich.text import Text
 
@@ -231,29 +235,16 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
         except GradflowError as err:
             if not json_ or debug:
                 raise
-            return _json_error(err)
+            return report_error(err, error_document(err))
 
     guarded(debug, json_, body)
 
 
-def report_death(err: GradflowError, as_json: bool) -> int:
-    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
-    if as_json:
-        return _json_error(err)
-    from gradflow.render.node_table import print_error
-
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
-
-
-def _json_error(err: GradflowError) -> int:
+def error_document(err: GradflowError) -> dict:
+    """--json's document when the run fails: no loss, no parameters, the error."""
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.node_table import print_error
-    from gradflow.values.jsonable import dumps
 
-    print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
+    return {"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}
 
 
 def _check_options(o: Opts):
@@ -316,12 +307,7 @@ def _inspect(target: str, o: Opts) -> int:
             _write_plot(report, o.plot, target)
     finally:
         _free(report)
-    code = 0
-    if report.error is not None:
-        from gradflow.render.node_table import print_error
-
-        print_error(report.error, consoles()[1])
-        code = int(report.error.exit_code)
+    code = 0 if report.error is None else report_error(report.error)
     return _gate(report, o) or code
 
 
@@ -362,12 +348,6 @@ def _gate(report, o: Opts) -> int:
         return 0
     print_error(gate_error(found, o.fail_on), err)
     return int(ExitCode.GATE)
-
-
-def _json_with_health(report) -> str:
-    from gradflow.values.jsonable import dumps
-
-    return dumps({**report.to_dict(), "health": report.health().to_dict()})
 
 
 def _write_plot(report, path: Path, target: str):

@@ -94,7 +94,7 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
         result = _evaluate(req, var, rng, tally, table)
         if req.plot:
             _plots(result, picture)
-    except (_PipeClosed, BrokenPipeError):  # `| head`: stop quietly
+    except BrokenPipeError:  # `| head`: stop quietly
         from gradflow.cli.streams import stdout_gone
 
         return stdout_gone()
@@ -243,14 +243,7 @@ class _Tally:
         return int(self.error.exit_code)
 
 
-class _PipeClosed(Exception):
-    """stdout's reader went away (`| head -1`): stop sweeping, exit quietly."""
-
-
 def _write_line(line: str) -> None:
-    try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise _PipeClosed from None
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()  # each line as it comes; a reader gone (`| head -1`) raises BrokenPipeError: run() ends
 

@@ -15,13 +15,12 @@ from gradflow.cli.common import (
     SummaryOpt,
     VarOpt,
     WrtOpt,
-    _is_option,
     check_shadowed,
     emit,
     guarded,
     parse_values,
     print_warnings,
-    read_program,
+    program_and_values,
     request,
 )
 from gradflow.cli.help import help_end
@@ -45,9 +44,8 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     about = request(wrt, dtype, device)
 
     def body() -> int:
-        moved = file is not None and expr is not None and _is_option(expr)
-        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        source, rest = program_and_values(expr, file, ctx.args, limit)
+        about["source"] = source
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the heavier imports
         from gradflow.limits import as_limits, using
         from gradflow.studies.whatif import whatif
