@@ -240,9 +240,7 @@ def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     all commands, so no name is silently a variable in one command and an option in another (`--seed 3`).
     Read from the app itself (cli/app.option_table, handed down in ctx.obj); without it, this command's own."""
     table = ctx.obj() if callable(ctx.obj) else {}
-    owners: dict[str, list[str]] = {"help": [], "version": []}
-    for name, commands in table.items():
-        owners[name] = list(commands)
+    owners = {"help": [], "version": [], **{name: list(commands) for name, commands in table.items()}}
     here = ctx.info_name or ctx.command.name or ""
     for name in long_options(ctx.command):
         if here not in owners.setdefault(name, []):

@@ -85,13 +85,10 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
         with using(as_limits(limit)):
             result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
                              values=parse_values(rest, var, ctx), strict=strict)
-        from rich.console import Group
+        from gradflow.render.whatif import compare_view
 
-        from gradflow.render.whatif import compare_notes, compare_table
-
-        notes = compare_notes(result)
         with using(as_limits(limit)):
-            emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])), summary)
+            emit(result, json_, lambda: compare_view(result), summary)
         print_warnings(result)
         return result.exit_code
 

@@ -125,7 +125,6 @@ def check_brief(brief: bool, **views: bool) -> None:
 
 def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
-    from gradflow.render import extras_output
     from gradflow.render.node_table import print_explanation, print_warnings
 
     out, err = consoles()
@@ -133,7 +132,7 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
         from gradflow.values.jsonable import document, dumps
 
         with document(summary):  # one document: the extras' tensors count against the same limit
-            text = dumps(extras_output.add_to(extra, result.to_dict()))
+            text = dumps(_with_extras(result.to_dict(), extra))
         print(text, flush=True)
         print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
     elif result.brief:
@@ -146,5 +145,35 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
             from gradflow.render.flows import print_flows
 
             print_flows(result, out)
-        extras_output.print_extras(extra, out)
+        _print_extras(extra, out)
     return 0 if result.error is None else report_error(result.error)  # exit 3: the table / JSON is out
+
+
+def _with_extras(doc: dict, extras) -> dict:
+    """--check, --order 2 and --graph add the fields "check", "hessian" and "graph"; the others never change."""
+    if extras.check is not None:
+        doc["check"] = extras.check.to_dict()
+    if extras.hessian is not None:
+        doc["hessian"] = extras.hessian.to_dict()
+    if extras.graph is not None:
+        from gradflow.render.graph import to_dot, to_mermaid
+
+        render = {"dot": to_dot, "mermaid": to_mermaid}.get(extras.graph_format or "")
+        doc["graph"] = {**extras.graph.to_dict(), "format": extras.graph_format,
+                        "text": None if render is None else render(extras.graph)}
+    return doc
+
+
+def _print_extras(extras, out) -> None:
+    """--check, --order 2 and --graph under the table."""
+    from gradflow.render.checks import check_table, hessian_view, note_lines
+    from gradflow.render.graph import print_picture
+
+    if extras.check is not None:
+        out.print(check_table(extras.check))
+        if extras.check.notes:
+            out.print(note_lines(extras.check.notes))
+    if extras.hessian is not None:
+        out.print(hessian_view(extras.hessian))
+    if extras.graph is not None:
+        print_picture(extras.graph, extras.graph_format or "tree", out)

@@ -71,7 +71,7 @@ def write_out(data: str | bytes, output: Path | None):
         from gradflow.cli.files import write_file
 
         write_file(output, data)
-    else:
+    else:  # text in UTF-8 whatever the terminal's encoding: a file for tools (click.echo writes it so)
         typer.echo(data, nl=False)
 
 

@@ -175,12 +175,7 @@ def _picture(report, o: Opts, ops=None):
         text = (ops.to_mermaid() if o.graph == "mermaid" else ops.to_dot()).rstrip("\n")
     else:
         text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
-    if o.graph in ("svg", "png"):
-        write_out(graphviz(text, o.graph), o.output)
-    elif o.output is not None:
-        write_out(text + "\n", o.output)
-    else:  # UTF-8 whatever the terminal's encoding: a file for tools (click.echo writes it so)
-        typer.echo(text)
+    write_out(graphviz(text, o.graph) if o.graph in ("svg", "png") else text + "\n", o.output)
 
 
 def _emit(report, o: Opts, ops=None):
