@@ -10,25 +10,8 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import typer
 
 from gradflow.batch.records import dumps_record
-from gradflow.cli.common import (
-    BriefOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FullOpt,
-    LimitOpt,
-    SeedOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
-    consoles,
-    guarded,
-    option_owners,
-    parse_values,
-    progress_bar,
-    summary_mode,
-)
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, option_owners, parse_values, progress_bar, summary_mode
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
 
@@ -131,11 +114,11 @@ def _write(line: str, flush: bool) -> bool:
         return False
 
 
-def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
-              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
-              full: FullOpt = False, summary: SummaryOpt = False, jobs: JobsOpt = None,
-              first_line: FirstLineOpt = 1, brief: BriefOpt = False):
+def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: options.WrtOpt = None,
+              var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
+              limit: options.LimitOpt = None, debug: options.DebugOpt = False, seed: options.SeedOpt = 0,
+              strict: options.StrictOpt = False, full: options.FullOpt = False, summary: options.SummaryOpt = False,
+              jobs: JobsOpt = None, first_line: FirstLineOpt = 1, brief: options.BriefOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, JsonOpt, consoles, guarded
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded
 from gradflow.cli.help import help_end
 from gradflow.cli.inspect_command import GATE_CLASSES, AllowOpt, find_file, split_target
 from gradflow.cli.streams import exit_hard
@@ -47,7 +48,7 @@ HELP_END = help_end([
 
 
 def ddp_cmd(target: TargetArg, nproc: NprocOpt = 2, timeout: TimeoutOpt = 60.0, fail_on: FailOnOpt = None,
-            allow: AllowOpt = None, json_: JsonOpt = False, debug: DebugOpt = False):
+            allow: AllowOpt = None, json_: options.JsonOpt = False, debug: options.DebugOpt = False):
     """Run your training step on N real DDP ranks: which parameters get no gradient, on which rank, and why.
 
     gradflow starts the ranks (gloo on 127.0.0.1); under torchrun (RANK and WORLD_SIZE set) it starts none and

@@ -3,27 +3,8 @@ from __future__ import annotations
 
 import typer
 
+from gradflow.cli import options
 from gradflow.cli.common import (
-    BriefOpt,
-    CheckOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ExprArg,
-    FileOpt,
-    FlowsOpt,
-    FullOpt,
-    GraphOpt,
-    HtmlOpt,
-    JsonOpt,
-    LimitOpt,
-    OrderOpt,
-    PlotOpt,
-    SeedOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
     check_shadowed,
     consoles,
     guarded,
@@ -51,12 +32,13 @@ HELP_END = help_end([
     {ExitCode.OK: "done (a leaf may still get grad None: the reason is printed)"})
 
 
-def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
-             var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
-             graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
-             plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False,
-             summary: SummaryOpt = False, brief: BriefOpt = False, html: HtmlOpt = None):
+def eval_cmd(ctx: typer.Context, expr: options.ExprArg = None, file: options.FileOpt = None, wrt: options.WrtOpt = None,
+             var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
+             json_: options.JsonOpt = False, debug: options.DebugOpt = False, check: options.CheckOpt = False,
+             order: options.OrderOpt = 1, graph: options.GraphOpt = None, limit: options.LimitOpt = None,
+             seed: options.SeedOpt = 0, full: options.FullOpt = False, plot: options.PlotOpt = False,
+             flows: options.FlowsOpt = False, strict: options.StrictOpt = False, summary: options.SummaryOpt = False,
+             brief: options.BriefOpt = False, html: options.HtmlOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").

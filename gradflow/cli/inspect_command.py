@@ -18,18 +18,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    HtmlOpt,
-    JsonOpt,
-    OutOpt,
-    choices,
-    consoles,
-    guarded,
-    refuse_binary_on_terminal,
-    report_error,
-    write_html,
-)
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, refuse_binary_on_terminal, report_error, write_html
 from gradflow.cli.function_args import check_call, parse_args, unpack
 from gradflow.cli.help import help_end
 from gradflow.cli.streams import exit_hard, stdout_gone
@@ -57,7 +47,7 @@ AutogradOpt = Annotated[bool, typer.Option("--autograd", help="With --graph or -
 LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
                                                                        "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
-    "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
+    "--graph", metavar=options.choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
 FailOnOpt = Annotated[list[str] | None, typer.Option(
     "--fail-on", metavar="CLASSES", help="Exit 6 if a parameter is in one of these classes (comma-separated): "
                                          + ", ".join(GATE_CLASSES) + "; or default, all.")]
@@ -213,11 +203,11 @@ def _print_report(report, o: Opts, ops=None):
         print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
 
 
-def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
-                expand: ExpandOpt = False, depth: DepthOpt = None, graph: GraphOpt = None, output: OutOpt = None,
-                fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
-                health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False,
-                html: HtmlOpt = None, autograd: AutogradOpt = False):
+def inspect_cmd(target: TargetArg, json_: options.JsonOpt = False, only_problems: OnlyProblemsOpt = False,
+                expand: ExpandOpt = False, depth: DepthOpt = None, graph: GraphOpt = None,
+                output: options.OutOpt = None, fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None,
+                debug: options.DebugOpt = False, health: HealthOpt = False, plot: HealthPlotOpt = None,
+                library_lines: LibraryLinesOpt = False, html: options.HtmlOpt = None, autograd: AutogradOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth or 2, graph, output, tuple(fail_on or ()), tuple(allow or ()),
              tuple(arg or ()), health=health, plot=plot, library_lines=library_lines, html=html,

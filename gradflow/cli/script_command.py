@@ -16,17 +16,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    HtmlOpt,
-    LimitOpt,
-    SummaryOpt,
-    consoles,
-    guarded,
-    long_options,
-    report_error,
-    write_html,
-)
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, long_options, report_error, write_html
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
@@ -290,9 +281,10 @@ def _eval_options(ctx: typer.Context) -> set[str]:
 
 
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
-               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None,
-               every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False, brief: LoopBriefOpt = False,
-               autograd: AutogradOpt = False, output: GraphOutOpt = None, depth: GraphDepthOpt = None):
+               debug: options.DebugOpt = False, summary: options.SummaryOpt = False, limit: options.LimitOpt = None,
+               html: options.HtmlOpt = None, every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False,
+               brief: LoopBriefOpt = False, autograd: AutogradOpt = False, output: GraphOutOpt = None,
+               depth: GraphDepthOpt = None):
     """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad.
 
     In a loop, the first backward() at each line is shown in full, then a line per call (folded in long loops),
