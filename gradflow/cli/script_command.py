@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from gradflow.cli import options
-from gradflow.cli.common import consoles, guarded, long_options, report_error, write_html
+from gradflow.cli.common import consoles, guarded, option_owners, report_error, write_html
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
@@ -272,14 +272,6 @@ def _steps(text: str) -> tuple[int, int | None]:
     return first, last
 
 
-def _eval_options(ctx: typer.Context) -> set[str]:
-    """`gradflow eval`'s own long options: a variable with one of these names goes through --var NAME=VALUE."""
-    root = ctx.find_root()
-    group = root.command
-    command = group.get_command(root, "eval") if hasattr(group, "get_command") else None
-    return {*(long_options(command) if command is not None else ()), "help"}
-
-
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
                debug: options.DebugOpt = False, summary: options.SummaryOpt = False, limit: options.LimitOpt = None,
                html: options.HtmlOpt = None, every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False,
@@ -300,7 +292,9 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
             plan = LoopPlan(full or html is not None, every, steps, brief)
             graphs = _graphs(autograd, output, depth, full)
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
-                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan, graphs)
+                # a variable named like any gradflow option goes through --var in the eval program (as
+                # common.parse_values refuses it as --NAME)
+                return _script(file, list(args or []), json_, set(option_owners(ctx)), summary, html, plan, graphs)
         except GradflowError as err:
             if not json_ or debug:
                 raise
