@@ -15,7 +15,7 @@ import typer
 from gradflow.cli import options
 from gradflow.cli.common import consoles, guarded
 from gradflow.cli.help import help_end
-from gradflow.cli.inspect_command import GATE_CLASSES, AllowOpt, find_file, split_target
+from gradflow.cli.inspect_command import GATE_CLASSES, AllowOpt, find_file, print_gate, split_target
 from gradflow.cli.streams import exit_hard
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -162,18 +162,7 @@ def _show(doc: dict, json_: bool) -> int:
 
         print_report(doc, *consoles())
     if doc.get("gate"):
-        _print_gate(doc)
+        from gradflow.ddp.fail_on import error
+
+        print_gate(doc["gate"]["unmatched_allow"], error(doc["gate"], doc["world_size"]))
     return _code(doc)
-
-
-def _print_gate(doc: dict) -> None:
-    """--fail-on: after the report, what failed on which rank(s), and why (stderr), as inspect prints it."""
-    from gradflow.ddp.fail_on import error
-    from gradflow.render.node_table import print_error
-
-    err = consoles()[1]
-    for pat in doc["gate"]["unmatched_allow"]:
-        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
-    found = error(doc["gate"], doc["world_size"])
-    if found is not None:
-        print_error(found, err)

@@ -319,20 +319,21 @@ def _explaining(log):
 
 
 def _gate(report, o: Opts) -> int:
-    """--fail-on: after the report, what failed and why (stderr); 6 if anything did."""
     if not o.fail_on:
         return 0
-    from gradflow.render.node_table import print_error
     from gradflow.report.fail_on import failures, gate_error, unmatched
 
-    err = consoles()[1]
-    for pat in unmatched(report, o.allow):
-        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
     found = failures(report, o.fail_on, o.allow)
-    if not found:
-        return 0
-    print_error(gate_error(found, o.fail_on), err)
-    return int(ExitCode.GATE)
+    return print_gate(unmatched(report, o.allow), gate_error(found, o.fail_on) if found else None)
+
+
+def print_gate(unmatched_allow, error: GradflowError | None) -> int:
+    """--fail-on, after the report (inspect, ddp): the --allow patterns that matched nothing, then what failed and
+    why (stderr); the exit code, 6 if anything failed."""
+    for pat in unmatched_allow:
+        consoles()[1].print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False,
+                            highlight=False)
+    return 0 if error is None else report_error(error)
 
 
 def _write_plot(report, path: Path, target: str):
