@@ -171,36 +171,32 @@ def _picture(report, o: Opts, ops=None):
 def _emit(report, o: Opts, ops=None):
     """Print the report; a reader that stops early (`| head`) ends the output quietly."""
     try:
-        _print_report(report, o, ops)
+        if o.json_:
+            from gradflow.values.jsonable import dumps
+
+            print(dumps({**report.to_dict(), "health": report.health().to_dict()}) if o.health else
+                  report.to_json(), flush=True)
+        elif o.health:
+            from rich.text import Text
+
+            from gradflow.render.health import chart
+
+            out, err = consoles()
+            out.print(chart(report.health(), columns=out.width), soft_wrap=True)
+            for w in report.warnings:  # as under the table
+                err.print(Text(f"warning: {w}", style="yellow"))
+        elif o.graph in ("dot", "mermaid", "svg", "png"):
+            _picture(report, o, ops)
+        elif o.graph == "tree":
+            from gradflow.report.param_table import module_tree
+
+            consoles()[0].print(module_tree(report))
+        else:
+            from gradflow.report.param_table import print_report
+
+            print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
     except BrokenPipeError:
         stdout_gone()
-
-
-def _print_report(report, o: Opts, ops=None):
-    if o.json_:
-        from gradflow.values.jsonable import dumps
-
-        print(dumps({**report.to_dict(), "health": report.health().to_dict()}) if o.health else report.to_json(),
-              flush=True)
-    elif o.health:
-        from rich.text import Text
-
-        from gradflow.render.health import chart
-
-        out, err = consoles()
-        out.print(chart(report.health(), columns=out.width), soft_wrap=True)
-        for w in report.warnings:  # as under the table
-            err.print(Text(f"warning: {w}", style="yellow"))
-    elif o.graph in ("dot", "mermaid", "svg", "png"):
-        _picture(report, o, ops)
-    elif o.graph == "tree":
-        from gradflow.report.param_table import module_tree
-
-        consoles()[0].print(module_tree(report))
-    else:
-        from gradflow.report.param_table import print_report
-
-        print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
 
 
 def inspect_cmd(target: TargetArg, json_: options.JsonOpt = False, only_problems: OnlyProblemsOpt = False,
