@@ -100,20 +100,6 @@ def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iter
             yield rec
 
 
-def _write(line: str, flush: bool) -> bool:
-    """One record out; False when the reader has gone away (`| head -1`)."""
-    try:
-        sys.stdout.write(line + "\n")
-        if flush:
-            sys.stdout.flush()
-        return True
-    except BrokenPipeError:
-        from gradflow.cli.streams import stdout_gone
-
-        stdout_gone()
-        return False
-
-
 def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: options.WrtOpt = None,
               var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
               limit: options.LimitOpt = None, debug: options.DebugOpt = False, seed: options.SeedOpt = 0,
@@ -166,8 +152,9 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     # streams.run_safely flushes stdout on the way out.
     streaming = regular is None  # stdin, a pipe or a FIFO
     for _, out, kind, source in _progress(records, regular, first_line):
-        if not _write(out, streaming):
-            return int(ExitCode.OK)
+        sys.stdout.write(out + "\n")  # a reader gone (`| head -1`) raises BrokenPipeError: guarded() ends quietly
+        if streaming:
+            sys.stdout.flush()
         done, failed = done + 1, failed + counts_as_failure(kind)
         uses.see({"source": source})
     if failed:
