@@ -87,17 +87,12 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
     graph, _, leaves = check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed,
                                    req.strict)  # early errors
     tally = _Tally()
-    try:
-        table = None if req.json_ or req.plot else _TableStream(
-            f"L = {graph.source.strip()}, sweeping {var} ({rng.count} points)",
-            [var, "L", *(f"dL/d{leaf}" for leaf in leaves)], rng.points())
-        result = _evaluate(req, var, rng, tally, table)
-        if req.plot:
-            _plots(result, picture)
-    except BrokenPipeError:  # `| head`: stop quietly
-        from gradflow.cli.streams import stdout_gone
-
-        return stdout_gone()
+    table = None if req.json_ or req.plot else _TableStream(
+        f"L = {graph.source.strip()}, sweeping {var} ({rng.count} points)",
+        [var, "L", *(f"dL/d{leaf}" for leaf in leaves)], rng.points())
+    result = _evaluate(req, var, rng, tally, table)  # a reader gone (`| head`): guarded() ends quietly
+    if req.plot:
+        _plots(result, picture)
     return tally.finish()
 
 
@@ -245,5 +240,5 @@ class _Tally:
 
 def _write_line(line: str) -> None:
     sys.stdout.write(line + "\n")
-    sys.stdout.flush()  # each line as it comes; a reader gone (`| head -1`) raises BrokenPipeError: run() ends
+    sys.stdout.flush()  # each line as it comes
 
