@@ -12,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli import startup
-from gradflow.cli.common import EXTRA, long_options
+from gradflow.cli import options, startup
+from gradflow.cli.common import long_options
 from gradflow.cli.help import Command, help_end
 from gradflow.errors import ExitCode
 
@@ -47,14 +47,14 @@ def main(ctx: typer.Context, version: Annotated[bool, typer.Option("--version", 
 # One module per command, gradflow/cli/NAME_command.py with a function NAME_cmd and a HELP_END epilog;
 # `gradflow --help` lists them in this order. The last field is the command's click context settings.
 _COMMANDS: list[tuple[str, dict | None]] = [
-    ("eval", EXTRA),
+    ("eval", options.EXTRA),
     ("ops", None),
-    ("graph", EXTRA),
+    ("graph", options.EXTRA),
     ("inspect", None),
     ("script", None),
-    ("batch", EXTRA),
-    ("whatif", EXTRA),
-    ("compare", EXTRA),
+    ("batch", options.EXTRA),
+    ("whatif", options.EXTRA),
+    ("compare", options.EXTRA),
     ("ddp", None),
 ]
 NAMES = [name for name, _ in _COMMANDS]
@@ -120,11 +120,12 @@ def _death_report(command: str):
     own = args[:args.index("--")] if "--" in args else args  # after --: the script's arguments
 
     def report(error) -> int:
+        from gradflow.cli.common import report_error
         from gradflow.cli.streams import unread
 
         module = importlib.import_module(f"gradflow.cli.{command}_command")
         with unread():
-            return module.report_death(error, "--json" in own)
+            return report_error(error, module.error_document(error) if "--json" in own else None)
         return int(error.exit_code)
 
     return report

@@ -10,25 +10,8 @@ from typing import TYPE_CHECKING, Annotated, BinaryIO
 import typer
 
 from gradflow.batch.records import dumps_record
-from gradflow.cli.common import (
-    BriefOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FullOpt,
-    LimitOpt,
-    SeedOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
-    consoles,
-    guarded,
-    option_owners,
-    parse_values,
-    progress_bar,
-    summary_mode,
-)
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, option_owners, parse_values, progress_bar, summary_mode
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
 
@@ -117,25 +100,11 @@ def _progress(records: Iterator[Out], path: Path | None, first: int = 1) -> Iter
             yield rec
 
 
-def _write(line: str, flush: bool) -> bool:
-    """One record out; False when the reader has gone away (`| head -1`)."""
-    try:
-        sys.stdout.write(line + "\n")
-        if flush:
-            sys.stdout.flush()
-        return True
-    except BrokenPipeError:
-        from gradflow.cli.streams import stdout_gone
-
-        stdout_gone()
-        return False
-
-
-def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: WrtOpt = None,
-              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              limit: LimitOpt = None, debug: DebugOpt = False, seed: SeedOpt = 0, strict: StrictOpt = False,
-              full: FullOpt = False, summary: SummaryOpt = False, jobs: JobsOpt = None,
-              first_line: FirstLineOpt = 1, brief: BriefOpt = False):
+def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False, wrt: options.WrtOpt = None,
+              var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
+              limit: options.LimitOpt = None, debug: options.DebugOpt = False, seed: options.SeedOpt = 0,
+              strict: options.StrictOpt = False, full: options.FullOpt = False, summary: options.SummaryOpt = False,
+              jobs: JobsOpt = None, first_line: FirstLineOpt = 1, brief: options.BriefOpt = False):
     """Evaluate many programs: one JSON line out per input line, in order.
 
     A line is "EXPR" or {"id": .., "expr": .., "vars": {..}, "wrt": .., "dtype": ..}; with --text, a plain program.
@@ -183,8 +152,9 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
     # streams.run_safely flushes stdout on the way out.
     streaming = regular is None  # stdin, a pipe or a FIFO
     for _, out, kind, source in _progress(records, regular, first_line):
-        if not _write(out, streaming):
-            return int(ExitCode.OK)
+        sys.stdout.write(out + "\n")  # a reader gone (`| head -1`) raises BrokenPipeError: guarded() ends quietly
+        if streaming:
+            sys.stdout.flush()
         done, failed = done + 1, failed + counts_as_failure(kind)
         uses.see({"source": source})
     if failed:

@@ -1,4 +1,4 @@
-"""What the commands share: option declarations (declared once), reading programs and values, errors and exit codes.
+"""What the commands share: reading programs and values, errors and exit codes (their options: options.py).
 
 Imports no torch and no rich at module level: `--help` and early errors stay fast.
 """
@@ -9,85 +9,14 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
-from gradflow.limits import (
-    JSON_FULL_MAX,
-    MAX_DEPTH,
-    MAX_ELEMENTS,
-    MAX_JSON_ELEMENTS,
-    MAX_LENGTH,
-    MAX_LINE,
-    MAX_NODES,
-    MAX_TOTAL_ELEMENTS,
-)
-from gradflow.studies.eval_extras import EVAL_GRAPH_FORMATS
 
 if TYPE_CHECKING:  # rich.console is slow to import: imported only when something is printed through it
     from rich.console import Console
-
-EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-# ---- options shared by the commands -------------------------------------------------------
-# Each option that takes a value names it with a metavar (Typer's default is a type, like <list[str]>).
-# Options with fixed values list them in the metavar; the commands still check them (their own messages).
-DTYPES = ("float32", "float64", "float16", "bfloat16")  # as gradflow.values.tensors.DTYPES (which imports torch)
-DEVICES = ("cpu", "cuda", "mps")  # as gradflow.values.tensors.resolve_device
-
-
-def choices(values) -> str:
-    """The metavar of an option with fixed values: [a|b|c]."""
-    return "[" + "|".join(str(v) for v in values) + "]"
-
-
-def _limit_help() -> str:
-    """Built from gradflow.limits, so the defaults it quotes cannot go stale."""
-    return (f"Change a resource limit: length ({MAX_LENGTH:,} characters), depth ({MAX_DEPTH:,} levels), "
-            f"nodes ({MAX_NODES:,}), elements ({MAX_ELEMENTS:,} per tensor), total ({MAX_TOTAL_ELEMENTS:,} "
-            f"elements over all values), line ({MAX_LINE:,} bytes of a batch input line), json ({MAX_JSON_ELEMENTS:,} "
-            "tensor elements printed in full in one JSON document). Repeatable.")
-
-
-ExprArg = Annotated[str | None, typer.Argument(
-    help="The program, e.g. \"(x*y1 - detach(x*y2))^2\"; '-' reads it from stdin.", show_default=False,
-    metavar="EXPR")]
-FileOpt = Annotated[Path | None, typer.Option("--file", metavar="PATH", help="Read the program from this file.")]
-WrtOpt = Annotated[str | None, typer.Option(
-    "--wrt", metavar="NAMES", help="Leaves that require grad: 'a,b' or 'all'. Default: x if used, else every "
-                                   "variable.")]
-VarOpt = Annotated[list[str] | None, typer.Option(
-    "--var", metavar="NAME=VALUE", help="A variable's value; needed when its name is an option's (--var json=1). "
-                                        "Repeatable.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", metavar=choices(DTYPES), help="Floating-point type of the values.")]
-DeviceOpt = Annotated[str, typer.Option("--device", metavar=choices(DEVICES), help="Where torch computes.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one strict JSON document instead of the table.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show Python tracebacks (for bug reports).")]
-SeedOpt = Annotated[int, typer.Option("--seed", metavar="INTEGER",
-                                      help="Seed for randn()/rand() values: same seed, same values.")]
-SummaryOpt = Annotated[bool, typer.Option("--summary", help=f"With --json: tensors over {JSON_FULL_MAX:,} elements as "
-                                          "{shape, dtype, mean, min, max, norm} objects, not in full.")]
-BriefOpt = Annotated[bool, typer.Option("--brief", help="Only the answer: the output, each leaf's grad (and why "
-                                        "it is None) and the warnings, with no nodes or edges. Faster.")]
-FullOpt = Annotated[bool, typer.Option("--full", help="With --json: every tensor in full (the default; kept for old "
-                                       "scripts).")]
-PlotOpt = Annotated[bool, typer.Option("--plot", help="Sweeps: draw L and dL/dx in the terminal; "
-                                       "--plot FILE.png|svg|pdf writes a picture (needs gradflow[plot]).")]
-CheckOpt = Annotated[bool, typer.Option("--check", help="Also compare autograd with finite differences (float64).")]
-OrderOpt = Annotated[int, typer.Option("--order", metavar=choices((1, 2)),
-                                       help="2: also show second derivatives (the Hessian).")]
-GraphOpt = Annotated[str | None, typer.Option("--graph", metavar=choices(EVAL_GRAPH_FORMATS),
-                                                 help="Also draw the autograd graph.")]
-LimitOpt = Annotated[list[str] | None, typer.Option("--limit", metavar="NAME=N", help=_limit_help())]
-HtmlOpt = Annotated[Path | None, typer.Option("--html", metavar="FILE.html",
-                    help="Also write one self-contained HTML page: the graph (click a node for its details), the "
-                         "table and the cuts.")]
-FlowsOpt = Annotated[bool, typer.Option("--flows", help="Under the table, split each leaf's grad by use.")]
-OutOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="PATH",
-                                                help="Write to this file instead of stdout.")]
-
 
 def write_html(path: Path, title: str, sections: list) -> None:
     """--html: the page (render/html_report.py), written whole or not at all (cli/files.py)."""
@@ -226,14 +155,21 @@ def read_program(expr: str | None, file: Path | None, limits=None) -> str:
     return expr
 
 
+def program_and_values(expr: str | None, file: Path | None, args: list[str], limits=None,
+                       moved: bool = False) -> tuple[str, list[str]]:
+    """The program (read_program) and the values' tokens. With --file, Typer binds the first value to EXPR
+    (`--file p.txt --x 1`): it goes back to the values (`moved`: whatever it looks like)."""
+    if file is not None and expr is not None and (moved or _is_option(expr)):
+        return read_program(None, file, limits), [expr, *args]
+    return read_program(expr, file, limits), list(args)
+
+
 def option_owners(ctx: typer.Context) -> dict[str, list[str]]:
     """Every long option (without --) of every gradflow command, and the commands that have it: one rule for
     all commands, so no name is silently a variable in one command and an option in another (`--seed 3`).
     Read from the app itself (cli/app.option_table, handed down in ctx.obj); without it, this command's own."""
     table = ctx.obj() if callable(ctx.obj) else {}
-    owners: dict[str, list[str]] = {"help": [], "version": []}
-    for name, commands in table.items():
-        owners[name] = list(commands)
+    owners = {"help": [], "version": [], **{name: list(commands) for name, commands in table.items()}}
     here = ctx.info_name or ctx.command.name or ""
     for name in long_options(ctx.command):
         if here not in owners.setdefault(name, []):
@@ -268,10 +204,6 @@ def check_shadowed(source: str, ctx: typer.Context, var: list[str] | None, limit
             raise ValueInputError("shadowed_name", f"the variable '{name}' has the name of the option --{name}"
                                   f"{f' ({where})' if where else ''}, so --{name} VALUE cannot set it",
                                   hint=f"give its value with --var {name}=VALUE")
-
-
-StrictOpt = Annotated[bool, typer.Option("--strict", help="A value the program does not use is an error (exit 2), "
-                                         "not a warning.")]
 
 
 def parse_values(extra: list[str], var: list[str] | None, ctx: typer.Context) -> dict[str, str]:
@@ -316,6 +248,19 @@ def _once(values: dict[str, str], name: str, first: str, second: str | None = No
         second = second or first
         how = f"{first} is given twice" if first == second else f"{name} is given twice ({first} and {second})"
         raise ValueInputError("usage", how, hint="give each variable one value")
+
+
+def report_error(error: GradflowError, document: dict | None = None) -> int:
+    """An error that is the command's outcome: `document` (its --json form) on stdout, the message on stderr
+    (rich, as the tables around it); returns the exit code."""
+    from gradflow.render.node_table import print_error
+
+    if document is not None:
+        from gradflow.values.jsonable import dumps
+
+        print(dumps(document), flush=True)
+    print_error(error, consoles()[1])
+    return int(error.exit_code)
 
 
 def print_warnings(result) -> None:

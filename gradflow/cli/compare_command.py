@@ -5,24 +5,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    JsonOpt,
-    LimitOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
-    check_shadowed,
-    emit,
-    guarded,
-    parse_values,
-    print_warnings,
-    read_program,
-    request,
-)
+from gradflow.cli import options
+from gradflow.cli.common import check_shadowed, emit, guarded, parse_values, print_warnings, read_program, request
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
@@ -59,10 +43,10 @@ def _check_program(program: str, ctx: typer.Context, var: list[str] | None):
             raise
 
 
-def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: WrtOpt = None,
-                var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-                json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False,
-                summary: SummaryOpt = False, limit: LimitOpt = None):
+def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = False, wrt: options.WrtOpt = None,
+                var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
+                json_: options.JsonOpt = False, debug: options.DebugOpt = False, strict: options.StrictOpt = False,
+                summary: options.SummaryOpt = False, limit: options.LimitOpt = None):
     """Several programs side by side on the same values: output and each leaf's grad.
 
     With --modes, one program's cuts are rewritten to each mechanism. A program that gets no gradient is an
@@ -85,13 +69,10 @@ def compare_cmd(ctx: typer.Context, exprs: ExprsArg = None, modes: ModesOpt = Fa
         with using(as_limits(limit)):
             result = compare(programs, modes=modes, wrt=wrt, dtype=dtype, device=device,
                              values=parse_values(rest, var, ctx), strict=strict)
-        from rich.console import Group
+        from gradflow.render.whatif import compare_view
 
-        from gradflow.render.whatif import compare_notes, compare_table
-
-        notes = compare_notes(result)
         with using(as_limits(limit)):
-            emit(result, json_, lambda: Group(compare_table(result), *([notes] if notes.plain else [])), summary)
+            emit(result, json_, lambda: compare_view(result), summary)
         print_warnings(result)
         return result.exit_code
 

@@ -12,9 +12,10 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, JsonOpt, consoles, guarded
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded
 from gradflow.cli.help import help_end
-from gradflow.cli.inspect_command import GATE_CLASSES, find_file, split_target
+from gradflow.cli.inspect_command import GATE_CLASSES, AllowOpt, find_file, print_gate, split_target
 from gradflow.cli.streams import exit_hard
 from gradflow.errors import ExitCode, ValueInputError
 
@@ -32,9 +33,6 @@ FailOnOpt = Annotated[list[str] | None, typer.Option(
                                          "some ranks only), and inspect's "
                                          + ", ".join(c for c in GATE_CLASSES if c != "unused")
                                          + " (per rank); or default, all.")]
-AllowOpt = Annotated[list[str] | None, typer.Option(
-    "--allow", metavar="PATTERN", help="With --fail-on: parameters whose name matches this glob never fail "
-                                       "(e.g. 'aux_head.*'). Repeatable.")]
 HELP_END = help_end([
     "gradflow ddp examples/ddp_aux_loss.py:main --nproc 2",
     "gradflow ddp examples/ddp_unused_head.py:main --json",
@@ -50,7 +48,7 @@ HELP_END = help_end([
 
 
 def ddp_cmd(target: TargetArg, nproc: NprocOpt = 2, timeout: TimeoutOpt = 60.0, fail_on: FailOnOpt = None,
-            allow: AllowOpt = None, json_: JsonOpt = False, debug: DebugOpt = False):
+            allow: AllowOpt = None, json_: options.JsonOpt = False, debug: options.DebugOpt = False):
     """Run your training step on N real DDP ranks: which parameters get no gradient, on which rank, and why.
 
     gradflow starts the ranks (gloo on 127.0.0.1); under torchrun (RANK and WORLD_SIZE set) it starts none and
@@ -164,18 +162,7 @@ def _show(doc: dict, json_: bool) -> int:
 
         print_report(doc, *consoles())
     if doc.get("gate"):
-        _print_gate(doc)
+        from gradflow.ddp.fail_on import error
+
+        print_gate(doc["gate"]["unmatched_allow"], error(doc["gate"], doc["world_size"]))
     return _code(doc)
-
-
-def _print_gate(doc: dict) -> None:
-    """--fail-on: after the report, what failed on which rank(s), and why (stderr), as inspect prints it."""
-    from gradflow.ddp.fail_on import error
-    from gradflow.render.node_table import print_error
-
-    err = consoles()[1]
-    for pat in doc["gate"]["unmatched_allow"]:
-        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
-    found = error(doc["gate"], doc["world_size"])
-    if found is not None:
-        print_error(found, err)

@@ -3,33 +3,14 @@ from __future__ import annotations
 
 import typer
 
+from gradflow.cli import options
 from gradflow.cli.common import (
-    BriefOpt,
-    CheckOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ExprArg,
-    FileOpt,
-    FlowsOpt,
-    FullOpt,
-    GraphOpt,
-    HtmlOpt,
-    JsonOpt,
-    LimitOpt,
-    OrderOpt,
-    PlotOpt,
-    SeedOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
-    _is_option,
     check_shadowed,
     consoles,
     guarded,
     parse_values,
-    read_program,
+    program_and_values,
+    report_error,
     request,
     summary_mode,
 )
@@ -51,12 +32,13 @@ HELP_END = help_end([
     {ExitCode.OK: "done (a leaf may still get grad None: the reason is printed)"})
 
 
-def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
-             var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-             json_: JsonOpt = False, debug: DebugOpt = False, check: CheckOpt = False, order: OrderOpt = 1,
-             graph: GraphOpt = None, limit: LimitOpt = None, seed: SeedOpt = 0, full: FullOpt = False,
-             plot: PlotOpt = False, flows: FlowsOpt = False, strict: StrictOpt = False,
-             summary: SummaryOpt = False, brief: BriefOpt = False, html: HtmlOpt = None):
+def eval_cmd(ctx: typer.Context, expr: options.ExprArg = None, file: options.FileOpt = None, wrt: options.WrtOpt = None,
+             var: options.VarOpt = None, dtype: options.DtypeOpt = "float32", device: options.DeviceOpt = "cpu",
+             json_: options.JsonOpt = False, debug: options.DebugOpt = False, check: options.CheckOpt = False,
+             order: options.OrderOpt = 1, graph: options.GraphOpt = None, limit: options.LimitOpt = None,
+             seed: options.SeedOpt = 0, full: options.FullOpt = False, plot: options.PlotOpt = False,
+             flows: options.FlowsOpt = False, strict: options.StrictOpt = False, summary: options.SummaryOpt = False,
+             brief: options.BriefOpt = False, html: options.HtmlOpt = None):
     """Evaluate a program, run backward and show every node's value and gradient.
 
     Give each variable's value as --NAME VALUE: a number or a JSON list (--x 1, --x=-2, --w "[1,2]").
@@ -78,9 +60,8 @@ def eval_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt
             resume_collector()
 
     def work() -> int:
-        moved = file and expr is not None and (_is_option(expr) or plot)  # --plot FILE.png lands in EXPR too
-        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        source, rest = program_and_values(expr, file, ctx.args, limit, moved=plot)  # --plot FILE.png lands in EXPR
+        about["source"] = source
         check_brief(brief, flows=flows, check=check, order=order != 1, graph=graph is not None, html=html is not None)
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the imports below
         from gradflow.cli.sweep_output import SweepRequest, find_sweep, run, split_plot_file
@@ -126,15 +107,14 @@ def check_brief(brief: bool, **views: bool) -> None:
 
 def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
     """Print an evaluation (JSON, or the table with --flows and the extras) and return the exit code."""
-    from gradflow.render import extras_output
-    from gradflow.render.node_table import print_error, print_explanation, print_warnings
+    from gradflow.render.node_table import print_explanation, print_warnings
 
     out, err = consoles()
     if as_json:
         from gradflow.values.jsonable import document, dumps
 
         with document(summary):  # one document: the extras' tensors count against the same limit
-            text = dumps(extras_output.add_to(extra, result.to_dict()))
+            text = dumps(_with_extras(result.to_dict(), extra))
         print(text, flush=True)
         print_warnings(result, err)  # stdout stays pure JSON; warnings are also in it
     elif result.brief:
@@ -147,8 +127,35 @@ def show(result, extra, as_json: bool, summary: bool, flows: bool) -> int:
             from gradflow.render.flows import print_flows
 
             print_flows(result, out)
-        extras_output.print_extras(extra, out)
-    if result.error is not None:  # exit 3: the table / JSON is out, the reason goes to stderr
-        print_error(result.error, err)
-        return int(result.error.exit_code)
-    return 0
+        _print_extras(extra, out)
+    return 0 if result.error is None else report_error(result.error)  # exit 3: the table / JSON is out
+
+
+def _with_extras(doc: dict, extras) -> dict:
+    """--check, --order 2 and --graph add the fields "check", "hessian" and "graph"; the others never change."""
+    if extras.check is not None:
+        doc["check"] = extras.check.to_dict()
+    if extras.hessian is not None:
+        doc["hessian"] = extras.hessian.to_dict()
+    if extras.graph is not None:
+        from gradflow.render.graph import to_dot, to_mermaid
+
+        render = {"dot": to_dot, "mermaid": to_mermaid}.get(extras.graph_format or "")
+        doc["graph"] = {**extras.graph.to_dict(), "format": extras.graph_format,
+                        "text": None if render is None else render(extras.graph)}
+    return doc
+
+
+def _print_extras(extras, out) -> None:
+    """--check, --order 2 and --graph under the table."""
+    from gradflow.render.checks import check_table, hessian_view, note_lines
+    from gradflow.render.graph import print_picture
+
+    if extras.check is not None:
+        out.print(check_table(extras.check))
+        if extras.check.notes:
+            out.print(note_lines(extras.check.notes))
+    if extras.hessian is not None:
+        out.print(hessian_view(extras.hessian))
+    if extras.graph is not None:
+        print_picture(extras.graph, extras.graph_format or "tree", out)

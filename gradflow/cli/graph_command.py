@@ -7,18 +7,9 @@ from typing import Annotated
 
 import typer
 
+from gradflow.cli import options
 from gradflow.cli.common import (
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ExprArg,
-    FileOpt,
-    OutOpt,
-    StrictOpt,
-    VarOpt,
-    WrtOpt,
     check_shadowed,
-    choices,
     consoles,
     guarded,
     parse_values,
@@ -31,7 +22,7 @@ from gradflow.errors import ExitCode, ValueInputError
 from gradflow.render.graphviz import graphviz
 
 FORMATS = ("tree", "dot", "mermaid", "svg", "png")
-FormatOpt = Annotated[str, typer.Option("--format", metavar=choices(FORMATS),
+FormatOpt = Annotated[str, typer.Option("--format", metavar=options.choices(FORMATS),
                                         help="The picture's format (svg and png need Graphviz).")]
 HELP_END = help_end([
     'gradflow graph "(x*y1 - detach(x*y2))^2" --x 1 --y1 2 --y2 7',
@@ -71,14 +62,14 @@ def write_out(data: str | bytes, output: Path | None):
         from gradflow.cli.files import write_file
 
         write_file(output, data)
-    else:
+    else:  # text in UTF-8 whatever the terminal's encoding: a file for tools (click.echo writes it so)
         typer.echo(data, nl=False)
 
 
-def graph_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
-              var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-              format_: FormatOpt = "tree", output: OutOpt = None, debug: DebugOpt = False,
-              strict: StrictOpt = False):
+def graph_cmd(ctx: typer.Context, expr: options.ExprArg = None, file: options.FileOpt = None,
+              wrt: options.WrtOpt = None, var: options.VarOpt = None, dtype: options.DtypeOpt = "float32",
+              device: options.DeviceOpt = "cpu", format_: FormatOpt = "tree", output: options.OutOpt = None,
+              debug: options.DebugOpt = False, strict: options.StrictOpt = False):
     """Draw the autograd graph torch records: names from the expression, flows on the edges, cuts marked.
 
     A value the program does not use is a warning (--strict: an error).

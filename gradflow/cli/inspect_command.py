@@ -18,17 +18,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    HtmlOpt,
-    JsonOpt,
-    OutOpt,
-    choices,
-    consoles,
-    guarded,
-    refuse_binary_on_terminal,
-    write_html,
-)
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, refuse_binary_on_terminal, report_error, write_html
 from gradflow.cli.function_args import check_call, parse_args, unpack
 from gradflow.cli.help import help_end
 from gradflow.cli.streams import exit_hard, stdout_gone
@@ -56,7 +47,7 @@ AutogradOpt = Annotated[bool, typer.Option("--autograd", help="With --graph or -
 LibraryLinesOpt = Annotated[bool, typer.Option("--library-lines", help="Reasons also name where in library "
                                                                        "code (transformers, ...) each cut op ran.")]
 GraphOpt = Annotated[str | None, typer.Option(
-    "--graph", metavar=choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
+    "--graph", metavar=options.choices(GRAPHS), help="A picture instead of the table (svg and png need Graphviz).")]
 FailOnOpt = Annotated[list[str] | None, typer.Option(
     "--fail-on", metavar="CLASSES", help="Exit 6 if a parameter is in one of these classes (comma-separated): "
                                          + ", ".join(GATE_CLASSES) + "; or default, all.")]
@@ -164,14 +155,6 @@ class Opts:
     op_depth: int | None = None  # --depth as given (the op graph draws every op without it)
 
 
-def _emit(report, o: Opts, ops=None):
-    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
-    try:
-        _emit_to_stdout(report, o, ops)
-    except BrokenPipeError:
-        stdout_gone()
-
-
 def _picture(report, o: Opts, ops=None):
     """dot / mermaid text, or svg / png bytes rendered by Graphviz (as `gradflow graph` does); `ops`: the
     autograd graph (--autograd) drawn instead of the modules."""
@@ -182,43 +165,45 @@ def _picture(report, o: Opts, ops=None):
         text = (ops.to_mermaid() if o.graph == "mermaid" else ops.to_dot()).rstrip("\n")
     else:
         text = (to_mermaid if o.graph == "mermaid" else to_dot)(report, o.depth)
-    if o.graph in ("svg", "png"):
-        write_out(graphviz(text, o.graph), o.output)
-    elif o.output is not None:
-        write_out(text + "\n", o.output)
-    else:  # UTF-8 whatever the terminal's encoding: a file for tools (click.echo writes it so)
-        typer.echo(text)
+    write_out(graphviz(text, o.graph) if o.graph in ("svg", "png") else text + "\n", o.output)
 
 
-def _emit_to_stdout(report, o: Opts, ops=None):
-    if o.json_:
-        print(report.to_json() if not o.health else _json_with_health(report), flush=True)
-    elif o.health:
-        from rich.text import Text
+def _emit(report, o: Opts, ops=None):
+    """Print the report; a reader that stops early (`| head`) ends the output quietly."""
+    try:
+        if o.json_:
+            from gradflow.values.jsonable import dumps
 
-        from gradflow.render.health import chart
+            print(dumps({**report.to_dict(), "health": report.health().to_dict()}) if o.health else
+                  report.to_json(), flush=True)
+        elif o.health:
+            from rich.text import Text
 
-        out, err = consoles()
-        out.print(chart(report.health(), columns=out.width), soft_wrap=True)
-        for w in report.warnings:  # as under the table
-            err.print(Text(f"warning: {w}", style="yellow"))
-    elif o.graph in ("dot", "mermaid", "svg", "png"):
-        _picture(report, o, ops)
-    elif o.graph == "tree":
-        from gradflow.report.param_table import module_tree
+            from gradflow.render.health import chart
 
-        consoles()[0].print(module_tree(report))
-    else:
-        from gradflow.report.param_table import print_report
+            out, err = consoles()
+            out.print(chart(report.health(), columns=out.width), soft_wrap=True)
+            for w in report.warnings:  # as under the table
+                err.print(Text(f"warning: {w}", style="yellow"))
+        elif o.graph in ("dot", "mermaid", "svg", "png"):
+            _picture(report, o, ops)
+        elif o.graph == "tree":
+            from gradflow.report.param_table import module_tree
 
-        print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
+            consoles()[0].print(module_tree(report))
+        else:
+            from gradflow.report.param_table import print_report
+
+            print_report(report, *consoles(), o.depth, o.expand, o.only_problems)
+    except BrokenPipeError:
+        stdout_gone()
 
 
-def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyProblemsOpt = False,
-                expand: ExpandOpt = False, depth: DepthOpt = None, graph: GraphOpt = None, output: OutOpt = None,
-                fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None, debug: DebugOpt = False,
-                health: HealthOpt = False, plot: HealthPlotOpt = None, library_lines: LibraryLinesOpt = False,
-                html: HtmlOpt = None, autograd: AutogradOpt = False):
+def inspect_cmd(target: TargetArg, json_: options.JsonOpt = False, only_problems: OnlyProblemsOpt = False,
+                expand: ExpandOpt = False, depth: DepthOpt = None, graph: GraphOpt = None,
+                output: options.OutOpt = None, fail_on: FailOnOpt = None, allow: AllowOpt = None, arg: ArgOpt = None,
+                debug: options.DebugOpt = False, health: HealthOpt = False, plot: HealthPlotOpt = None,
+                library_lines: LibraryLinesOpt = False, html: options.HtmlOpt = None, autograd: AutogradOpt = False):
     """Run your own PyTorch code and show which parameters get gradient — and why not."""
     o = Opts(json_, only_problems, expand, depth or 2, graph, output, tuple(fail_on or ()), tuple(allow or ()),
              tuple(arg or ()), health=health, plot=plot, library_lines=library_lines, html=html,
@@ -231,29 +216,16 @@ def inspect_cmd(target: TargetArg, json_: JsonOpt = False, only_problems: OnlyPr
         except GradflowError as err:
             if not json_ or debug:
                 raise
-            return _json_error(err)
+            return report_error(err, error_document(err))
 
     guarded(debug, json_, body)
 
 
-def report_death(err: GradflowError, as_json: bool) -> int:
-    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
-    if as_json:
-        return _json_error(err)
-    from gradflow.render.node_table import print_error
-
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
-
-
-def _json_error(err: GradflowError) -> int:
+def error_document(err: GradflowError) -> dict:
+    """--json's document when the run fails: no loss, no parameters, the error."""
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.node_table import print_error
-    from gradflow.values.jsonable import dumps
 
-    print(dumps({"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}), flush=True)
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
+    return {"schema": SCHEMA_VERSION, "loss": None, "params": [], "error": err.to_dict()}
 
 
 def _check_options(o: Opts):
@@ -316,12 +288,7 @@ def _inspect(target: str, o: Opts) -> int:
             _write_plot(report, o.plot, target)
     finally:
         _free(report)
-    code = 0
-    if report.error is not None:
-        from gradflow.render.node_table import print_error
-
-        print_error(report.error, consoles()[1])
-        code = int(report.error.exit_code)
+    code = 0 if report.error is None else report_error(report.error)
     return _gate(report, o) or code
 
 
@@ -348,26 +315,21 @@ def _explaining(log):
 
 
 def _gate(report, o: Opts) -> int:
-    """--fail-on: after the report, what failed and why (stderr); 6 if anything did."""
     if not o.fail_on:
         return 0
-    from gradflow.render.node_table import print_error
     from gradflow.report.fail_on import failures, gate_error, unmatched
 
-    err = consoles()[1]
-    for pat in unmatched(report, o.allow):
-        err.print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False, highlight=False)
     found = failures(report, o.fail_on, o.allow)
-    if not found:
-        return 0
-    print_error(gate_error(found, o.fail_on), err)
-    return int(ExitCode.GATE)
+    return print_gate(unmatched(report, o.allow), gate_error(found, o.fail_on) if found else None)
 
 
-def _json_with_health(report) -> str:
-    from gradflow.values.jsonable import dumps
-
-    return dumps({**report.to_dict(), "health": report.health().to_dict()})
+def print_gate(unmatched_allow, error: GradflowError | None) -> int:
+    """--fail-on, after the report (inspect, ddp): the --allow patterns that matched nothing, then what failed and
+    why (stderr); the exit code, 6 if anything failed."""
+    for pat in unmatched_allow:
+        consoles()[1].print(f"warning: --allow '{pat}' matches no parameter", style="yellow", markup=False,
+                            highlight=False)
+    return 0 if error is None else report_error(error)
 
 
 def _write_plot(report, path: Path, target: str):

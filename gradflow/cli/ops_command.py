@@ -1,7 +1,8 @@
 """`gradflow ops`: every operation of the language, from the op table."""
 from __future__ import annotations
 
-from gradflow.cli.common import JsonOpt, consoles
+from gradflow.cli import options
+from gradflow.cli.common import consoles
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode
 
@@ -10,7 +11,7 @@ HELP_END = help_end(["gradflow ops", "gradflow ops --json"],
                     {ExitCode.INPUT: "bad input: an unknown option"})
 
 
-def ops_cmd(json_: JsonOpt = False):
+def ops_cmd(json_: options.JsonOpt = False):
     """List every operation of the language with every way to write it."""
     from gradflow.language.ops import F_PREFIX, OPS
 

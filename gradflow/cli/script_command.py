@@ -16,7 +16,8 @@ from typing import Annotated
 
 import typer
 
-from gradflow.cli.common import DebugOpt, HtmlOpt, LimitOpt, SummaryOpt, consoles, guarded, write_html
+from gradflow.cli import options
+from gradflow.cli.common import consoles, guarded, option_owners, report_error, write_html
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode, GradflowError, ValueInputError
 
@@ -93,6 +94,7 @@ class _Emitter:
         return plan.full or self.json or not self.repeated or index == 1 or plan.in_steps(index)
 
     def __call__(self, call):
+        from gradflow.cli.streams import to_devnull
         from gradflow.script.run import StopScript
 
         if os.getpid() != self.pid:  # a process the script forked: only the process gradflow started reports
@@ -108,8 +110,8 @@ class _Emitter:
                 if graph is not None:
                     self.sections.append(autograd_section(graph, f"backward {call.index}"))
         except (BrokenPipeError, SystemExit):  # the reader went away (| head; rich exits on it): stop the
-            self.gone = True                     # script there, quietly
-            _discard(self.stdout)
+            self.gone = True  # script there, quietly; what the stream still buffers goes to /dev/null
+            to_devnull(self.stdout)
             raise StopScript from None
 
     def _print(self, call):
@@ -270,19 +272,11 @@ def _steps(text: str) -> tuple[int, int | None]:
     return first, last
 
 
-def _eval_options(ctx: typer.Context) -> set[str]:
-    """`gradflow eval`'s own long options: a variable with one of these names goes through --var NAME=VALUE."""
-    root = ctx.find_root()
-    group = root.command
-    command = group.get_command(root, "eval") if hasattr(group, "get_command") else None
-    params = command.params if command is not None else []
-    return {o[2:] for p in params for o in getattr(p, "opts", []) if o.startswith("--")} | {"help"}
-
-
 def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: JsonLinesOpt = False,
-               debug: DebugOpt = False, summary: SummaryOpt = False, limit: LimitOpt = None, html: HtmlOpt = None,
-               every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False, brief: LoopBriefOpt = False,
-               autograd: AutogradOpt = False, output: GraphOutOpt = None, depth: GraphDepthOpt = None):
+               debug: options.DebugOpt = False, summary: options.SummaryOpt = False, limit: options.LimitOpt = None,
+               html: options.HtmlOpt = None, every: EveryOpt = None, steps: StepsOpt = None, full: LoopFullOpt = False,
+               brief: LoopBriefOpt = False, autograd: AutogradOpt = False, output: GraphOutOpt = None,
+               depth: GraphDepthOpt = None):
     """Run your own PyTorch script; at every backward(), show every tensor it has named, with its grad.
 
     In a loop, the first backward() at each line is shown in full, then a line per call (folded in long loops),
@@ -298,11 +292,13 @@ def script_cmd(ctx: typer.Context, file: FileArg, args: ArgsArg = None, json_: J
             plan = LoopPlan(full or html is not None, every, steps, brief)
             graphs = _graphs(autograd, output, depth, full)
             with using(as_limits(limit)):  # the json limit: tensors printed in full per record
-                return _script(file, list(args or []), json_, _eval_options(ctx), summary, html, plan, graphs)
+                # a variable named like any gradflow option goes through --var in the eval program (as
+                # common.parse_values refuses it as --NAME)
+                return _script(file, list(args or []), json_, set(option_owners(ctx)), summary, html, plan, graphs)
         except GradflowError as err:
             if not json_ or debug:
                 raise
-            return _json_error(err)
+            return report_error(err, error_document(err))
 
     guarded(debug, json_, body)
 
@@ -352,33 +348,10 @@ def _stream_on(fd: int | None, like):
                      buffering=1 if os.isatty(fd) else -1)
 
 
-def _discard(stream) -> None:
-    """The reader of stdout went away: what the stream still buffers goes to /dev/null, not to a later error."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, stream.fileno())
-        os.close(null)
-
-
-def report_death(err: GradflowError, as_json: bool) -> int:
-    """Said by the parent that watched the run (cli/watch.py) when the user's code ended the process first."""
-    if as_json:
-        return _json_error(err)
-    from gradflow.render.node_table import print_error
-
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
-
-
-def _json_error(err: GradflowError) -> int:
-    """The last JSON line when the run fails: a record with no call, and the error (also on stderr)."""
+def error_document(err: GradflowError) -> dict:
+    """--json's last line when the run fails: a record with no call, and the error."""
     from gradflow.analysis.explanation import SCHEMA_VERSION
-    from gradflow.render.node_table import print_error
-    from gradflow.values.jsonable import dumps
 
-    print(dumps({"schema": SCHEMA_VERSION, "call": None, "line": None, "code": None, "outputs": [],
-                 "retain_graph": False, "tensors": [], "grads": {}, "added": {},
-                 "eval": {"argv": None, "command": None, "why_not": None},
-                 "error": err.to_dict()}), flush=True)
-    print_error(err, consoles()[1])
-    return int(err.exit_code)
+    return {"schema": SCHEMA_VERSION, "call": None, "line": None, "code": None, "outputs": [],
+            "retain_graph": False, "tensors": [], "grads": {}, "added": {},
+            "eval": {"argv": None, "command": None, "why_not": None}, "error": err.to_dict()}

@@ -32,7 +32,7 @@ def _devnull():
     return open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
 
 
-def _to_devnull(stream):
+def to_devnull(stream):
     """Point a standard stream's file descriptor at /dev/null; returns the stream to keep using."""
     try:
         fd = os.open(os.devnull, os.O_WRONLY)
@@ -49,7 +49,7 @@ def _flush(stream):
         stream.flush()
         return stream
     except (OSError, ValueError):
-        return _to_devnull(stream)
+        return to_devnull(stream)
 
 
 class _ClosedStdin(io.StringIO):
@@ -80,7 +80,7 @@ def _ensure_streams() -> None:
 
 def stdout_gone() -> int:
     """stdout's reader went away: discard further output; the exit code to use (0, quiet)."""
-    sys.stdout = _to_devnull(sys.stdout)
+    sys.stdout = to_devnull(sys.stdout)
     return int(ExitCode.OK)
 
 
@@ -93,11 +93,11 @@ def unread():
     try:
         yield
     except BrokenPipeError:
-        sys.stdout, sys.stderr = _to_devnull(sys.stdout), _to_devnull(sys.stderr)
+        sys.stdout, sys.stderr = to_devnull(sys.stdout), to_devnull(sys.stderr)
     except SystemExit as done:
         if done.code != 1:
             raise
-        sys.stderr = _to_devnull(sys.stderr)
+        sys.stderr = to_devnull(sys.stderr)
 
 
 def _stdout_is_devnull() -> bool:
@@ -232,7 +232,7 @@ def output_failed(exc: OSError) -> int:
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
-        sys.stdout = _to_devnull(sys.stdout)
+        sys.stdout = to_devnull(sys.stdout)
     from gradflow.render.plain import print_error
 
     error = ValueInputError("output", f"cannot write the output: {exc.strerror or exc}",
@@ -240,7 +240,7 @@ def output_failed(exc: OSError) -> int:
     try:
         print_error(error)
     except (OSError, ValueError):
-        sys.stderr = _to_devnull(sys.stderr)
+        sys.stderr = to_devnull(sys.stderr)
     return int(ExitCode.INPUT)
 
 

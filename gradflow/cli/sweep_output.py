@@ -87,17 +87,12 @@ def run(req: SweepRequest, var: str, rng: SweepRange) -> int:
     graph, _, leaves = check_sweep(req.source, var, req.values, req.wrt, rng, req.dtype, req.seed,
                                    req.strict)  # early errors
     tally = _Tally()
-    try:
-        table = None if req.json_ or req.plot else _TableStream(
-            f"L = {graph.source.strip()}, sweeping {var} ({rng.count} points)",
-            [var, "L", *(f"dL/d{leaf}" for leaf in leaves)], rng.points())
-        result = _evaluate(req, var, rng, tally, table)
-        if req.plot:
-            _plots(result, picture)
-    except (_PipeClosed, BrokenPipeError):  # `| head`: stop quietly
-        from gradflow.cli.streams import stdout_gone
-
-        return stdout_gone()
+    table = None if req.json_ or req.plot else _TableStream(
+        f"L = {graph.source.strip()}, sweeping {var} ({rng.count} points)",
+        [var, "L", *(f"dL/d{leaf}" for leaf in leaves)], rng.points())
+    result = _evaluate(req, var, rng, tally, table)  # a reader gone (`| head`): guarded() ends quietly
+    if req.plot:
+        _plots(result, picture)
     return tally.finish()
 
 
@@ -243,14 +238,7 @@ class _Tally:
         return int(self.error.exit_code)
 
 
-class _PipeClosed(Exception):
-    """stdout's reader went away (`| head -1`): stop sweeping, exit quietly."""
-
-
 def _write_line(line: str) -> None:
-    try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise _PipeClosed from None
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()  # each line as it comes
 

@@ -3,27 +3,8 @@ from __future__ import annotations
 
 import typer
 
-from gradflow.cli.common import (
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ExprArg,
-    FileOpt,
-    JsonOpt,
-    LimitOpt,
-    StrictOpt,
-    SummaryOpt,
-    VarOpt,
-    WrtOpt,
-    _is_option,
-    check_shadowed,
-    emit,
-    guarded,
-    parse_values,
-    print_warnings,
-    read_program,
-    request,
-)
+from gradflow.cli import options
+from gradflow.cli.common import check_shadowed, emit, guarded, parse_values, print_warnings, program_and_values, request
 from gradflow.cli.help import help_end
 from gradflow.errors import ExitCode
 
@@ -34,10 +15,10 @@ HELP_END = help_end([
     {ExitCode.OK: "done (a scenario that fails is a row, not an error)"})
 
 
-def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, wrt: WrtOpt = None,
-               var: VarOpt = None, dtype: DtypeOpt = "float32", device: DeviceOpt = "cpu",
-               json_: JsonOpt = False, debug: DebugOpt = False, strict: StrictOpt = False,
-               summary: SummaryOpt = False, limit: LimitOpt = None):
+def whatif_cmd(ctx: typer.Context, expr: options.ExprArg = None, file: options.FileOpt = None,
+               wrt: options.WrtOpt = None, var: options.VarOpt = None, dtype: options.DtypeOpt = "float32",
+               device: options.DeviceOpt = "cpu", json_: options.JsonOpt = False, debug: options.DebugOpt = False,
+               strict: options.StrictOpt = False, summary: options.SummaryOpt = False, limit: options.LimitOpt = None):
     """What if I cut here? Each live node detached, each existing cut removed: the new grads.
 
     A value the program does not use is a warning (--strict: an error).
@@ -45,9 +26,8 @@ def whatif_cmd(ctx: typer.Context, expr: ExprArg = None, file: FileOpt = None, w
     about = request(wrt, dtype, device)
 
     def body() -> int:
-        moved = file is not None and expr is not None and _is_option(expr)
-        program, rest = (None, [expr, *ctx.args]) if moved and expr is not None else (expr, list(ctx.args))
-        source = about["source"] = read_program(program, file, limit)  # with --file, the first value lands in EXPR
+        source, rest = program_and_values(expr, file, ctx.args, limit)
+        about["source"] = source
         check_shadowed(source, ctx, var, limit)  # parses: a syntax error exits before the heavier imports
         from gradflow.limits import as_limits, using
         from gradflow.studies.whatif import whatif

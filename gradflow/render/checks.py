@@ -32,10 +32,6 @@ def note_lines(notes) -> Text:
     return lines
 
 
-def _entry(v) -> str:
-    return DASH if v is None else format_number(v)
-
-
 def hessian_view(result):
     """The Hessian as a matrix table (scalar leaves) or one diagonal line per tensor leaf."""
     where = f", computed in {result.computed_in}" if getattr(result, "computed_in", None) else ""
@@ -53,5 +49,5 @@ def hessian_view(result):
     for w in result.wrt:
         table.add_column(w, justify="right")
     for w, row in zip(result.wrt, result.matrix):
-        table.add_row(Text(w, style="bold"), *(_entry(v) for v in row))
+        table.add_row(Text(w, style="bold"), *(DASH if v is None else format_number(v) for v in row))
     return Group(title, table)

@@ -27,9 +27,7 @@ def _kind(n: PNode) -> str:
 
 
 def _sub(n: PNode) -> str:
-    parts = [_kind(n)]
-    parts.append(f"value {n.value}" + (f"  grad {n.grad}" if n.grad is not None else ""))
-    return "\n".join(parts)
+    return f"{_kind(n)}\nvalue {n.value}" + (f"  grad {n.grad}" if n.grad is not None else "")
 
 
 def _edge_label(e) -> str:

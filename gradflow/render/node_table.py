@@ -95,11 +95,6 @@ def abbreviated(result: Explanation) -> bool:
     return any(n.abbreviated for n in result.nodes)
 
 
-def abbreviation_note() -> Text:
-    return Text(f"%N is node N: a name over {NAME_WIDTH} characters refers to its long operands by id "
-                "(--json: each node's span in the source)", style="dim")
-
-
 def node_table(result: Explanation, cells: list[tuple[str, str]]) -> Table:
     table = Table(title=Text(f"{_out_label(result)} = {result.output.expr}"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
@@ -209,7 +204,8 @@ def grad_lines(result: Explanation) -> Text:
 
 
 def print_explanation(result: Explanation, out: Console, err: Console):
-    note = [abbreviation_note()] if abbreviated(result) else []
+    note = [Text(f"%N is node N: a name over {NAME_WIDTH} characters refers to its long operands by id "
+                 "(--json: each node's span in the source)", style="dim")] if abbreviated(result) else []
     # a pipe or a file, without colour, in UTF-8: an ASCII output has rich draw its boxes in ASCII
     plain = None if out.is_terminal or out.color_system or out.options.ascii_only else plain_table_lines(result,
                                                                                                          out.width)

@@ -13,7 +13,7 @@ from functools import singledispatch
 from pathlib import Path
 from types import ModuleType
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.text import Text
 
 from gradflow.analysis.explanation import Explanation
@@ -22,7 +22,7 @@ from gradflow.render import graphviz
 from gradflow.render.console import new_console
 from gradflow.render.health import chart
 from gradflow.render.node_table import print_brief, print_explanation
-from gradflow.render.whatif import compare_notes, compare_table, whatif_table
+from gradflow.render.whatif import compare_view, whatif_table
 from gradflow.report.inspect_report import InspectReport
 from gradflow.report.layer_health import HealthReport
 from gradflow.report.op_graph import OpGraph
@@ -70,8 +70,7 @@ def _(result: WhatIf, out: Console, err: Console) -> None:
 
 @print_result.register
 def _(result: Comparison, out: Console, err: Console) -> None:
-    notes = compare_notes(result)
-    out.print(Group(compare_table(result), *([notes] if notes.plain else [])))
+    out.print(compare_view(result))
 
 
 @print_result.register

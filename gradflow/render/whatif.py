@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -126,3 +127,9 @@ def compare_table(result: Comparison) -> Table:
     for row in result.rows:
         table.add_row(*_compare_row(row, result))
     return table
+
+
+def compare_view(result: Comparison) -> Group:
+    """The table, and its notes when there are any."""
+    notes = compare_notes(result)
+    return Group(compare_table(result), *([notes] if notes.plain else []))

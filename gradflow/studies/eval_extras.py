@@ -1,7 +1,7 @@
 """The optional views `gradflow eval` adds on request: --check, --order 2, --graph FORMAT.
 
-Computed before anything is printed (so an error exits cleanly); render/extras_output.py adds them to the
-table output or as extra top-level JSON fields ("check", "hessian", "graph").
+Computed before anything is printed (so an error exits cleanly); cli/eval_command.py prints them under the
+table, or adds them to the JSON as the fields "check", "hessian" and "graph".
 """
 from __future__ import annotations
 

@@ -60,11 +60,8 @@ def first_grads(graph: Graph, values: dict, wrt: list[str], dtype, device) -> tu
 
 
 def _matrix(leaves, grads, wrt) -> list[list[float | None]]:
-    rows = []
-    for i in wrt:
-        row = [None if grads[i] is None or grads[j] is None else _grad(grads[i], leaves[j]).item() for j in wrt]
-        rows.append(row)
-    return rows
+    return [[None if grads[i] is None or grads[j] is None else _grad(grads[i], leaves[j]).item() for j in wrt]
+            for i in wrt]
 
 
 def _diagonal(leaf, g):

@@ -116,7 +116,7 @@ def test_fixed_values_are_listed(command, option, values):
 
 
 def test_listed_values_are_the_accepted_ones():
-    from gradflow.cli.common import DEVICES, DTYPES
+    from gradflow.cli.options import DEVICES, DTYPES
     from gradflow.errors import EvalError
     from gradflow.values.tensors import DTYPES as TORCH_DTYPES
     from gradflow.values.tensors import resolve_device

@@ -92,6 +92,23 @@ def test_a_variable_named_like_an_eval_option_goes_through_var(cli, tmp_path):
     assert json.loads(ran.stdout)["grads"] == {"wrt": 3.0} == record["grads"]
 
 
+@pytest.mark.slow
+def test_the_real_command_routes_every_gradflow_option_name_through_var(tmp_path):
+    """A real run builds only the script command: the names come from every command all the same (`--seed` is
+    eval's option, `--jobs` batch's: eval refuses either as a variable's --NAME)."""
+    path = script(tmp_path, """
+        import torch
+        seed = torch.tensor(2.0, requires_grad=True)
+        jobs = torch.tensor(3.0)
+        (seed * jobs).backward()
+    """)
+    res = run(GRADFLOW + ["script", path, "--json"], text=True)
+    argv = json.loads(res.stdout)["eval"]["argv"]
+    assert argv[1:] == ["seed*jobs", "--var", "seed=2", "--var", "jobs=3", "--wrt", "seed"], res.stderr
+    ran = run([*GRADFLOW, *argv, "--json"], text=True)
+    assert json.loads(ran.stdout)["grads"] == {"seed": 3.0}, ran.stderr  # d(seed*jobs)/dseed = jobs
+
+
 @pytest.mark.parametrize("source, code, message", [
     ("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\nraise ValueError('bad')\n",
      5, "user_script.py raised ValueError: bad (at "),
