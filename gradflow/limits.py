@@ -7,9 +7,7 @@ the evaluation in progress. Torch-free.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from gradflow.errors import LimitError, Span
@@ -93,14 +91,21 @@ def current() -> Limits:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def using(limits: Limits) -> Iterator[Limits]:
-    """These limits in force inside the block (it gives them back)."""
-    token = _CURRENT.set(limits)
-    try:
-        yield limits
-    finally:
-        _CURRENT.reset(token)
+class using:  # noqa: N801 - used as `with using(limits):`, like contextlib's context managers
+    """These limits in force inside the block (it gives them back). A class, not a generator: every evaluation
+    (every batch line) enters it several times."""
+
+    __slots__ = ("limits", "token")
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+
+    def __enter__(self) -> Limits:
+        self.token = _CURRENT.set(self.limits)
+        return self.limits
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self.token)
 
 
 _UNITS = {"length": "characters", "depth": "levels", "nodes": "nodes", "elements": "elements",

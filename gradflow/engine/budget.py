@@ -11,7 +11,7 @@ import math
 
 from gradflow.language.graph import Node
 from gradflow.language.ops import OPS
-from gradflow.limits import check, check_elements, current
+from gradflow.limits import Limits, check, check_elements, current
 
 
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -89,17 +89,17 @@ _GROWING = frozenset(("broadcast", "matmul", "linear", "cat", "stack"))
 
 def precheck(node: Node, args, source: str) -> None:
     """Refuse `node`'s result when its shape would exceed the per-tensor element limit."""
-    rule = OPS[node.op].shape if node.op in OPS else "broadcast"
+    op = OPS.get(node.op)
+    rule = op.shape if op is not None else "broadcast"
     if rule not in _GROWING:
         return  # the result is no bigger than one operand (reductions, elementwise functions, losses, shapes)
-    tensors = [a for a in args if hasattr(a, "shape")]  # x^2's exponent may be a number
-    if len(tensors) < 2:
+    sizes = [a.numel() for a in args if hasattr(a, "numel")]  # x^2's exponent may be a number
+    if len(sizes) < 2:
         return
-    sizes = [a.numel() for a in tensors]
     bound = sum(sizes) if rule in ("cat", "stack") else math.prod(sizes)
     if 0 not in sizes and bound <= current().elements:
         return  # at most the product of the operands' elements ((n,0)@(0,p) has n*p: not here); cat: their sum
-    shapes = [tuple(a.shape) for a in tensors]
+    shapes = [tuple(a.shape) for a in args if hasattr(a, "numel")]
     try:
         shape = result_shape(node.op, shapes, dict(node.params))
     except ValueError:
@@ -107,10 +107,10 @@ def precheck(node: Node, args, source: str) -> None:
     check_elements(math.prod(shape), f"the result of '{node.text}' would have", span=node.span, source=source)
 
 
-def account(total: int, node: Node, value, source: str, grad: bool = False) -> int:
+def account(total: int, node: Node, value, source: str, limits: Limits, grad: bool = False) -> int:
     """Add a computed value (and, if `grad`, the gradient it will hold, as big as itself) to the running total;
-    check both limits. Returns the new total."""
-    n, limits = value.numel(), current()
+    check both `limits`. Returns the new total."""
+    n = value.numel()
     held = 2 * n if grad else n
     if n <= limits.elements and total + held <= limits.total:
         return total + held  # the common case, without building the messages below

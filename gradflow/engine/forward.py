@@ -24,6 +24,7 @@ from gradflow.engine.torch_errors import torch_error
 from gradflow.errors import EvalError
 from gradflow.language.graph import FlagStep, Graph, Node, RetainStep
 from gradflow.language.ops import CUT_OPS, OPS, REGION_OPS
+from gradflow.limits import current
 from gradflow.values.coerce import conversion_note, rounding_note
 from gradflow.values.tensors import TORCH_ERRORS, scalar, to_tensor
 
@@ -90,11 +91,6 @@ class Run:
         self.claimed: set[int] = set()
         self.total = 0  # elements over all values so far (limits.total)
 
-    def modes(self, node: Node) -> tuple[str, ...]:
-        """The regions to enter. Constants too: every value of a program is a tensor, so a number made under
-        inference_mode is an inference tensor, as torch.tensor(2.0) is in a `with torch.inference_mode():` block."""
-        return node.modes if self.cuts else ()
-
     @property
     def edges(self) -> list[EdgeResult]:
         """Every use so far as an EdgeResult (src, dst, pos, and `cut`), made when first asked for: the brief
@@ -140,8 +136,11 @@ class Run:
         op = node.op
         if op == "var":
             return self.leaf(node)
+        # The regions to enter. Constants too: every value of a program is a tensor, so a number made under
+        # inference_mode is an inference tensor, as torch.tensor(2.0) is in a `with torch.inference_mode():` block.
+        modes = node.modes if self.cuts else ()
         if op == "const":
-            with _context(self.modes(node)):
+            with _context(modes):
                 return scalar(node.value, self.dtype, self.device)
         args: list[Any] = self.inputs(node)
         if op == "pow":
@@ -160,7 +159,10 @@ class Run:
         before = len(said)
         fn = OPS[op].fn
         try:
-            with _context(self.modes(node)):
+            if modes:
+                with _context(modes):
+                    out = fn(*args, **dict(node.params))
+            else:  # most ops: no context to enter, and no context manager's cost on every op
                 out = fn(*args, **dict(node.params))
         except TORCH_ERRORS as err:
             raise torch_error(node, args, err, self.g.source) from None
@@ -237,7 +239,7 @@ class Run:
             raise TypeError(f"not a step: {step!r}")
 
     def _steps(self) -> None:
-        tensors, frozen, measure = self.t, self.frozen, self.measure
+        tensors, frozen, measure, limits = self.t, self.frozen, self.measure, current()
         for step in self.g.steps:
             if not isinstance(step, Node):
                 self._flag_step(step)
@@ -250,7 +252,7 @@ class Run:
                     self.watched.append(t)
                     self.keys.append(nid)
                 held = measure or t.is_leaf
-            self.total = account(self.total, step, t, self.g.source, grad=held)
+            self.total = account(self.total, step, t, self.g.source, limits, grad=held)
 
 
 def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.device,

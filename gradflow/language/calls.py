@@ -46,19 +46,17 @@ class Binder:
             rest = positional[len(params) - 1:]
             positional[len(params) - 1:] = [Seq(Span(rest[0].full.start, rest[-1].full.end),
                                                 Span(rest[0].full.start, rest[-1].full.end), list(rest))]
-        given = len(positional) + len(keywords)
-        needed = len([p for p in params if p.required and p.kind in ("tensor", "tensors")])
-        if len(positional) > len(params) or (not keywords and len(positional) < needed):
-            skip = receiver is not None
+        if len(positional) > len(params) or (not keywords and len(positional) < self.op.needed_operands):
+            skip, given = receiver is not None, len(positional) + len(keywords)
             raise self.fail("arity", f"{self.shown}() takes {takes(self.op.min_args - skip, len(params) - skip)}, "
                             f"got {given - skip}", hint=f"{self.shown}: {self.op.doc}")
-        bound = dict(zip((p.name for p in params), positional))
+        bound = dict(zip(self.op.param_names, positional))
         for kw in keywords:
             p = self.param(kw)
             if p.name in bound:
                 raise self.fail("arity", f"{self.shown}() got multiple values for argument '{p.name}'", span=kw.span)
             bound[p.name] = kw.value
-        missing = [p.name for p in params if p.required and p.name not in bound]
+        missing = [name for name in self.op.required_names if name not in bound]
         if missing:
             raise self.fail("arity", f"{self.shown}() missing required argument '{missing[0]}'",
                             hint=f"{self.shown}({self.op.signature()})" + (", e.g. dim=-1 for the last dim"

@@ -32,7 +32,7 @@ def graph_bytes(graph: Graph) -> int:
     width = 1 if top < "\u0100" else 2 if top < "\U00010000" else 4  # bytes per character, as CPython stores them
     flags = [s for s in graph.steps if not hasattr(s, "op")] if len(graph.steps) != len(graph.nodes) else []
     # (the steps are the nodes, and the flags between them)
-    texts = sum(len(n.text) for n in graph.nodes) + sum(len(s.text) for s in flags)
+    texts = sum([len(n.text) for n in graph.nodes]) + sum([len(s.text) for s in flags])
     return ((NODE_BYTES + STR_BYTES) * (len(graph.nodes) + len(flags)) + 8 * len(graph.steps)
             + width * (texts + len(graph.source)) + STR_BYTES + GRAPH_BYTES)
 

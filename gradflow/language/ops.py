@@ -22,6 +22,7 @@ operator's function or a methodcaller: the same call as `a + b` or `a.exp()`, wi
 """
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 from collections.abc import Callable
@@ -70,6 +71,19 @@ class Op:
     @property
     def min_args(self) -> int:
         return sum(1 for p in self.params if p.required)
+
+    # What every call's binding reads (language/calls.py): worked out once per op, not per call.
+    @functools.cached_property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @functools.cached_property
+    def required_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params if p.required)
+
+    @functools.cached_property
+    def needed_operands(self) -> int:
+        return sum(1 for p in self.params if p.required and p.kind in ("tensor", "tensors"))
 
     @property
     def max_args(self) -> int:
