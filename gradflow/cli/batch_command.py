@@ -13,6 +13,7 @@ from gradflow.batch.records import dumps_record
 from gradflow.cli import options
 from gradflow.cli.common import consoles, guarded, option_owners, parse_values, progress_bar, summary_mode
 from gradflow.cli.help import help_end
+from gradflow.cli.startup import collect_young, pause_collector, resume_collector
 from gradflow.errors import ExitCode, GradflowError, ValueInputError, counts_as_failure
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ FirstLineOpt = Annotated[int, typer.Option(
     "--first-line", min=1, metavar="N",
     help="The number of the input's first line: a shard of a bigger file numbers its lines (and the ids of "
          "lines without one) as the whole file does.")]
+COLLECT_EVERY = 100  # records between two collections of the young objects (the collector is paused meanwhile)
 HELP_END = help_end([
     """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
@@ -116,6 +118,13 @@ def batch_cmd(ctx: typer.Context, source: InputArg = "-", text: TextOpt = False,
     --brief: records without nodes, edges and contributions (the answer only), made faster.
     """
     def body() -> int:
+        pause_collector()  # from the imports on; the records' loop collects the young objects (cli/startup.py)
+        try:
+            return work()
+        finally:
+            resume_collector()
+
+    def work() -> int:
         from functools import partial
 
         from gradflow.batch.pool import needs_hard_exit, records_out, usable_cores
@@ -156,6 +165,8 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
         if streaming:
             sys.stdout.flush()
         done, failed = done + 1, failed + counts_as_failure(kind)
+        if done % COLLECT_EVERY == 0:
+            collect_young()
         uses.see({"source": source})
     if failed:
         consoles()[1].print(f"{failed} of {done} lines failed", markup=False)
