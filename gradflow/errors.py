@@ -134,6 +134,12 @@ class UntracedError(GradflowError):
     exit_code = ExitCode.PARTIAL
 
 
+class DistributedError(GradflowError):
+    """`gradflow ddp`: a rank died, hung or timed out; the other ranks were stopped (exit 7)."""
+
+    exit_code = ExitCode.DISTRIBUTED
+
+
 class UserCodeError(GradflowError):
     """The user's own code failed while gradflow ran it (`inspect`): exit 5.
 

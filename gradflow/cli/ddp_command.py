@@ -100,8 +100,8 @@ def _ddp(target: str, nproc: int, timeout: float, fail_on: tuple[str, ...], allo
 def _rank(path, name: str, target: str, timeout: float, me: tuple[int, int], classes: tuple[str, ...],
           allow: tuple[str, ...]) -> dict:
     from gradflow.cli.ddp_rank import run_rank
-    from gradflow.ddp.errors import DistributedError
     from gradflow.ddp.launch import tell
+    from gradflow.errors import DistributedError
 
     try:
         doc, _ = run_rank(path, name, target, timeout, classes, allow)
@@ -113,8 +113,8 @@ def _rank(path, name: str, target: str, timeout: float, me: tuple[int, int], cla
 
 
 def _launch(args: list[str], nproc: int, timeout: float) -> dict:
-    from gradflow.ddp.errors import DistributedError
     from gradflow.ddp.launch import launch
+    from gradflow.errors import DistributedError
 
     err = consoles()[1]
     from rich.text import Text

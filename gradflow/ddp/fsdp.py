@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from gradflow.ddp.fsdp_merge import show
+
 try:
     from torch.distributed.fsdp import FSDPModule
 except ImportError:  # a torch without FSDP2: no model is sharded
@@ -87,10 +89,6 @@ def forwards(model: torch.nn.Module, say: Callable[[str], None]) -> Iterator[lis
     finally:
         for h in handles:
             h.remove()
-
-
-def show(unit: str) -> str:
-    return f"`{unit}`" if unit else "the root module"
 
 
 def real_step(model: torch.nn.Module, step: Callable[[Any], Any], loss_of: Callable[[Any], Any],

@@ -68,12 +68,19 @@ class Rank:
         """It said it is done, or that it gave up on the others (it did not die)."""
         return self.done is not None or self.failed is not None
 
-    def death(self) -> str:
+    @property
+    def killed_by(self) -> str | None:
+        """The signal that killed it (SIGABRT, ...), if one did."""
         code = self.proc.returncode
         if code is not None and code < 0:
             with contextlib.suppress(ValueError):
-                return f"killed by {signal.Signals(-code).name}"
-        return f"exited with code {code} without finishing"
+                return signal.Signals(-code).name
+        return None
+
+    def death(self) -> str:
+        if self.killed_by is not None:
+            return f"killed by {self.killed_by}"
+        return f"exited with code {self.proc.returncode} without finishing"
 
 
 @dataclass
@@ -84,12 +91,12 @@ class Outcome:
     hung: list[Rank]
 
 
-def _child_env(rank: int, world: int, port: int, status_fd: int) -> dict:
+def _child_env(rank: int, world: int, port: int) -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # this gradflow, first: the ranks run the same code
     env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{ENV_STATUS: str(status_fd)})
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does with several ranks on one machine
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's C++ warnings carry times and pids; gradflow explains
     return env
@@ -104,17 +111,20 @@ def _own_session() -> None:  # in the child, before exec: Ctrl-C is the launcher
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def spawn(command: list[str], env: dict, rank: int = 0) -> Rank:
+    """Start one watched child in its own session, its status pipe passed as ENV_STATUS (for `tell`)."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(command, env={**env, ENV_STATUS: str(write_fd)}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                            preexec_fn=_own_session)
+    os.close(write_fd)
+    return Rank(rank, proc, read_fd)
+
+
 def start(args: list[str], world: int) -> list[Rank]:
     port = free_port()
-    ranks = []
-    for r in range(world):
-        read_fd, write_fd = os.pipe()
-        proc = subprocess.Popen([sys.executable, "-m", "gradflow", "ddp", *args], env=_child_env(r, world, port,
-                                write_fd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=(write_fd,), preexec_fn=_own_session)
-        os.close(write_fd)
-        ranks.append(Rank(r, proc, read_fd))
-    return ranks
+    return [spawn([sys.executable, "-m", "gradflow", "ddp", *args], _child_env(r, world, port), r)
+            for r in range(world)]
 
 
 def stop(ranks: list[Rank]) -> None:
@@ -129,9 +139,14 @@ def stop(ranks: list[Rank]) -> None:
 
 def launch(args: list[str], world: int, timeout: float, echo: Callable[[int, str], None]) -> Outcome:
     """Run the ranks to the end; `echo(rank, line)` gets what each rank writes to stderr, line by line."""
-    ranks = start(args, world)
+    return watch(start(args, world), timeout, echo)
+
+
+def watch(ranks: list[Rank], timeout: float, echo: Callable[[int, str], None],
+          tick: Callable[[], None] | None = None) -> Outcome:
+    """Watch started children to the end (`tick` is called between reads), then stop any left."""
     try:
-        _watch(ranks, timeout, echo)
+        _watch(ranks, timeout, echo, tick)
     finally:  # Ctrl-C included: no rank outlives the launcher
         stop(ranks)
         for rk in ranks:
@@ -145,7 +160,7 @@ def launch(args: list[str], world: int, timeout: float, echo: Callable[[int, str
     return Outcome(ranks, ranks[0].out.decode(errors="replace"), died, hung)
 
 
-def _watch(ranks: list[Rank], timeout: float, echo) -> None:
+def _watch(ranks: list[Rank], timeout: float, echo, tick) -> None:
     """Read every rank's streams until all have exited, one died, the others outstayed their grace after one
     finished, or nobody moved for longer than any collective may take."""
     sel = selectors.DefaultSelector()
@@ -158,11 +173,13 @@ def _watch(ranks: list[Rank], timeout: float, echo) -> None:
         for key, _ in sel.select(timeout=0.1):
             rk, which = key.data
             _read(sel, key.fd, rk, which, echo)
+        if tick is not None:
+            tick()
         now = time.monotonic()
         exited = [rk for rk in ranks if rk.proc.poll() is not None]
         for rk in exited:
             for which, fd in _fds(rk).items():  # what it wrote before exiting
-                if _registered(sel, fd):
+                if fd in sel.get_map():
                     while _read(sel, fd, rk, which, echo):
                         pass
         if len(exited) == len(ranks) or any(not rk.finished for rk in exited):
@@ -178,14 +195,6 @@ def _watch(ranks: list[Rank], timeout: float, echo) -> None:
 def _fds(rk: Rank) -> dict[int, int]:
     assert rk.proc.stdout is not None and rk.proc.stderr is not None
     return {1: rk.proc.stdout.fileno(), 2: rk.proc.stderr.fileno(), 3: rk.status_fd}
-
-
-def _registered(sel, fd: int) -> bool:
-    try:
-        sel.get_key(fd)
-        return True
-    except KeyError:
-        return False
 
 
 def _read(sel, fd: int, rk: Rank, which: int, echo) -> bool:

@@ -191,19 +191,14 @@ def merge(target: str, source: str, settings: dict, ranks: list[dict], probes: l
     unused, divergent = classify(ranks, source)
     forced = [p["name"] for p in unused] + [n for g in divergent for n in g["params"]]
     found = [c for c, hit in zip(CLASSES, (unused, divergent)) if hit]
-    doc = {"schema": SCHEMA, "target": target, "world_size": len(ranks), "ddp": settings,
-           "ranks": [{"rank": v["rank"], "loss": v["loss"], "counts": _counts(v),
-                      "no_gradient": [_with_definition(p, source) for p in v["params"]
-                                      if p["requires_grad"] and not p["grad"]],
-                      "warnings": v["warnings"]} for v in ranks],
-           "unused": unused, "divergent": divergent, "found": found,
-           "ddp_would": ddp_would(unused, divergent),
-           "find_unused_forced_by": forced if settings.get("find_unused_parameters") else None,
-           "torch": None if probes is None else {"find_unused_parameters": False, "iterations": 2,
-                                                 "ranks": torch_said(probes)},
-           "fix": fixes(unused, divergent), "error": None}
-    return doc
-
-
-def _counts(v: dict) -> dict:
-    return dict(Counter(p["status"] for p in v["params"]))
+    return {"schema": SCHEMA, "target": target, "world_size": len(ranks), "ddp": settings,
+            "ranks": [{"rank": v["rank"], "loss": v["loss"], "counts": dict(Counter(p["status"] for p in v["params"])),
+                       "no_gradient": [_with_definition(p, source) for p in v["params"]
+                                       if p["requires_grad"] and not p["grad"]],
+                       "warnings": v["warnings"]} for v in ranks],
+            "unused": unused, "divergent": divergent, "found": found,
+            "ddp_would": ddp_would(unused, divergent),
+            "find_unused_forced_by": forced if settings.get("find_unused_parameters") else None,
+            "torch": None if probes is None else {"find_unused_parameters": False, "iterations": 2,
+                                                  "ranks": torch_said(probes)},
+            "fix": fixes(unused, divergent), "error": None}

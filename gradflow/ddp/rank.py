@@ -20,9 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gradflow.ddp.errors import DistributedError
 from gradflow.ddp.launch import tell
-from gradflow.errors import GradflowError, text_of
+from gradflow.errors import DistributedError, GradflowError, text_of
 from gradflow.values.jsonable import dumps, to_jsonable
 
 _INDICES = r"Parameter indices which did not receive grad for rank (\d+): ([\d ]+)"
@@ -55,10 +54,8 @@ class Phases:
     def __init__(self, rank: int, world: int):
         self.rank, self.world = rank, world
         self.store = _store()
-        self.doing = "starting"
 
     def at(self, doing: str) -> None:
-        self.doing = doing
         tell(f"at {doing}")
         self._set(f"gradflow/at/{self.rank}", doing)
 
