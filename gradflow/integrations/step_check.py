@@ -51,7 +51,6 @@ class StepTrace(Trace):
 
     def __init__(self, model: torch.nn.Module):
         super().__init__(explain=build_report)
-        self.model = model
         self.report: InspectReport | None = None
         self.error: str | None = None  # why there is no report
         self.unsharded = Unsharded(model)
@@ -187,8 +186,7 @@ class StepCheck:
             return None
         if found.first:
             compare_ranks(found)
-        self._last = {p.name for p in found.params if p.requires_grad and p.grad is None} if found.first else \
-            missing_now(model)
+        self._last = {p.name for p in found.missing} if found.first else missing_now(model)
         if self.fail_on:
             found.failures = failures(InspectReport(None, found.params), self.fail_on, self.allow)
         self.findings.append(found)
