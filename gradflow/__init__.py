@@ -19,15 +19,12 @@ from gradflow.errors import (
 )
 
 __all__ = ["explain", "sweep", "check", "hessian", "trace", "autograd_graph", "watch", "whatif", "compare",
-           "run_batch", "parse",
-           "explain_errors", "GradflowError",
-           "ParseError", "ValueInputError", "EvalError", "LimitError", "NoGradientError", "ExitCode", "__version__"]
+           "run_batch", "parse", "explain_errors", "GradflowError", "ParseError", "ValueInputError", "EvalError",
+           "LimitError", "NoGradientError", "ExitCode", "__version__"]
 
-_LAZY = {"explain": "engine.explain", "parse": "language.parser", "compile_program": "engine.explain",
-         "check": "studies.numcheck", "hessian": "studies.hessian", "trace": "report.build",
-         "autograd_graph": "report.op_graph",
-         "watch": "report.watch",
-         "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
+_LAZY = {"explain": "engine.explain", "parse": "language.parser", "check": "studies.numcheck",
+         "hessian": "studies.hessian", "trace": "report.build", "autograd_graph": "report.op_graph",
+         "watch": "report.watch", "sweep": "studies.sweeps", "whatif": "studies.whatif", "compare": "studies.compare",
          "run_batch": "batch.run", "explain_errors": "tracer.explain_errors"}
 
 

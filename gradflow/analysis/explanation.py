@@ -118,7 +118,6 @@ class Explanation(Drawn):
     error: GradflowError | None = None
     brief: bool = False  # the answer only (explain(brief=True)): no `nodes`, no `edges` (both empty), no flows
 
-
     def node(self, name: str) -> NodeResult:
         """The node with this label (a variable, an assigned name or expression text)."""
         for n in self.nodes:
@@ -149,19 +148,12 @@ class Explanation(Drawn):
         out = {"schema": SCHEMA_VERSION, "source": self.source,
                "output": {"name": self.output.name, "value": to_jsonable(self.output.value),
                           "requires_grad": self.output.requires_grad},
-               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}}
-        if self.brief:  # the same keys, less "nodes", "edges" and "contributions"
-            return {**out, "why": dict(self.why), **self._closing()}
-        return {**out,
-            "why": dict(self.why),
-            "nodes": [n.to_dict(full) for n in self.nodes],
-            "edges": [e.to_dict(self.nodes, full) for e in self.edges],
-            "contributions": {k: [c.to_dict(full) for c in v] for k, v in self.flows.items()},
-            **self._closing(),
-        }
-
-    def _closing(self) -> dict:
-        return {"warnings": [w.to_dict() for w in self.warnings], "wrt": list(self.wrt), "dtype": self.dtype,
+               "grads": {k: to_jsonable(v, full=full) for k, v in self.grads.items()}, "why": dict(self.why)}
+        if not self.brief:  # a brief document has the same keys, less these three
+            out.update(nodes=[n.to_dict(full) for n in self.nodes],
+                       edges=[e.to_dict(self.nodes, full) for e in self.edges],
+                       contributions={k: [c.to_dict(full) for c in v] for k, v in self.flows.items()})
+        return {**out, "warnings": [w.to_dict() for w in self.warnings], "wrt": list(self.wrt), "dtype": self.dtype,
                 "device": self.device, "error": None if self.error is None else self.error.to_dict()}
 
     def to_json(self, full: bool = True, **kw) -> str:

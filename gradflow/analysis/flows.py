@@ -7,6 +7,8 @@ were cut (their flow counts as 0). Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,19 +35,7 @@ class Contribution:
                 "to_id": self.to_id, "pos": self.pos, "unused": self.unused}
 
 
-class _Zeros:
-    """Zeros shaped like the leaf, made on first use: most evaluations cut nothing and need none."""
-
-    def __init__(self, result: Explanation, leaf_id: int):
-        self.value, self.made = result.nodes[leaf_id].value, None
-
-    def __call__(self):
-        if self.made is None:
-            self.made = self.value.new_zeros(self.value.shape)
-        return self.made
-
-
-def _use(result: Explanation, edge, zeros: _Zeros) -> Contribution:
+def _use(result: Explanation, edge, zeros: Callable[[], Any]) -> Contribution:
     dst = result.nodes[edge.dst]
     part = Contribution(dst.name, edge.flow, to_id=dst.id, pos=edge.pos)
     if edge.cut or (edge.flow is None and dst.status == "cut"):
@@ -68,7 +58,8 @@ def _is_output(result: Explanation, leaf_id: int) -> bool:
 def leaf_contributions(result: Explanation, leaf: str) -> list[Contribution]:
     """The chosen leaf's gradient split by use, in evaluation order."""
     leaf_id = next(n.id for n in result.nodes if n.op == "var" and n.name == leaf)
-    zeros = _Zeros(result, leaf_id)
+    value = result.nodes[leaf_id].value
+    zeros = functools.cache(lambda: value.new_zeros(value.shape))  # made on first use: most evaluations cut nothing
     if _is_output(result, leaf_id):
         grad = result.grads.get(leaf)
         return [Contribution("L itself", grad if grad is not None else zeros(), to_id=result.output.id)]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gradflow.analysis.explanation import Explanation
 from gradflow.analysis.status import depends_on
 from gradflow.language.graph import Graph
+from gradflow.values.text import format_tensor
 
 
 @dataclass
@@ -60,12 +61,6 @@ def notes(result: Explanation, graph: Graph, tol: float = 0.0) -> list[Note]:
         args = [result.nodes[a].value.double() for a in n.args]
         why = _corner(n.op, args, tol) or _tie(n.op, args, result.nodes[n.id].value.double(), tol)
         if why:
-            shown = ", ".join(f"{result.nodes[a].name} = {_show(v)}" for a, v in zip(n.args, args))
+            shown = ", ".join(f"{result.nodes[a].name} = {format_tensor(v)}" for a, v in zip(n.args, args))
             out.append(Note(n.text, f"{n.text} is not differentiable here: {why}; {shown}"))
     return out
-
-
-def _show(t) -> str:
-    from gradflow.values.text import format_tensor
-
-    return format_tensor(t)

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 # The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
 REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
-_grad_enabled = torch.is_grad_enabled  # asked per operation
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -42,8 +41,6 @@ def _context(modes: tuple[str, ...]):
     """Every enclosing region's torch context, outermost first (no_grad inside inference_mode stays in it)."""
     if not modes:
         return contextlib.nullcontext()
-    if len(modes) == 1:
-        return REGION_CONTEXTS[modes[0]]()
     stack = contextlib.ExitStack()
     for mode in modes:
         stack.enter_context(REGION_CONTEXTS[mode]())
@@ -103,7 +100,7 @@ class Run:
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = node.op in REGIONS
-        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and _grad_enabled())
+        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
         measuring = tracked and not identity and self.measure
         tensors, uses, nid, single = self.t, self.uses, node.id, self.single
         out = []
@@ -228,21 +225,16 @@ class Run:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return self.t
 
-    def _flag_step(self, step: FlagStep | RetainStep | Node) -> None:
-        if isinstance(step, FlagStep):
-            if self.cuts:
-                self.set_flag(step)
-        elif isinstance(step, RetainStep):
-            if self.cuts:
-                self.retain(step)
-        else:
-            raise TypeError(f"not a step: {step!r}")
-
     def _steps(self) -> None:
         tensors, frozen, measure, limits = self.t, self.frozen, self.measure, current()
         for step in self.g.steps:
-            if not isinstance(step, Node):
-                self._flag_step(step)
+            if isinstance(step, FlagStep):
+                if self.cuts:
+                    self.set_flag(step)
+                continue
+            if isinstance(step, RetainStep):
+                if self.cuts:
+                    self.retain(step)
                 continue
             nid = step.id
             t = tensors[nid] = frozen[nid] if nid in frozen else self.compute(step)

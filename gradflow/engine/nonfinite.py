@@ -42,10 +42,15 @@ def bad(t) -> bool:
     return not math.isfinite(total) and not bool(t.isfinite().all())
 
 
-def _is_bad(t, numbers) -> bool:
-    """bad(t), from its numbers when the engine read them (values/jsonable.py `plain`)."""
+def _is_bad(t, numbers, known: dict[int, bool]) -> bool:
+    """bad(t), from its numbers when the engine read them (values/jsonable.py `plain`), else asked once per tensor
+    (`known`: many flows are their source's grad tensor itself)."""
     finite = plain_finite(numbers)
-    return bad(t) if finite is None else not finite
+    if finite is not None:
+        return not finite
+    if id(t) not in known:
+        known[id(t)] = bad(t)
+    return known[id(t)]
 
 
 def what(t) -> str:
@@ -109,7 +114,7 @@ def _var_reason(n: NodeResult, given) -> str:
         isinstance(given, list) and _finite_list(n, given))
     if not finite:
         return f"the value given for {n.name} is {what(n.value)}"
-    dtype = str(n.value.dtype).removeprefix("torch.")
+    dtype = dtype_name(n.value)
     which = f"a number given for {n.name}" if isinstance(given, list) else f"the value given for {n.name}, {given:g},"
     largest = LARGEST.get(dtype, "its maximum")
     return (f"{which} is too large for {dtype} (its largest number is about {largest}), so it became "
@@ -146,7 +151,8 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
     if not all_finite([n.value_py for n in nodes]):  # every value finite (most programs): decided at C speed
-        value_bad = [_is_bad(n.value, n.value_py) for n in nodes]  # nodes[i].id == i; args are such indices
+        known: dict[int, bool] = {}
+        value_bad = [_is_bad(n.value, n.value_py, known) for n in nodes]  # nodes[i].id == i; args are such indices
         for n in nodes:
             if value_bad[n.id] and not any(value_bad[a] for a in n.args):
                 args = [nodes[a] for a in n.args]
@@ -183,25 +189,16 @@ def all_finite(numbers: list) -> bool:
 def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
     if all_finite([n.grad_py for n in nodes] + [e.flow_py for e in edges]):
         return []  # no non-finite grad and no non-finite flow: nothing to find (most programs)
-    known: dict[int, bool] = {}  # many flows are their source's grad tensor itself: test each tensor once
-
-    def is_bad(t, numbers) -> bool:
-        finite = plain_finite(numbers)  # the engine read small tensors' numbers already: no torch call
-        if finite is not None:
-            return not finite
-        if id(t) not in known:
-            known[id(t)] = bad(t)
-        return known[id(t)]
-
+    known: dict[int, bool] = {}
     for e in sorted(edges, key=lambda e: -e.dst):
         dst, src = nodes[e.dst], nodes[e.src]
-        if is_bad(e.flow, e.flow_py) and not is_bad(dst.grad, dst.grad_py):
+        if _is_bad(e.flow, e.flow_py, known) and not _is_bad(dst.grad, dst.grad_py, known):
             return [Warning("nonfinite_grad", dst.name,
                             f"the gradient first becomes {what(e.flow)} in the backward pass on the edge "
                             f"{src.name} → {dst.name}: {backward_reason(e, dst, [nodes[a] for a in dst.args])}"
                             + _zero_times_inf(e, dst), dst.id)]
     for n in reversed(nodes):
-        if is_bad(n.grad, n.grad_py):
+        if _is_bad(n.grad, n.grad_py, known):
             return [Warning("nonfinite_grad", n.name, f"the gradient of '{n.name}' is {what(n.grad)}: "
                             "the sum of the gradients flowing into it overflows", n.id)]
     return []

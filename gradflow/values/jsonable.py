@@ -54,19 +54,10 @@ def document(summary: bool = False) -> Iterator[None]:
         _DOCUMENT.reset(token)
 
 
-def spend(count: int) -> None:
-    """Count `count` elements printed in full against the document being built (if any)."""
-    doc = _DOCUMENT.get()
-    if doc is not None:
-        doc.spend(count)
-
-
 def one_document(to_dict):
     """A to_dict method builds one document (unless it is part of a bigger one already)."""
     @functools.wraps(to_dict)
     def wrapper(*args, **kwargs):
-        if _DOCUMENT.get() is not None:  # part of a bigger one (a batch record): nothing to enter
-            return to_dict(*args, **kwargs)
         with document():
             return to_dict(*args, **kwargs)
     return wrapper
