@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gradflow.analysis.explanation import EdgeResult, NodeResult, Warning
-from gradflow.values.jsonable import UNCONVERTED, plain_finite
+from gradflow.values.jsonable import plain_finite
 
 LARGEST = {"float16": "65504", "bfloat16": "3.4e38", "float32": "3.4e38", "float64": "1.8e308"}
 HALF_NAMES = ("float16", "bfloat16")
@@ -150,46 +150,20 @@ def find_nonfinite(nodes: list[NodeResult], edges: list[EdgeResult], backward_ra
                    given: dict | None = None) -> list[Warning]:
     """`given`: the values as given, by variable name (to tell 1e39 that float32 cannot hold from an inf)."""
     out = []
-    if not all_finite([n.value_py for n in nodes]):  # every value finite (most programs): decided at C speed
-        known: dict[int, bool] = {}
-        value_bad = [_is_bad(n.value, n.value_py, known) for n in nodes]  # nodes[i].id == i; args are such indices
-        for n in nodes:
-            if value_bad[n.id] and not any(value_bad[a] for a in n.args):
-                args = [nodes[a] for a in n.args]
-                out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
-                                   f"at '{n.name}': {forward_reason(n, args, (given or {}).get(n.name))}", n.id))
-                break
+    known: dict[int, bool] = {}
+    value_bad = [_is_bad(n.value, n.value_py, known) for n in nodes]  # nodes[i].id == i; args are such indices
+    for n in nodes:
+        if value_bad[n.id] and not any(value_bad[a] for a in n.args):
+            args = [nodes[a] for a in n.args]
+            out.append(Warning("nonfinite_value", n.name, f"{what(n.value)} first appears in the forward pass "
+                               f"at '{n.name}': {forward_reason(n, args, (given or {}).get(n.name))}", n.id))
+            break
     if backward_ran:
-        out += _backward(nodes, edges)
+        out += _backward(nodes, edges, known)
     return out
 
 
-def all_finite(numbers: list) -> bool:
-    """True when every entry (plain numbers, values/jsonable.py: numbers, flat or nested lists, None for no tensor)
-    is known to be finite, decided at C speed: the numbers summed at once (math.fsum is finite exactly when they
-    all are, else OverflowError or, for inf + -inf, ValueError). False means: look closer (a non-finite number,
-    nested lists, or numbers not read)."""
-    flat: list = []
-    for x in numbers:
-        if x.__class__ is list:
-            flat.extend(x)  # a nested list puts lists in: fsum's TypeError below
-        elif x is UNCONVERTED:
-            return False
-        elif x is not None:
-            flat.append(x)
-    try:
-        try:
-            return math.isfinite(math.fsum(flat))
-        except (OverflowError, ValueError):  # finite numbers whose sum overflows; inf + -inf
-            return all(map(math.isfinite, flat))
-    except TypeError:  # nested lists
-        return False
-
-
-def _backward(nodes: list[NodeResult], edges: list[EdgeResult]) -> list[Warning]:
-    if all_finite([n.grad_py for n in nodes] + [e.flow_py for e in edges]):
-        return []  # no non-finite grad and no non-finite flow: nothing to find (most programs)
-    known: dict[int, bool] = {}
+def _backward(nodes: list[NodeResult], edges: list[EdgeResult], known: dict[int, bool]) -> list[Warning]:
     for e in sorted(edges, key=lambda e: -e.dst):
         dst, src = nodes[e.dst], nodes[e.src]
         if _is_bad(e.flow, e.flow_py, known) and not _is_bad(dst.grad, dst.grad_py, known):
