@@ -37,16 +37,12 @@ def split_line(where: str) -> tuple[str, int] | None:
 def _body_lines(node: ast.AST) -> tuple[int, int]:
     """The lines a branch decides about: its body and else (not its own test)."""
     parts = [n for name, value in ast.iter_fields(node) if name in ("body", "orelse", "handlers", "finalbody", "cases")
-             for n in _as_list(value)]
+             for n in (value if isinstance(value, list) else [value])]
     if isinstance(node, ast.IfExp):
         parts = [node.body, node.orelse]
     if not parts:
         return (0, -1)
     return min(p.lineno for p in parts), max(getattr(p, "end_lineno", p.lineno) or p.lineno for p in parts)
-
-
-def _as_list(x) -> list:
-    return x if isinstance(x, list) else [x]
 
 
 def enclosing_branch(where: str) -> Branch | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gradflow.ddp.branch import Branch, definition_line, enclosing_branch, split_line
+from gradflow.ddp.branch import definition_line, enclosing_branch, split_line
 
 SCHEMA = 1
 CLASSES = ("unused", "divergent")
@@ -77,7 +77,7 @@ def _divergent(gets: tuple, pers: list[list[dict]], ranks: list[dict]) -> dict:
     lines_without = set().union(*(set(v["lines"]) for v in ranks if v["rank"] in none_on))
     uses = [line for per in pers for p in per if p["grad"] for line in p.get("uses", [])]
     differ = sorted(lines_with ^ lines_without, key=_line_key)
-    branch = _first_branch([*uses, *differ])
+    branch = next(filter(None, map(enclosing_branch, dict.fromkeys([*uses, *differ]))), None)  # the first found
     why = {p["rank"]: {"status": p["status"], "reason": p["reason"], "line": p["line"]}
            for per in pers[:1] for p in per if not p["grad"]}
     return {"params": [per[0]["name"] for per in pers], "numel": sum(per[0]["numel"] for per in pers),
@@ -88,14 +88,6 @@ def _divergent(gets: tuple, pers: list[list[dict]], ranks: list[dict]) -> dict:
 def _line_key(line: str):
     at = split_line(line)
     return (at[0], at[1]) if at else (line, 0)
-
-
-def _first_branch(lines: list[str]) -> Branch | None:
-    for line in dict.fromkeys(lines):
-        found = enclosing_branch(line)
-        if found is not None:
-            return found
-    return None
 
 
 # ---- what DDP does with it ------------------------------------------------------------------------

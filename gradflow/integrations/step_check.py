@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 from gradflow.errors import GradflowError
-from gradflow.integrations.ranks import divergent, gather_reasons, rank_and_world
 from gradflow.report.build import build_report
 from gradflow.report.fail_on import Failure, GateError, failures, gate_error, parse_classes
 from gradflow.report.inspect_report import InspectReport, ParamReport
@@ -239,8 +239,11 @@ def first_finding(model: torch.nn.Module, t: StepTrace | None, step: int) -> Fin
 
 
 def compare_ranks(found: Finding) -> None:
-    """Under a process group: which parameters got a gradient from some ranks' own backward only (ranks.py); on
-    the ranks whose own got none, the reason says where `.grad` came from."""
+    """Under torchrun (DDP, FSDP2) every rank checks its own step; which parameters got a gradient from some
+    ranks' own backward and none from the others' is what no rank sees alone (after the step, the gradient sync
+    has given every rank the same `.grad`). So at the first checked step every rank's set is gathered over the
+    default process group (every rank reaches that point together: each optimizer step follows a synchronised
+    backward); on the ranks whose own backward gave none, the reason says where `.grad` came from."""
     found.rank, world = rank_and_world()
     found.ranks_own = gather_reasons(found.own)
     found.divergent = divergent([sorted(own) for own in found.ranks_own])
@@ -249,6 +252,34 @@ def compare_ranks(found: Finding) -> None:
         if found.rank in none_on:
             with_one = [r for r in range(world) if r not in none_on]
             p.reason = DIVERGENT.format(why=found.own[p.name], ranks=_ranks(with_one))
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(this rank, the world size); (0, 1) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_reasons(own: dict[str, str]) -> list[dict[str, str]]:
+    """Every rank's `own` (name -> why it got no gradient), in rank order (one outside a process group)."""
+    _, world = rank_and_world()
+    if world < 2:
+        return [own]
+    every: list = [None] * world
+    dist.all_gather_object(every, own)
+    return every
+
+
+def divergent(every: list[list[str]]) -> dict[str, list[int]]:
+    """name -> the ranks whose own backward gave it no gradient, for names some other rank's did."""
+    sets = [set(names) for names in every]
+    out: dict[str, list[int]] = {}
+    for name in sorted(set().union(*sets)):
+        none_on = [r for r, s in enumerate(sets) if name in s]
+        if len(none_on) < len(sets):
+            out[name] = none_on
+    return out
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -1,7 +1,7 @@
-"""integrations/ranks.py and the report's "differs between ranks" part, without a process group (fast): the
-parameters some ranks' own backward left without a gradient, hand-derived from small rank tables."""
-from gradflow.integrations.ranks import divergent, gather_reasons, rank_and_world
-from gradflow.integrations.step_check import StepCheck, describe
+"""step_check.py's comparison of the ranks and the report's "differs between ranks" part, without a process
+group (fast): the parameters some ranks' own backward left without a gradient, hand-derived from small rank
+tables."""
+from gradflow.integrations.step_check import StepCheck, describe, divergent, gather_reasons, rank_and_world
 from tests.integrations.plain_models import Net
 from tests.integrations.test_step_check import steps
 
