@@ -21,11 +21,6 @@ def visible(text: str) -> str:
     return text.translate(_SHOWN)
 
 
-def visible_width(text: str) -> int:
-    """How many characters `text` takes once made visible."""
-    return len(visible(text))
-
-
 def fit_name(name: str, width: int) -> str:
     """A dotted name in at most `width` characters without breaking a word: the front left out, the last parts
     kept (`…layers.0.self_attn.q_proj.lora_A.default.weight`), as many as fit. Only a last part longer than

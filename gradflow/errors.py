@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
-from gradflow.display import visible, visible_width
+from gradflow.display import visible
 
 
 class ExitCode(IntEnum):
@@ -85,7 +85,7 @@ class GradflowError(Exception):
         line = self.source[line_start: len(self.source) if line_end < 0 else line_end]
         col, end = start - line_start, max(start + 1, min(self.span.end, line_start + len(line))) - line_start
         # control characters are shown escaped ('\x1b'): the caret goes under what is shown
-        pad, width = visible_width(line[:col]), max(1, visible_width(line[col:end]))
+        pad, width = len(visible(line[:col])), max(1, len(visible(line[col:end])))
         return f"  {visible(line)}\n  {' ' * pad}{'^' * width}"
 
     def __str__(self) -> str:

@@ -42,9 +42,7 @@ def gate(ranks: list[dict], merged: dict, fail_on, allow=()) -> dict:
         item["ranks"] = sorted({*item["ranks"], *rs})
 
     inspect_classes = tuple(c for c in wanted if c in CLASSES and c not in DDP_OWN)
-    for v in ranks:
-        if not inspect_classes:
-            break
+    for v in ranks if inspect_classes else ():  # (failures() refuses an empty list of classes)
         for f in failures(v, inspect_classes, allow):
             if not (f.kind in PER_RANK_NO_GRAD and f.name in divergent):
                 add(f, [v["rank"]])

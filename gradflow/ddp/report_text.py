@@ -63,7 +63,7 @@ def _rows(console: Console, rows: list[tuple[str, str]]) -> None:
 def print_would(report: dict, console: Console) -> None:
     if report.get("fsdp"):
         _say(console, "what FSDP does with this step", "bold")
-        _rows(console, [(what, does) for what, does in report["fsdp"]["would"]])
+        _rows(console, [tuple(row) for row in report["fsdp"]["would"]])
         return
     _say(console, "what DDP does with this step", "bold")
     rows = []
@@ -89,16 +89,11 @@ def _fsdp_rank(r: dict) -> str:
     return f"{said} in {r['stage']}: {r['said']}"
 
 
-def print_fsdp_step(report: dict, console: Console) -> None:
-    said = report["fsdp"]["step"]
-    if said:
-        _say(console, "FSDP's own step (your fully_shard model, 1 step, run for real under --timeout)", "bold")
-        _rows(console, [(f"rank {r['rank']}", _fsdp_rank(r)) for r in said])
-
-
 def print_torch(report: dict, console: Console) -> None:
     if report.get("fsdp"):
-        print_fsdp_step(report, console)
+        if report["fsdp"]["step"]:
+            _say(console, "FSDP's own step (your fully_shard model, 1 step, run for real under --timeout)", "bold")
+            _rows(console, [(f"rank {r['rank']}", _fsdp_rank(r)) for r in report["fsdp"]["step"]])
         return
     said = report.get("torch")
     if not said:

@@ -254,8 +254,7 @@ def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.d
     def leaf(node: Node) -> torch.Tensor:
         value = values[node.names[0]]
         t = to_tensor(node.label, value, dtype, device)
-        plain = type(value) in (int, float, list)  # a Python value has no dtype or device of its own to convert
-        note = None if warnings is None else ((None if plain else conversion_note(node.label, value, t))
+        note = None if warnings is None else (conversion_note(node.label, value, t)
                                               or rounding_note(node.label, value, t))
         if note and warnings is not None:
             warnings.append(Warning("value_converted", node.label, note, node.id))
