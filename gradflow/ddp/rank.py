@@ -139,7 +139,9 @@ def distributed_error(err: BaseException, phases: Phases, gather: str) -> Distri
 def wrap(model: Any, group) -> tuple[Any, torch.nn.Module, dict]:
     """(the DDP to trace with, the module inside it, how it is set up). The user's own DDP is used as it is."""
     if isinstance(model, DDP):
-        return model, model.module, {"wrapped_by": "you", **settings(model)}
+        return model, model.module, {"wrapped_by": "you",
+                                     "find_unused_parameters": bool(getattr(model, "find_unused_parameters", False)),
+                                     "static_graph": bool(getattr(model, "static_graph", False))}
     if not isinstance(model, torch.nn.Module):
         raise GradflowError("bad_return", f"FUNCTION must return (model, step), and model must be an nn.Module "
                             f"(or your DistributedDataParallel), not {type(model).__name__}",
@@ -154,11 +156,6 @@ def _no_buffer_sync() -> dict:
 
     known = inspect.signature(DDP).parameters
     return {"forward_sync_buffers": False} if "forward_sync_buffers" in known else {"broadcast_buffers": False}
-
-
-def settings(ddp: DDP) -> dict:
-    return {"find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
-            "static_graph": bool(getattr(ddp, "static_graph", False))}
 
 
 def loss_of(value: Any):
