@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 # The op table's roles as sets: asked several times per node, a set look-up instead of a call (language/ops.py).
 REGIONS, _CUTS = frozenset(REGION_OPS), frozenset(CUT_OPS)
+_grad_enabled = torch.is_grad_enabled  # asked per operation
 # How each region op of the table enters torch (a test checks every region row has one).
 REGION_CONTEXTS: dict[str, Callable[[], Any]] = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
@@ -100,7 +101,7 @@ class Run:
     def inputs(self, node: Node) -> list[torch.Tensor]:
         # A region wrapper runs no operation, so even inside a region it cuts nothing.
         identity = node.op in REGIONS
-        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and torch.is_grad_enabled())
+        tracked = identity or not self.cuts or (not node.modes and node.op not in _CUTS and _grad_enabled())
         measuring = tracked and not identity and self.measure
         tensors, uses, nid, single = self.t, self.uses, node.id, self.single
         out = []
@@ -254,7 +255,8 @@ def leaf_maker(values: dict, wrt: list[str], dtype: torch.dtype, device: torch.d
     def leaf(node: Node) -> torch.Tensor:
         value = values[node.names[0]]
         t = to_tensor(node.label, value, dtype, device)
-        note = None if warnings is None else (conversion_note(node.label, value, t)
+        plain = type(value) in (int, float, list)  # a Python value has no dtype or device of its own to convert
+        note = None if warnings is None else ((None if plain else conversion_note(node.label, value, t))
                                               or rounding_note(node.label, value, t))
         if note and warnings is not None:
             warnings.append(Warning("value_converted", node.label, note, node.id))
