@@ -6,6 +6,7 @@
 - every DOT / Mermaid label goes through display.dot_string / mermaid_text (control characters escaped).
 """
 import ast
+import functools
 from pathlib import Path
 
 import gradflow
@@ -13,9 +14,10 @@ import gradflow
 PACKAGE = Path(gradflow.__file__).parent
 
 
+@functools.cache  # parsed once per process: the tests only read the trees
 def _sources():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield str(path.relative_to(PACKAGE)), ast.parse(path.read_text())
+    return tuple((str(path.relative_to(PACKAGE)), ast.parse(path.read_text()))
+                 for path in sorted(PACKAGE.rglob("*.py")))
 
 
 def _name(call: ast.Call) -> str | None:

@@ -1,5 +1,6 @@
 """No code execution from user text: the package never eval/exec/compiles text, and names are plain."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,12 @@ def _calls(tree):
             yield name, node
 
 
+@functools.cache  # parsed once per process: the tests only read the trees
 def _sources():
     files = sorted(PACKAGE.rglob("*.py"))  # every subpackage too
     assert len(files) > 40 and any(p.parent != PACKAGE for p in files)
     names = [str(p.relative_to(PACKAGE)) for p in files]
-    return [(name, ast.parse(p.read_text(), name)) for name, p in zip(names, files)]
+    return tuple((name, ast.parse(p.read_text(), name)) for name, p in zip(names, files))
 
 
 def test_no_eval_exec_compile_anywhere():
