@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,6 +296,20 @@ class Workspace:
         return out
 
 
+@dataclass
+class _Leaving:
+    """A workspace that does not run the commands `leave_out` names (run_items)."""
+    ws: Workspace
+    leave_out: Callable[[str], str | None]
+
+    def run(self, line: str) -> Ran:
+        why = self.leave_out(line)
+        return Ran("", 0, skipped=why) if why else self.ws.run(line)
+
+    def python(self, body: list[str]) -> list[tuple[str, str, str]]:
+        return self.ws.python(body)
+
+
 @contextlib.contextmanager
 def workspace():
     """A scratch folder with a copy of examples/, as the cwd; sys.path and modules restored after."""
@@ -336,13 +351,18 @@ class Check:
         return self.skipped is not None or self.expected == self.got
 
 
-def run_page(path: Path) -> tuple[list[Check], list]:
+def run_page(path: Path, leave_out: Callable[[str], str | None] | None = None) -> tuple[list[Check], list]:
     """Run every example of one page: its checks, and the parsed items (for refresh)."""
-    text = path.read_text()
-    items = parse(text)
-    name = str(path.relative_to(ROOT))
+    items = parse(path.read_text())
+    return run_items(items, str(path.relative_to(ROOT)), leave_out), items
+
+
+def run_items(items: list, name: str, leave_out: Callable[[str], str | None] | None = None) -> list[Check]:
+    """Run the examples of parsed items (a page's, or one section's), in order, in one scratch folder. A command
+    for which `leave_out` gives a reason is not run: its check is skipped with that reason."""
     checks: list[Check] = []
-    with workspace() as ws:
+    with workspace() as real:
+        ws = _Leaving(real, leave_out) if leave_out else real
         for item in items:
             if isinstance(item, Table):
                 for idx, command, code, stderr in item.rows:
@@ -365,7 +385,7 @@ def run_page(path: Path) -> tuple[list[Check], list]:
             elif item.kind == "python":
                 for source, want, got in ws.python(item.body):
                     checks.append(Check(name, item.start + 2, source, clean(want), clean(got)))
-    return checks, items
+    return checks
 
 
 # ---------------------------------------------------------------- refresh (docs/refresh.py)

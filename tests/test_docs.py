@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .docsrun import DOCS, OPS, ROOT, Block, Table, app, parse, pages, run_page
+from .docsrun import DOCS, OPS, ROOT, Block, Table, app, parse, pages, run_items, run_page
 
 # ```console blocks are shown but not run. Each one must be listed here, as (page, its first line): the reason
 # it cannot be run. There are none today. (bench/README.md is not a docs page: its timings and its 4-minute
@@ -25,6 +25,18 @@ PAGES = pages()
 SLOW_PAGES = {"ddp.md", "fsdp.md", "integrations.md", "huggingface.md", "lightning.md", "failures.md",
               "notebooks.md", "inspect.md", "script.md"}  # real models, processes and training loops
 NEEDS = {"huggingface.md": "transformers", "lightning.md": "lightning", "integrations.md": "lightning"}  # extras
+# An example that starts real ranks (seconds of CPU each) on a page of the everyday run is left out of that
+# page's check and run with -m slow (test_rank_examples_are_real_output); on a slow page it runs with the rest.
+RANKS = re.compile(r"^(\w+=\S*\s+)*(gradflow ddp|torchrun)\b")
+WITH_SLOW = "starts real ranks: checked with -m slow"
+
+
+def with_slow(command: str) -> str | None:
+    return WITH_SLOW if RANKS.match(command) else None
+
+
+def everyday(command: str) -> str | None:
+    return None if RANKS.match(command) else "checked by the everyday run"
 
 
 def page_param(page: Path):
@@ -55,7 +67,7 @@ _RUNS: dict[Path, list] = {}
 def checks_of(page: Path) -> list:
     """The page's checks, run once per session (other tests below count them)."""
     if page not in _RUNS:
-        _RUNS[page] = run_page(page)[0]
+        _RUNS[page] = run_page(page, None if page.name in SLOW_PAGES else with_slow)[0]
     return _RUNS[page]
 
 
@@ -68,10 +80,21 @@ def test_examples_are_real_output(page):
     if bad:
         pytest.fail(f"{len(bad)} of {len(checks)} examples differ (PYTHONPATH=. python docs/refresh.py rewrites "
                     "them):\n\n" + "\n\n".join(diff(c) for c in bad), pytrace=False)
-    skipped = sorted({c.skipped for c in checks if c.skipped})
+    skipped = sorted({c.skipped for c in checks if c.skipped and c.skipped != WITH_SLOW})
     if skipped:
-        warnings.warn(f"{rel(page)}: {sum(1 for c in checks if c.skipped)} examples not checked: "
+        warnings.warn(f"{rel(page)}: {sum(1 for c in checks if c.skipped in skipped)} examples not checked: "
                       + "; ".join(skipped))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in SLOW_PAGES
+                                  and any(RANKS.match(c) for c in commands_of(p))], ids=rel)
+def test_rank_examples_are_real_output(page):
+    """The examples the everyday run leaves out of test_examples_are_real_output (with_slow), run here."""
+    checks = [c for c in run_page(page, everyday)[0] if not c.skipped]  # and the page's `>>>` lines (no process)
+    assert any(RANKS.match(c.command) for c in checks)
+    bad = [c for c in checks if not c.ok]
+    assert not bad, "\n\n".join(diff(c) for c in bad)
 
 
 def test_every_page_has_checked_examples():
@@ -127,7 +150,8 @@ def test_readme_has_the_four_blog_cases():
         assert grad in outs
     assert "every path from x to L is cut by detach(x*y1) and detach(x*y2)" in outs  # both: no x.grad, and why
     assert "$ echo $?\n3" in outs  # both detached: exit 3
-    readme_checks = [c for c in checks_of(README) if "--y2 7" in c.command]
+    # this section's examples run here (the whole README, with its batch pool and ranks, runs in the test above)
+    readme_checks = [c for c in run_items(parse(section), rel(README)) if "--y2 7" in c.command]
     assert len(readme_checks) == 4 and all(c.ok and not c.skipped for c in readme_checks)
 
 
