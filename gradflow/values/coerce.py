@@ -54,8 +54,9 @@ def rounding_note(name: str, value, tensor) -> str | None:
         return None
     given = _first_numbers(value)
     used = tensor.flatten()[:len(given)].tolist()
+    shape = tuple(tensor.shape)
     for i, (g, u) in enumerate(zip(given, used)):
-        note = _note(name, g, u, dtype, index=i, shape=tuple(tensor.shape))
+        note = _note(name, g, u, dtype, index=i, shape=shape)
         if note:
             return note
     return None
@@ -63,6 +64,8 @@ def rounding_note(name: str, value, tensor) -> str | None:
 
 def _first_numbers(value: list) -> list:
     """The first _CHECKED numbers of a nested list, in row-major order (iteratively: lists nest 32 deep)."""
+    if list not in map(type, value):  # flat, as most values are: no walk
+        return value[:_CHECKED]
     out: list = []
     stack = [iter(value)]
     while stack and len(out) < _CHECKED:

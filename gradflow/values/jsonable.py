@@ -8,12 +8,10 @@ silent summary. Torch-free: only tensor methods are used.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import json
 import math
-from collections.abc import Iterator
 
 from gradflow.errors import LimitError
 from gradflow.limits import JSON_FULL_MAX, current
@@ -40,18 +38,24 @@ class _Document:
 _DOCUMENT: contextvars.ContextVar[_Document | None] = contextvars.ContextVar("gradflow_json_document", default=None)
 
 
-@contextlib.contextmanager
-def document(summary: bool = False) -> Iterator[None]:
+class document:  # noqa: N801 - used as `with document():`, like contextlib's context managers
     """Build one JSON document inside this (see the module's docstring); the limit is the `json` one in force
-    (limits.using). Nested: the outermost document counts and decides."""
-    if _DOCUMENT.get() is not None:
-        yield
-        return
-    token = _DOCUMENT.set(_Document(summary, current().json))
-    try:
-        yield
-    finally:
-        _DOCUMENT.reset(token)
+    (limits.using). Nested: the outermost document counts and decides. A class, not a generator: every batch
+    record enters it twice."""
+
+    __slots__ = ("summary", "token")
+
+    def __init__(self, summary: bool = False):
+        self.summary = summary
+        self.token: contextvars.Token | None = None
+
+    def __enter__(self) -> None:
+        if _DOCUMENT.get() is None:
+            self.token = _DOCUMENT.set(_Document(self.summary, current().json))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _DOCUMENT.reset(self.token)
 
 
 def one_document(to_dict):
