@@ -50,6 +50,9 @@ def main(fail: bool) -> None:
             sys.exit(f"stopped: {err}")
         if trainer.is_world_process_zero():
             print(f"trained {trainer.state.global_step} steps")
+    if torch.distributed.is_initialized():  # under torchrun: the ranks leave gloo together, then tear it down
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
