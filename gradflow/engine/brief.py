@@ -12,14 +12,12 @@ float64 twin). So a brief record is always exactly the full record without "node
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from gradflow.analysis.explanation import Explanation, NodeResult
 from gradflow.engine.forward import Run
-from gradflow.engine.nonfinite import HALF_NAMES, bad
+from gradflow.engine.nonfinite import HALF_NAMES, all_finite
 from gradflow.engine.results import node_result
-from gradflow.values.jsonable import PLAIN_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -34,31 +32,10 @@ def answer(run: Run, out: torch.Tensor, error: GradflowError | None, values: dic
     if error is not None or dtype in HALF_NAMES or len(graph.steps) != len(graph.nodes):  # flags, retain_grad()
         return None
     grads = {name: run.grads.get(graph.inputs[name]) for name in wrt}
-    if any(g is None for g in grads.values()) or not _finite(run.t.values(), run.grads.values(), run.flows.values()):
+    if any(g is None for g in grads.values()) or not all_finite(run.t.values(), run.grads.values(), run.flows.values()):
         return None
     return Explanation(graph.source, list(wrt), dtype, device, [], _output(run, out), grads, graph, dict(values),
                        [], warnings=run.warnings, brief=True)
-
-
-def _finite(*groups) -> bool:
-    """No nan or inf in any of these tensors (None: no tensor). Most are single numbers or short vectors: their
-    numbers go into one list, summed once (finite exactly when they all are, unless finite numbers overflow it:
-    only then is each tested). This runs on every value, grad and flow of every brief answer, where one torch call
-    per tensor (nonfinite.bad) would be a large part of a small program's evaluation; a bigger tensor, or one of
-    more dimensions, is tested on its own."""
-    numbers: list = []
-    for tensors in groups:
-        for t in tensors:
-            if t is None or not t.is_floating_point():
-                continue
-            dims = t.dim()
-            if dims == 0:
-                numbers.append(t.item())
-            elif dims == 1 and t.numel() <= PLAIN_MAX:
-                numbers.extend(t.tolist())
-            elif bad(t):
-                return False
-    return math.isfinite(sum(numbers)) or all(map(math.isfinite, numbers))
 
 
 def _output(run: Run, t: torch.Tensor) -> NodeResult:

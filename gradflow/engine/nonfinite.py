@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gradflow.analysis.explanation import EdgeResult, NodeResult, Warning
-from gradflow.values.jsonable import plain_finite
+from gradflow.values.jsonable import PLAIN_MAX, plain_finite
 
 LARGEST = {"float16": "65504", "bfloat16": "3.4e38", "float32": "3.4e38", "float64": "1.8e308"}
 HALF_NAMES = ("float16", "bfloat16")
@@ -32,14 +32,40 @@ def bad(t) -> bool:
     every value, grad and flow of every evaluation."""
     if t is None or not t.is_floating_point():
         return False
+    numbers = _small_numbers(t)
+    if numbers is not None:
+        return not _finite_numbers(numbers)
+    return not math.isfinite(t.sum().item()) and not bool(t.isfinite().all())
+
+
+def all_finite(*groups) -> bool:
+    """No nan or inf in any tensor of these groups (None: no tensor): as `bad`, but the numbers of every small
+    tensor go into one sum, so a brief answer (engine/brief.py), which tests every value, grad and flow of a small
+    program, makes one test of them all; a bigger tensor is tested on its own."""
+    numbers: list = []
+    for tensors in groups:
+        for t in tensors:
+            if t is None or not t.is_floating_point():
+                continue
+            small = _small_numbers(t)
+            if small is not None:
+                numbers.extend(small)
+            elif bad(t):
+                return False
+    return _finite_numbers(numbers)
+
+
+def _small_numbers(t) -> list | None:
+    """A single number's or a short vector's numbers, read into Python (cheaper than a torch op); None for a
+    bigger tensor, or one of more dimensions."""
     n = t.numel()
     if n == 1:
-        total = t.item()
-    elif n <= 64 and t.dim() == 1:  # a short vector: Python's sum of its floats beats a torch op
-        total = sum(t.tolist())
-    else:
-        total = t.sum().item()
-    return not math.isfinite(total) and not bool(t.isfinite().all())
+        return [t.item()]
+    return t.tolist() if n <= PLAIN_MAX and t.dim() == 1 else None
+
+
+def _finite_numbers(numbers: list) -> bool:
+    return math.isfinite(sum(numbers)) or all(map(math.isfinite, numbers))
 
 
 def _is_bad(t, numbers, known: dict[int, bool]) -> bool:

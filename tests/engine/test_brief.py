@@ -142,13 +142,16 @@ def test_the_fast_path_answers_plain_programs_alone(monkeypatch):
 
 
 def test_the_finite_check_says_what_testing_each_tensor_says():
-    """brief._finite (one flat sum of many tensors' numbers) == no tensor is bad() (nonfinite.py, tensor by
-    tensor), for numbers, vectors, matrices, big tensors, ints and bools, nan, inf, -inf, inf + -inf and finite
+    """nonfinite.all_finite (brief's test: one flat sum of many tensors' numbers) == no tensor is bad() (tensor by
+    tensor) == plain torch's isfinite over every floating tensor, for numbers, vectors, matrices, big tensors, ints and bools, nan, inf, -inf, inf + -inf and finite
     numbers whose sum overflows (float64's largest twice)."""
     import torch
 
-    from gradflow.engine.brief import _finite
+    from gradflow.engine.nonfinite import all_finite as _finite
     from gradflow.engine.nonfinite import bad
+
+    def torch_finite(groups) -> bool:
+        return all(bool(torch.isfinite(t).all()) for g in groups for t in g if t is not None and t.is_floating_point())
 
     big = 1.7e308
     pool = [None, torch.tensor(1.5), torch.tensor(-2.0, dtype=torch.float64), torch.tensor([1.0, -3.0]),
@@ -161,6 +164,6 @@ def test_the_finite_check_says_what_testing_each_tensor_says():
     rng = random.Random(5)
     for _ in range(400):
         groups = [rng.sample(pool, rng.randint(0, 4)) for _ in range(3)]
-        assert _finite(*groups) == (not any(bad(t) for g in groups for t in g)), groups
+        assert _finite(*groups) == (not any(bad(t) for g in groups for t in g)) == torch_finite(groups), groups
     assert _finite([torch.tensor(math.inf)], [torch.tensor(-math.inf)]) is False  # their sum is nan
     assert _finite([torch.tensor(big, dtype=torch.float64)] * 2) is True  # their sum overflows; each is finite
