@@ -31,7 +31,6 @@ FirstLineOpt = Annotated[int, typer.Option(
     "--first-line", min=1, metavar="N",
     help="The number of the input's first line: a shard of a bigger file numbers its lines (and the ids of "
          "lines without one) as the whole file does.")]
-COLLECT_EVERY = 100  # records between two collections of the young objects (the collector is paused meanwhile)
 HELP_END = help_end([
     """echo '{"id": 1, "expr": "x*y", "vars": {"x": 2, "y": 3}}' | gradflow batch""",
     """printf 'x^2\\nx*y\\n' | gradflow batch --text --x 3 --y 2""",
@@ -165,8 +164,7 @@ def _write_all(records: Iterator[Out], regular: Path | None, first_line: int, us
         if streaming:
             sys.stdout.flush()
         done, failed = done + 1, failed + counts_as_failure(kind)
-        if done % COLLECT_EVERY == 0:
-            collect_young()
+        collect_young(done)
         uses.see({"source": source})
     if failed:
         consoles()[1].print(f"{failed} of {done} lines failed", markup=False)

@@ -29,12 +29,17 @@ def pause_collector() -> None:
     gc.disable()
 
 
-def collect_young() -> None:
-    """While the collector is paused for many evaluations (a batch's records): free the cycles the latest ones
-    left, walking only the objects made since the last such call. What has lived longer (torch's objects, the
-    parse cache's graphs) is not walked again: with the collector on, every full collection walked it all, and
-    over a batch of distinct programs, as the cache grows, they took longer each time."""
-    gc.collect(1)
+COLLECT_EVERY = 100  # records between two collections of the young objects
+
+
+def collect_young(records: int) -> None:
+    """While the collector is paused for many evaluations (a batch, after its `records`-th record): every
+    COLLECT_EVERY records, free the cycles the latest ones left, walking only the objects made since. What has
+    lived longer (torch's objects, the parse cache's graphs) is not walked again: with the collector on, every
+    full collection walked it all, and over a batch of distinct programs, as the cache grows, they took longer
+    each time."""
+    if records % COLLECT_EVERY == 0:
+        gc.collect(1)
 
 
 def resume_collector() -> None:
