@@ -47,15 +47,11 @@ class Training:
     ids: dict[str, int] = field(default_factory=dict)  # name -> id(param), as named at backward()
     error: BaseException | None = None
 
-    def frozen_at(self, name: str) -> int | None:
-        """The line that last set this parameter's requires_grad to False, if the script did."""
+    def set_at(self, name: str, value: bool) -> int | None:
+        """The line that last set this parameter's requires_grad, if the script did and set it to `value` (False:
+        froze it, True: unfroze it)."""
         changes = self.flags.get(self.ids[name], [])
-        return changes[-1][0] if changes and not changes[-1][1] else None
-
-    def unfrozen_at(self, name: str) -> int | None:
-        """The line that last set this parameter's requires_grad back to True, if the script did."""
-        changes = self.flags.get(self.ids[name], [])
-        return changes[-1][0] if changes and changes[-1][1] else None
+        return changes[-1][0] if changes and changes[-1][1] == value else None
 
 
 def named_params(path: str, frame) -> dict[str, torch.Tensor]:

@@ -160,6 +160,13 @@ def full_reports(text: str) -> list[int]:
     return [int(k) for k in re.findall(r"^backward (\d+) at ", text, re.M)]
 
 
+def json_changes(cli, path) -> tuple[set, set]:
+    """Every (call, change) `script --json --brief` gives: from the step records, and from the summary's list."""
+    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
+    return ({(r["call"], c) for r in steps for c in r["changes"]},
+            {(c["call"], c["change"]) for c in last["summary"]["changes"]})
+
+
 def folded(n: int) -> list[int]:
     """The calls that get a line of their own when nothing changes, by the rule written in docs/script.md."""
     out = list(range(2, 11))
@@ -250,7 +257,7 @@ def test_a_freeze_in_a_step_that_is_not_recorded_is_named_with_the_line_that_mad
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, FREEZE_IN_A_HELPER)
     truth = watch_training(path)  # plain torch, with the line after which each flag changed
-    frozen = {n: truth.frozen_at(n) for n in ("model.0.weight", "model.0.bias")}
+    frozen = {n: truth.set_at(n, False) for n in ("model.0.weight", "model.0.bias")}
     assert set(frozen.values()) == {line_of(path, "p.requires_grad = False")}
     changed = [k for k, b in enumerate(truth.backwards, 1) if not b.requires_grad["model.0.weight"]]
     assert changed[0] == 5  # the fifth backward() is the first without it
@@ -262,25 +269,23 @@ def test_a_freeze_in_a_step_that_is_not_recorded_is_named_with_the_line_that_mad
     flat = " ".join(res.stdout.split())  # (a change longer than the console is wrapped between words)
     for text in said:  # at the call, and in the summary
         assert "changed at backward 5:" in flat and flat.count(text) == 2, res.stdout
-    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
-    assert {(r["call"], c) for r in steps for c in r["changes"]} == {(changed[0], text) for text in said}
-    assert {(c["call"], c["change"]) for c in last["summary"]["changes"]} == {(changed[0], text) for text in said}
+    in_steps, in_summary = json_changes(cli, path)
+    assert in_steps == in_summary == {(changed[0], text) for text in said}
 
 
 def test_an_unfreeze_is_named_with_the_line_that_made_it(tmp_path, cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, FREEZE)
     truth = watch_training(path)  # plain torch, with the line after which each flag changed
-    unfrozen = {n: truth.unfrozen_at(n) for n in ("model.0.weight", "model.0.bias")}
+    unfrozen = {n: truth.set_at(n, True) for n in ("model.0.weight", "model.0.bias")}
     assert set(unfrozen.values()) == {line_of(path, "model[0].requires_grad_(True)")}
     back = [k for k, b in enumerate(truth.backwards, 1) if k > 1 and b.requires_grad["model.0.weight"]
             and not truth.backwards[k - 2].requires_grad["model.0.weight"]]
     assert back == [21]
     said = {f"{name}: requires_grad=False → gradient reached it (unfrozen: requires_grad_(True) at train.py:{line})"
             for name, line in unfrozen.items()}
-    *steps, last = [json.loads(line) for line in cli("script", str(path), "--json", "--brief").stdout.splitlines()]
-    assert {c for r in steps if r["call"] == back[0] for c in r["changes"]} == said
-    assert {c["change"] for c in last["summary"]["changes"] if c["call"] == back[0]} == said
+    in_steps, in_summary = json_changes(cli, path)
+    assert {c for call, c in in_steps if call == back[0]} == {c for call, c in in_summary if call == back[0]} == said
 
 
 def test_a_gan_is_two_loops_one_per_backward_line(tmp_path, cli):

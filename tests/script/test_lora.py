@@ -61,7 +61,7 @@ def test_each_lora_parameter_gets_gradient_and_each_frozen_base_weight_names_get
                 assert torch.allclose(torch.tensor(call["grads"][name]), want.grads[name], rtol=1e-5, atol=1e-7)
             elif not rg:  # plain torch: frozen by the script, at the line its tracer saw
                 assert row["status"] == "off", name
-                frozen = truth.frozen_at(name)
+                frozen = truth.set_at(name, False)
                 if frozen is None:
                     assert name == "ids" and row["reason"] is None
                     continue
