@@ -122,7 +122,7 @@ class GradRegions:
                 self.replay.counts[region.checkpoint] = region.count
         elif switch.action == "enter":
             self.open.append(self._region(value, switch, trace))
-        inner = next((r for r in reversed(self.open) if r.checkpoint is not None), None)
+        inner = self._innermost_checkpoint()
         if inner is None or inner.recompute or self.replay is not None:
             self.checkpoint, self.dead = None, None
         else:  # the innermost checkpoint's forward: recorded by autograd, or its ops' (cut kind, how)
@@ -151,6 +151,9 @@ class GradRegions:
         if trace.failures is not None:
             trace.failures.checkpoints.append(dead)
         return "checkpoint", dead.how
+
+    def _innermost_checkpoint(self) -> Region | None:
+        return next((r for r in reversed(self.open) if r.checkpoint is not None), None)
 
     def grad_off(self) -> str | None:
         """How the innermost context switched gradients off, when the trace saw it do so."""
@@ -188,7 +191,7 @@ class GradRegions:
             if serial is not None:
                 for o in tensors_in(out, []):
                     replay.alias[id(o)] = (weakref.ref(o), serial)
-        region = next((r for r in reversed(self.open) if r.checkpoint is not None), None)
+        region = self._innermost_checkpoint()
         outs = tensors_in(out, []) if name != "__setitem__" else ins[:1]
         if region is None or not region.recompute or name in FLAGS or not (outs or name in ESCAPES):
             return None
