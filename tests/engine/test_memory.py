@@ -21,8 +21,9 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 
 
 def peak_bytes(*args: str, runs: int = 2) -> int:
-    """The lower peak of `runs` processes: a peak can also catch a transient buffer torch frees at once (one CI
-    run under heavy load measured sum(exp(x)) at 5 of its 4 counted buffers), never fewer bytes than it holds."""
+    """The lower peak of `runs` processes. The same command's peak is not the same from run to run here: for
+    sum(exp(x)) at 2N elements it was 558 or 590-606 MB (one torch thread too), and CI runs measured 3, 4 or 5
+    of its 4 counted buffers; the cause is not found, so two runs are read per size."""
     peaks = []
     for _ in range(runs):
         out = run([*PYTHON, "-c", PEAK, *args])
