@@ -12,40 +12,25 @@ if TYPE_CHECKING:  # the tracer imports the report, which imports this module: t
     from gradflow.tracer.trace import Trace
 
 
-def _module_names(roots: list, bases: list[str] | None = None) -> dict[int, str]:
-    """id(module) -> its dotted name; `bases`: each root's own name (a script's variable), else its class's when
-    there are several roots."""
-    names: dict[int, str] = {}
-    bases = bases or _bases(roots)
-    for root, base in zip(roots, bases):
-        for name, m in root.named_modules():
-            names.setdefault(id(m), f"{base}.{name}" if base and name else name or base or type(root).__name__)
-    return names
-
-
-def _bases(roots: list) -> list[str]:
-    return [type(root).__name__ if len(roots) > 1 else "" for root in roots]
-
-
-def _named_from_modules(roots: list, bases: list[str] | None = None) -> dict[str, list]:
-    """{first name: [tensor, alias, alias…]} — tied weights appear once, with their other names."""
+def name_modules(roots: list, bases: list[str] | None = None) -> tuple[dict[str, list], dict[int, str]]:
+    """The parameters ({first name: [tensor, alias, alias…]}: tied weights appear once, with their other names)
+    and modules (id -> dotted name, the first one) of `roots`, named as torch's named_parameters and
+    named_modules name them, in one walk. `bases`: each root's own name (a script's variable: `model.fc1.weight`;
+    '': named inside the root, as inspect names a model's), else its class's when there are several roots."""
     named: dict[str, list] = {}
     by_id: dict[int, list] = {}  # id(tensor) -> its list in `named`
-    for root, base in zip(roots, bases or _bases(roots)):
-        for name, p in root.named_parameters(remove_duplicate=False):
-            full = f"{base}.{name}" if base else name
-            seen = by_id.get(id(p))
-            if seen is None:
-                by_id[id(p)] = named[full] = [p]
-            else:
-                seen.append(full)
-    return named
-
-
-def name_modules(roots: list, bases: list[str]) -> tuple[dict[str, list], dict[int, str]]:
-    """The parameters ({first name: [tensor, alias…]}) and modules (id -> name) of `roots`, each root named by its
-    base (`model`: `model.fc1.weight`; '': named inside the root, as inspect names a model's)."""
-    return _named_from_modules(roots, bases), _module_names(roots, bases)
+    names: dict[int, str] = {}
+    for root, base in zip(roots, bases or [type(root).__name__ if len(roots) > 1 else "" for root in roots]):
+        for name, m in root.named_modules(remove_duplicate=False):  # a shared module under each of its names
+            prefix = f"{base}.{name}" if base and name else name or base
+            names.setdefault(id(m), prefix or type(root).__name__)
+            for full, p in m.named_parameters(prefix=prefix, recurse=False, remove_duplicate=False):
+                seen = by_id.get(id(p))
+                if seen is None:
+                    by_id[id(p)] = named[full] = [p]
+                else:
+                    seen.append(full)
+    return named, names
 
 
 def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str]]:
@@ -59,11 +44,11 @@ def resolve_params(trace: Trace, params) -> tuple[dict[str, list], dict[int, str
         if bad:
             raise GradflowError("bad_params", f"params[{bad[0]!r}] is not a tensor",
                                 hint="pass a Module or a dict of name -> tensor")
-        return {k: [v] for k, v in params.items()}, _module_names(trace.state.roots)
+        return {k: [v] for k, v in params.items()}, name_modules(trace.state.roots)[1]
     else:
         raise GradflowError("bad_params", f"params must be a Module or a dict of tensors, "
                             f"not {type(params).__name__}", hint="t.explain(loss, params=model)")
-    named, module_names = _named_from_modules(roots), _module_names(roots)
+    named, module_names = name_modules(roots)
     if params is None:
         _add_stray_leaves(trace, named)
     return named, module_names
