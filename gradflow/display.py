@@ -4,8 +4,8 @@ User text reaches the screen in many ways (a comment in the program, a value, a 
 name from `inspect`'s user code, an exception message) and a raw ESC, BEL or backspace in it would drive the
 terminal (recolour it, clear it, hide text) or corrupt a DOT/Mermaid label. Every renderer passes what it prints
 through `visible()`: such characters are shown as Python writes them in a string ('\\x1b', '\\r', '\\u202e').
-Tabs and newlines stay (the renderers lay them out). DOT and Mermaid labels (render/graph.py, report/module_picture.py)
-are escaped here too, in one place. The bottom layer: imports nothing, no torch.
+Tabs and newlines stay (the renderers lay them out). DOT and Mermaid labels (render/graph_text.py,
+report/module_picture.py) are escaped here too, in one place. The bottom layer: imports nothing, no torch.
 """
 from __future__ import annotations
 

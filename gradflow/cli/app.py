@@ -98,7 +98,7 @@ def __getattr__(name: str):  # PEP 562: `from gradflow.cli.app import app` (test
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-WATCHED = ("inspect", "script")  # they run the user's code: in a child process the command watches (cli/watch.py)
+WATCHED = ("inspect", "script")  # they run the user's code in a child the command watches (cli/work_process.py)
 
 
 def run():  # console-script entry point: pipes, closed streams and Ctrl-C handled in streams.py
@@ -108,7 +108,7 @@ def run():  # console-script entry point: pipes, closed streams and Ctrl-C handl
     application = make_app(command)
     startup.before_run()
     if command in WATCHED:
-        from gradflow.cli.watch import run_watched
+        from gradflow.cli.work_process import run_watched
 
         run_watched(lambda: run_safely(lambda: application(prog_name="gradflow")), _death_report(command))
     run_safely(lambda: application(prog_name="gradflow"))

@@ -138,7 +138,7 @@ def _with_extras(doc: dict, extras) -> dict:
     if extras.hessian is not None:
         doc["hessian"] = extras.hessian.to_dict()
     if extras.graph is not None:
-        from gradflow.render.graph import to_dot, to_mermaid
+        from gradflow.render.graph_text import to_dot, to_mermaid
 
         render = {"dot": to_dot, "mermaid": to_mermaid}.get(extras.graph_format or "")
         doc["graph"] = {**extras.graph.to_dict(), "format": extras.graph_format,
@@ -149,7 +149,7 @@ def _with_extras(doc: dict, extras) -> dict:
 def _print_extras(extras, out) -> None:
     """--check, --order 2 and --graph under the table."""
     from gradflow.render.checks import check_table, hessian_view, note_lines
-    from gradflow.render.graph import print_picture
+    from gradflow.render.graph_text import print_picture
 
     if extras.check is not None:
         out.print(check_table(extras.check))

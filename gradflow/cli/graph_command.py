@@ -34,7 +34,7 @@ HELP_END = help_end([
 
 def _tree_text(pic, output: Path | None):
     from gradflow.render.console import MAX_WIDTH, new_console
-    from gradflow.render.graph import to_tree
+    from gradflow.render.graph_text import to_tree
 
     if output is None:
         consoles()[0].print(to_tree(pic))
@@ -46,7 +46,7 @@ def _tree_text(pic, output: Path | None):
 
 def render(pic, fmt: str, output: Path | None) -> str | bytes | None:
     """The picture in `fmt`; None when it was printed already (tree to the terminal)."""
-    from gradflow.render.graph import to_dot, to_mermaid
+    from gradflow.render.graph_text import to_dot, to_mermaid
 
     if fmt == "tree":
         return _tree_text(pic, output)

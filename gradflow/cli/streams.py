@@ -125,12 +125,12 @@ def exit_hard() -> None:
 
 def _exit_now(code: str | int | None) -> NoReturn:
     """sys.exit(code), without waiting for other threads, exit handlers or the interpreter's teardown."""
-    from gradflow.cli.watch import finished
+    from gradflow.cli.work_process import finished
 
     if isinstance(code, str):
         print(code, file=sys.stderr, flush=True)
     number = code if isinstance(code, int) else 0 if code is None else 1
-    finished(number)  # the parent watching this process (cli/watch.py) hears that it finished
+    finished(number)  # the parent watching this process (cli/work_process.py) hears that it finished
     os._exit(number)
 
 

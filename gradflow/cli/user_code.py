@@ -12,7 +12,7 @@ While their code runs (the import, FUNCTION, the backward pass with their hooks)
 Threads they leave running are reported; the command then exits without waiting for them (streams.exit_hard).
 A process their code forks that comes back into gradflow (it returned or raised) ends there, quietly: only the
 process gradflow started reports. What ends the process itself (os._exit, a signal, a crash) is seen by the
-command's watching parent (cli/watch.py).
+command's watching parent (cli/work_process.py).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class UserCode:
     def run(self, what: str, fn: Callable[..., Any], *args, all_errors: bool = True, **kwargs):
         """fn(*args, **kwargs); what it raises is the user's failure (`what` names the step), except
         gradflow's own errors, a real Ctrl-C, and with all_errors=False any Exception (gradflow sorted those)."""
-        from gradflow.cli.watch import at
+        from gradflow.cli.work_process import at
         from gradflow.tracer.source_lines import raised_by_them, user_failure
 
         at(what)

@@ -13,8 +13,8 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple
 
-from gradflow.language.checks import check_graph, check_source, check_tree
 from gradflow.language.parser import parse
+from gradflow.language.prechecks import check_graph, check_source, check_tree
 from gradflow.limits import PARSE_CACHE_BYTES, Limits, current
 
 if TYPE_CHECKING:  # the node classes load on first use: a syntax error needs none of them

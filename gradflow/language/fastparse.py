@@ -25,8 +25,8 @@ from lark.lexer import UnlessCallback
 from lark.parse_tree_builder import ExpandSingleChild
 
 from gradflow.compat import lark_rule_callbacks, lark_scanner_patterns
-from gradflow.language.build import Build
 from gradflow.language.lexing import Continuation, at_end
+from gradflow.language.transformer import Build
 
 
 class Fast(threading.local):

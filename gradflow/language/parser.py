@@ -134,8 +134,8 @@ def _tree_parse(source: str) -> Program:
         raise ParseError("syntax", f"syntax error: {err.message} at {_where(source, err.pos)}",
                          hint="indent every line of a `with` block alike, deeper than its `with` line",
                          span=Span(err.pos, err.pos + 1), source=source) from None
-    from gradflow.language.build import Build  # the typed nodes load only once the text has parsed
     from gradflow.language.syntax import Program
+    from gradflow.language.transformer import Build  # the typed nodes load only once the text has parsed
 
     try:
         stmts = Build(source).transform(tree)

@@ -3,7 +3,7 @@
 There is one drawing of each result, the terminal's: `print_result()` prints it through the same rich renderers
 `gradflow eval`, `inspect`, `script`, `whatif` and `compare` use. Text is that drawing without colour at a
 fixed width; HTML is the same drawing recorded by rich with its colours and exported with inline styles (no
-stylesheet, so a notebook shows it as the terminal does). Graphs come from render/graph.py (an expression's
+stylesheet, so a notebook shows it as the terminal does). Graphs come from render/graph_text.py (an expression's
 autograd picture) and report/module_picture.py (a model's modules), as SVG where Graphviz's `dot` is installed.
 """
 from __future__ import annotations
@@ -149,13 +149,13 @@ def mermaid(result) -> str:
 
 @_drawing.register
 def _(result: Explanation) -> tuple[ModuleType, tuple]:
-    from gradflow.render import graph
+    from gradflow.render import graph_text
     from gradflow.studies.torch_graph import picture
 
     if result.brief or result.graph is None or not result.nodes:
         raise ValueInputError("no_graph", "this result has no graph (explain(..., brief=True) keeps the answer "
                               "only)", hint="explain it without brief=True")
-    return graph, (picture(result),)
+    return graph_text, (picture(result),)
 
 
 @_drawing.register

@@ -6,7 +6,7 @@ and maps every torch node back to the program node that made it (torch's own inn
 steps of one op, like matmul's Unsqueeze and Mm, are folded into that op). What torch does
 not record -- values that carry no gradient, detach points, no_grad/inference_mode
 regions -- comes from the program's Graph and the engine's cut flags; every edge
-carries the flow the engine measured. Renderers (render/graph.py) only read a Picture.
+carries the flow the engine measured. Renderers (render/graph_text.py) only read a Picture.
 An engine helper: imports torch.
 """
 from __future__ import annotations

@@ -106,7 +106,8 @@ def ran(tmp_path_factory):
     rc.write_text("svg.hashsalt: gradflow\nbackend: Agg\n")
     jobs = _jobs(tmp)
     preload = ("torch", "matplotlib.pyplot", "gradflow.cli.sweep_output", "gradflow.studies.sweeps",
-               "gradflow.render.plot", "gradflow.render.node_table", "gradflow.studies.torch_graph", "gradflow.render.graph",
+               "gradflow.render.plot", "gradflow.render.node_table", "gradflow.studies.torch_graph",
+               "gradflow.render.graph_text",
                "gradflow.engine.explain", "gradflow.batch.run", "gradflow.cli.files", "typer._adapters",
                "pydantic", "plotille", "rich.progress", "rich.tree")
     warm = [["eval", "x*2", "--x", "1"], SWEEP, ["eval", "x^2", "--x=-1:1:3", "--plot", tmp / "warm.svg"],

@@ -69,7 +69,7 @@ def test_every_file_written_goes_through_write_file():
 
 
 def test_dot_and_mermaid_labels_are_escaped_in_one_place():
-    for module in ("render/graph.py", "report/module_picture.py"):
+    for module in ("render/graph_text.py", "report/module_picture.py"):
         text = (PACKAGE / module).read_text()
         assert "dot_string(" in text and "mermaid_text(" in text
         assert ".replace('\"', '\\\\\"')" not in text and '"#quot;"' not in text, module  # no escaping of its own

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from gradflow import explain
-from gradflow.render.graph import to_dot, to_mermaid, to_tree
+from gradflow.render.graph_text import to_dot, to_mermaid, to_tree
 from gradflow.studies.torch_graph import picture
 
 from ..conftest import BLOG

@@ -11,7 +11,7 @@ from ..fuzz_support import sources
 
 def nesting(program) -> int:
     """The deepest level checks.check_tree counts: enclosing `with` blocks plus the expression's depth."""
-    from gradflow.language.checks import tree_depth
+    from gradflow.language.prechecks import tree_depth
     from gradflow.language.syntax import SetFlag, With
 
     best, todo = 0, [(st, 0) for st in program.stmts]
@@ -41,7 +41,7 @@ def test_a_program_never_nests_deeper_than_its_length(text):
                                   "with torch.no_grad():\n with torch.no_grad():\n  with torch.no_grad():\n   x\n",
                                   "torch.cat([torch.cat([x]), x]).sum()", "((((x))))", "x.sum().sum().sum()"])
 def test_the_depth_limit_still_holds_at_its_edge(text):
-    from gradflow.language.checks import check_tree
+    from gradflow.language.prechecks import check_tree
     from gradflow.limits import Limits
 
     program = parser.parse(text)
