@@ -1,4 +1,4 @@
-"""Text -> Program: lark's LALR parser reads grammar.lark into a parse tree, the transformer in build.py
+"""Text -> Program: lark's LALR parser reads grammar.lark into a parse tree, the transformer in transformer.py
 turns the tree into typed nodes.
 
 Errors become `ParseError`s carrying a span, so the CLI can underline the bad token. Nothing is ever handed to

@@ -26,7 +26,7 @@ import torch
 
 from gradflow.report.truth import grad_leaves, plain_grads
 
-if TYPE_CHECKING:  # report_build.py imports this module inside build_report: types only, no cycle
+if TYPE_CHECKING:  # report/build.py imports this module inside build_report: types only, no cycle
     from gradflow.report.reasons import FlowGraph
     from gradflow.tracer.trace import Trace
 
