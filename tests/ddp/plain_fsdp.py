@@ -46,8 +46,11 @@ def worker(rank, world, port, file, target, how):
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=5))
     model, step = load(target)(rank, world)
     result = (local if how == "local" else real)(model, step)
-    with open(f"{file}{rank}.json", "w") as fh:
+    # Written whole or not at all: spawn stops this rank when the other aborts, and a rank stopped between
+    # opening its file and writing it left an empty one (the test read it as JSON and errored)
+    with open(f"{file}{rank}.json.part", "w") as fh:
         json.dump(result, fh)
+    os.replace(f"{file}{rank}.json.part", f"{file}{rank}.json")
     os._exit(0)  # no teardown: a group left mid-collective may abort the process in it
 
 
