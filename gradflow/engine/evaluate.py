@@ -33,10 +33,8 @@ def evaluate(graph: Graph, values: dict, wrt: list[str], dtype: str = "float32",
     run.warnings = warnings
     with using(limits or current()):
         run.run()
-        for n in graph.nodes:
-            if n.op == "detach" and n.params:  # detach_(): asked of torch once
-                _saved_then_detached(graph, values, wrt, torch_dtype, torch_device)
-                break
+        if any(n.op == "detach" and n.params for n in graph.nodes):  # a detach_(): asked of torch once
+            _saved_then_detached(graph, values, wrt, torch_dtype, torch_device)
     out = check_output(run)
     error = backward(out, run)
     if brief and (done := answer(run, out, error, values, wrt, dtype, device)) is not None:
